@@ -1,0 +1,143 @@
+//! The command line: parse, then call the library. Errors are printed here, once.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::{self, Kind};
+use crate::plan;
+use crate::sandbox::SandboxMode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hostpull",
+    version,
+    about = "Pull container images for image-based host updates"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Pull an image from a registry into an OCI image layout.
+    Pull(PullOpts),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PullOpts {
+    /// docker://HOST[:PORT]/PATH[:TAG|@sha256:HEX] (docker:// may be left out)
+    pub image: String,
+    /// oci:DIR[:TAG]; TAG defaults to the image's tag
+    #[arg(long)]
+    pub dest: String,
+    /// containers-auth.json(5) file with credentials for this pull
+    #[arg(long)]
+    pub authfile: Option<PathBuf>,
+    /// Directory of CA certificates (*.crt) trusted for the registry
+    #[arg(long)]
+    pub cert_dir: Option<PathBuf>,
+    /// Require HTTPS and verify certificates
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub tls_verify: bool,
+    /// OS/ARCH[/VARIANT] to choose from a multi-platform image; defaults to this host's
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// How to isolate the network-facing worker
+    #[arg(long, value_enum, default_value_t = SandboxMode::Auto)]
+    pub sandbox: SandboxMode,
+    /// Print one JSON object with the result on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl PullOpts {
+    fn request(&self) -> plan::Request {
+        plan::Request {
+            image: self.image.clone(),
+            dest: self.dest.clone(),
+            authfile: self.authfile.clone(),
+            cert_dir: self.cert_dir.clone(),
+            tls_verify: self.tls_verify,
+            platform: self.platform.clone(),
+            sandbox: Some(self.sandbox),
+            systemd_booted: std::path::Path::new("/run/systemd/system").is_dir(),
+        }
+    }
+}
+
+async fn run_pull(opts: &PullOpts) -> anyhow::Result<()> {
+    let plan = plan::plan(&opts.request())?;
+    if !plan.worker.tls_verify {
+        tracing::warn!("TLS verification is off for {}", plan.image.domain);
+    }
+    let report = crate::fetch::pull(&plan).await?;
+    eprintln!("{}", report.summary());
+    if opts.json {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer(&mut out, &report)?;
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("RUST_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("warn,hostpull=info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .init();
+}
+
+/// Parse the command line, run it, print any error once, and return the exit code.
+pub fn run_main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                Kind::Usage.exit_code()
+            } else {
+                0
+            };
+            let _ = e.print();
+            return code;
+        }
+    };
+    init_logging();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return Kind::Internal.exit_code();
+        }
+    };
+    let r = rt.block_on(async {
+        match &cli.cmd {
+            Cmd::Pull(o) => run_pull(o).await,
+        }
+    });
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            match error::failure(&e) {
+                Some(f) => {
+                    eprintln!("error: {}", error::one_line(&format!("{e:#}")));
+                    if let Some(d) = &f.detail {
+                        eprintln!("{d}");
+                    }
+                }
+                None => eprintln!("error: {}", error::one_line(&format!("{e:#}"))),
+            }
+            error::exit_code(&e)
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The typed error at the edge: every failure maps to one documented exit code.
+//!
+//! Library code returns `anyhow::Error`. Where a failure has a meaning for the
+//! caller (auth refused, image not found, ...) it carries a [`Failure`] somewhere
+//! in its chain; [`exit_code`] finds it. Anything else is an internal error.
+
+use std::fmt;
+
+/// Why a pull failed, as the exit code tells it. The numbers are a public contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A bug or an unexpected local condition.
+    Internal = 1,
+    /// Usage, configuration or bad input given to hostpull.
+    Usage = 2,
+    /// The registry refused our credentials (or their absence).
+    Auth = 3,
+    /// The image or tag does not exist.
+    NotFound = 4,
+    /// TLS handshake or certificate trust failed.
+    Tls = 5,
+    /// Network or transient registry error.
+    Network = 6,
+    /// Bytes did not match their digest or size, or the registry sent something malformed.
+    Verify = 7,
+    /// The worker or its sandbox failed.
+    Worker = 8,
+}
+
+impl Kind {
+    pub fn exit_code(self) -> i32 {
+        self as i32
+    }
+}
+
+/// A failure with a meaning for the caller. `detail` is an optional second line,
+/// typically skopeo's own text.
+#[derive(Debug)]
+pub struct Failure {
+    pub kind: Kind,
+    pub message: String,
+    pub detail: Option<String>,
+}
+
+impl Failure {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            detail: None,
+        }
+    }
+
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        let detail = one_line(&detail.into());
+        if !detail.is_empty() {
+            self.detail = Some(detail);
+        }
+        self
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// Shorthand for `Err(Failure::new(kind, message).into())`.
+pub fn fail<T>(kind: Kind, message: impl Into<String>) -> anyhow::Result<T> {
+    Err(Failure::new(kind, message).into())
+}
+
+/// The exit code for an error chain: the first [`Failure`] in it, else internal.
+pub fn exit_code(err: &anyhow::Error) -> i32 {
+    failure(err).map_or(Kind::Internal, |f| f.kind).exit_code()
+}
+
+pub fn failure(err: &anyhow::Error) -> Option<&Failure> {
+    err.chain().find_map(|e| e.downcast_ref::<Failure>())
+}
+
+/// Fold a multi-line text into one line, so that an error is always one line.
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Classify a worker's (skopeo's) error text. skopeo 1.9.3 does not classify its
+/// errors over the proxy protocol, so this reads containers/image's wording.
+/// Order matters: the more specific phrases come first.
+pub fn classify_worker_text(text: &str) -> Kind {
+    let t = text.to_ascii_lowercase();
+    let has = |needles: &[&str]| needles.iter().any(|n| t.contains(n));
+    if has(&[
+        "unauthorized",
+        "authentication required",
+        "invalid username/password",
+        "denied: requested access",
+    ]) {
+        Kind::Auth
+    } else if has(&[
+        "manifest unknown",
+        "name unknown",
+        "blob unknown",
+        "not found",
+        "404 (not found)",
+    ]) {
+        Kind::NotFound
+    } else if has(&[
+        "x509:",
+        "certificate",
+        "tls: ",
+        "server gave http response to https client",
+    ]) {
+        Kind::Tls
+    } else if has(&[
+        "digest mismatch",
+        "corrupted blob",
+        "did not match",
+        "does not match",
+        "size mismatch",
+        "unexpected size",
+    ]) {
+        Kind::Verify
+    } else if has(&[
+        "connection refused",
+        "connection reset",
+        "broken pipe",
+        "eof",
+        "i/o timeout",
+        "timeout",
+        "no such host",
+        "network is unreachable",
+        "no route to host",
+        "too many requests",
+        "500 internal server error",
+        "502 bad gateway",
+        "503 service unavailable",
+        "504 gateway timeout",
+    ]) {
+        Kind::Network
+    } else {
+        Kind::Worker
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify_table() {
+        let cases = [
+            (
+                "reading manifest v1 in 127.0.0.1:5000/x: unauthorized: authentication required",
+                Kind::Auth,
+            ),
+            (
+                "reading manifest nope in 127.0.0.1:5000/x: manifest unknown: manifest unknown",
+                Kind::NotFound,
+            ),
+            (
+                "pinging container registry 127.0.0.1:5000: Get \"https://127.0.0.1:5000/v2/\": x509: certificate signed by unknown authority",
+                Kind::Tls,
+            ),
+            (
+                "pinging container registry 127.0.0.1:1: Get \"https://127.0.0.1:1/v2/\": dial tcp 127.0.0.1:1: connect: connection refused",
+                Kind::Network,
+            ),
+            ("reading blob: unexpected EOF", Kind::Network),
+            (
+                "received unexpected HTTP status: 503 Service Unavailable",
+                Kind::Network,
+            ),
+            (
+                "Digest did not match, expected sha256:aa, got sha256:bb",
+                Kind::Verify,
+            ),
+            ("corrupted blob, expecting sha256:aa", Kind::Verify),
+            ("proxy unexpectedly exited: signal: killed", Kind::Worker),
+        ];
+        for (text, want) in cases {
+            assert_eq!(classify_worker_text(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn exit_code_finds_failure_in_chain() {
+        let e = anyhow::Error::from(Failure::new(Kind::Auth, "refused")).context("Pulling x");
+        assert_eq!(exit_code(&e), 3);
+        assert_eq!(exit_code(&anyhow::anyhow!("boom")), 1);
+    }
+
+    #[test]
+    fn detail_is_one_line() {
+        let f = Failure::new(Kind::Worker, "x").with_detail("a\n  b\n");
+        assert_eq!(f.detail.as_deref(), Some("a b"));
+    }
+}

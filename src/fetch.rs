@@ -1,0 +1,258 @@
+//! The pull itself: resolve the manifest, then fetch every missing blob through a
+//! proxy session, several in flight, verifying each on root's side.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use containers_image_proxy::{ImageProxy, OpenedImage};
+use futures_util::{StreamExt, TryStreamExt};
+use tokio::io::{AsyncBufRead, AsyncReadExt};
+
+use crate::error::{Failure, Kind, fail, failure};
+use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
+use crate::plan::Plan;
+use crate::plan::imgref::{ImageRef, Sha256Digest};
+use crate::progress::Report;
+use crate::sandbox::{Worker, worker_failure};
+use crate::store::Layout;
+use crate::verify;
+
+/// GetBlob requests kept in flight. skopeo serves one request at a time, but
+/// transfers overlap once several pipes are open; 4 was fastest in the lab.
+const IN_FLIGHT: usize = 4;
+/// Bytes handed from the pipe reader to the hashing writer at a time.
+const CHUNK: usize = 1 << 20;
+
+/// A manifest that root has hashed and checked, ready to fetch.
+#[derive(Debug)]
+struct Resolved {
+    digest: Sha256Digest,
+    media_type: &'static str,
+    raw: Vec<u8>,
+    manifest: manifest::Manifest,
+}
+
+pub async fn pull(plan: &Plan) -> anyhow::Result<Report> {
+    let start = Instant::now();
+    let worker = Worker::prepare(&plan.worker)?;
+    let resolved = resolve(&worker, plan).await?;
+    let path = plan.dest_dir.clone();
+    let layout = tokio::task::spawn_blocking(move || Layout::open_locked(&path)).await??;
+    let layout = Arc::new(layout);
+    let result = fetch_into(&worker, plan, &resolved, &layout).await;
+    let layout = Arc::into_inner(layout).expect("all blob writers have finished");
+    let (fetched, bytes) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            layout.discard_if_created();
+            return Err(e);
+        }
+    };
+    let total = resolved.manifest.layers.len();
+    let fetched_layers = fetched
+        .iter()
+        .filter(|d| **d != resolved.manifest.config.digest)
+        .count();
+    Ok(Report {
+        image: plan.image.to_string(),
+        manifest_digest: resolved.digest,
+        media_type: resolved.media_type.to_owned(),
+        platform: plan.platform.to_string(),
+        dest: plan.dest_dir.display().to_string(),
+        tag: plan.tag.clone(),
+        layers_total: total,
+        layers_fetched: fetched_layers,
+        layers_reused: total - fetched_layers,
+        bytes_fetched: bytes,
+        elapsed_ms: start.elapsed().as_millis(),
+        sandbox: plan.worker.mode,
+    })
+}
+
+/// Fetch the registry's manifest bytes, check them against a pinned digest, and
+/// pick the platform from an index.
+async fn resolve(worker: &Worker, plan: &Plan) -> anyhow::Result<Resolved> {
+    let raw = worker.inspect_raw(&plan.image, MANIFEST_MAX).await?;
+    let digest = verify::sha256(&raw);
+    if let Some(pinned) = &plan.image.digest {
+        if *pinned != digest {
+            return fail(
+                Kind::Verify,
+                format!("manifest digest {digest} does not match the pinned {pinned}"),
+            );
+        }
+    }
+    match manifest::parse(&raw)? {
+        Parsed::Manifest(manifest, media_type) => Ok(Resolved {
+            digest,
+            media_type,
+            raw,
+            manifest,
+        }),
+        Parsed::Index(index) => {
+            let d = manifest::select(&index, &plan.platform)?;
+            tracing::info!("{}: chose {} for {}", plan.image, d.digest, plan.platform);
+            let instance = plan.image.with_digest(&d.digest);
+            let raw = worker.inspect_raw(&instance, MANIFEST_MAX).await?;
+            verify::check_bytes("manifest", &raw, &d.digest, d.size)?;
+            match manifest::parse(&raw)? {
+                Parsed::Manifest(manifest, media_type) => Ok(Resolved {
+                    digest: d.digest.clone(),
+                    media_type,
+                    raw,
+                    manifest,
+                }),
+                Parsed::Index(_) => fail(Kind::Verify, "an index inside an index is not supported"),
+            }
+        }
+    }
+}
+
+/// Fetch what the layout lacks, then publish: manifest blob, then the tag.
+/// Returns the digests fetched and their total size.
+async fn fetch_into(
+    worker: &Worker,
+    plan: &Plan,
+    r: &Resolved,
+    layout: &Arc<Layout>,
+) -> anyhow::Result<(Vec<Sha256Digest>, u64)> {
+    let mut todo: Vec<Descriptor> = Vec::new();
+    for d in r.manifest.blobs() {
+        if !layout.has_blob(d)? && !todo.iter().any(|t| t.digest == d.digest) {
+            todo.push(d.clone());
+        }
+    }
+    let bytes = todo.iter().map(|d| d.size).sum();
+    if !todo.is_empty() {
+        fetch_blobs(worker, &plan.image.with_digest(&r.digest), layout, &todo).await?;
+    }
+    // The config must be JSON: a consumer will parse it.
+    let config = layout.read_blob(&r.manifest.config.digest)?;
+    if serde_json::from_slice::<serde::de::IgnoredAny>(&config).is_err() {
+        return fail(
+            Kind::Verify,
+            format!(
+                "image config {} is not valid JSON",
+                r.manifest.config.digest
+            ),
+        );
+    }
+    layout.write_blob("manifest", &r.digest, r.raw.clone())?;
+    layout.set_tag(&plan.tag, r.media_type, &r.digest, r.raw.len() as u64)?;
+    Ok((todo.into_iter().map(|d| d.digest).collect(), bytes))
+}
+
+/// One proxy session for all missing blobs of one image.
+async fn fetch_blobs(
+    worker: &Worker,
+    image: &ImageRef,
+    layout: &Arc<Layout>,
+    todo: &[Descriptor],
+) -> anyhow::Result<()> {
+    let proxy = ImageProxy::new_with_config(worker.proxy_config())
+        .await
+        .map_err(|e| proxy_failure("starting the worker", e))?;
+    let result = async {
+        let img = proxy
+            .open_image(&image.to_transport())
+            .await
+            .map_err(|e| proxy_failure(&format!("opening {image}"), e))?;
+        futures_util::stream::iter(todo)
+            .map(|d| fetch_blob(&proxy, &img, layout, d))
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<()>()
+            .await?;
+        proxy
+            .close_image(&img)
+            .await
+            .map_err(|e| proxy_failure("closing the image", e))
+    }
+    .await;
+    match result {
+        Ok(()) => proxy
+            .finalize()
+            .await
+            .map_err(|e| proxy_failure("stopping the worker", e)),
+        // Dropping the proxy closes its socket, and skopeo exits on that.
+        Err(e) => Err(e),
+    }
+}
+
+/// Fetch one blob: read its pipe and await its FinishPipe together, and merge
+/// their errors. The worker's own error explains a short read better than our
+/// size check does, unless the worker's error says nothing we can classify.
+async fn fetch_blob(
+    proxy: &ImageProxy,
+    img: &OpenedImage,
+    layout: &Arc<Layout>,
+    d: &Descriptor,
+) -> anyhow::Result<()> {
+    let what = if d.media_type.contains("config") {
+        "config"
+    } else {
+        "layer"
+    };
+    let doing = format!("fetching {what} {}", d.digest);
+    let digest = oci_spec::image::Digest::try_from(d.digest.as_str())?;
+    let (reader, finish) = proxy
+        .get_blob(img, &digest, d.size)
+        .await
+        .map_err(|e| proxy_failure(&doing, e))?;
+    let (ours, theirs) = tokio::join!(consume(reader, layout, what, d), finish);
+    match (ours, theirs) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(e), Ok(())) => Err(e),
+        (Ok(()), Err(e)) => Err(proxy_failure(&doing, e)),
+        (Err(ours), Err(theirs)) => {
+            let theirs = proxy_failure(&doing, theirs);
+            let theirs_kind = failure(&theirs).map(|f| f.kind);
+            if theirs_kind.is_some_and(|k| k != Kind::Worker) {
+                Err(theirs)
+            } else {
+                Err(ours)
+            }
+        }
+    }
+}
+
+/// Stream a blob pipe into a verifying writer on a blocking thread.
+async fn consume(
+    mut reader: impl AsyncBufRead + Unpin,
+    layout: &Arc<Layout>,
+    what: &'static str,
+    d: &Descriptor,
+) -> anyhow::Result<()> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+    let writer = {
+        let layout = Arc::clone(layout);
+        let (digest, size) = (d.digest.clone(), d.size);
+        tokio::task::spawn_blocking(move || layout.receive_blob(what, &digest, size, rx))
+    };
+    loop {
+        let mut buf = Vec::with_capacity(CHUNK);
+        while buf.len() < CHUNK {
+            if reader
+                .read_buf(&mut buf)
+                .await
+                .context("Reading blob pipe")?
+                == 0
+            {
+                break;
+            }
+        }
+        let eof = buf.len() < CHUNK;
+        // A send fails only when the writer has stopped on an error; it tells why.
+        if buf.is_empty() || tx.send(buf).is_err() || eof {
+            break;
+        }
+    }
+    drop(tx);
+    writer.await?
+}
+
+fn proxy_failure(doing: &str, e: containers_image_proxy::Error) -> anyhow::Error {
+    let text = e.to_string();
+    let f: Failure = worker_failure(doing, &text);
+    f.into()
+}

@@ -1,0 +1,14 @@
+//! hostpull: pull container images for image-based host updates, with the
+//! network-facing part in a sandboxed worker and every byte verified by root.
+//!
+//! Data flows cli → plan → sandbox → fetch → verify → store.
+
+pub mod cli;
+pub mod error;
+pub mod fetch;
+pub mod manifest;
+pub mod plan;
+pub mod progress;
+pub mod sandbox;
+pub mod store;
+pub mod verify;

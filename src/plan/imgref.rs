@@ -1,0 +1,482 @@
+//! Image references (`docker://HOST[:PORT]/PATH[:TAG|@sha256:HEX]`) and pull
+//! destinations (`oci:DIR[:TAG]`). Pure parsers: `&str` in, typed value out.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::error::{Kind, fail};
+
+const DEFAULT_DOMAIN: &str = "docker.io";
+const DEFAULT_TAG: &str = "latest";
+/// The docker reference grammar limits a repository name to this many bytes.
+const NAME_TOTAL_MAX: usize = 255;
+const TAG_MAX: usize = 128;
+/// containers-transports(5) names that are not a registry; refused with a clear message.
+const OTHER_TRANSPORTS: &[&str] = &[
+    "oci",
+    "oci-archive",
+    "docker-archive",
+    "docker-daemon",
+    "containers-storage",
+    "dir",
+    "ostree",
+    "sif",
+    "ostree-unverified-image",
+    "ostree-unverified-registry",
+    "ostree-remote-image",
+    "ostree-image-signed",
+];
+
+/// A validated `sha256:<64 lowercase hex>` digest. Other algorithms are refused:
+/// root verifies every byte with SHA-256 and nothing else.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sha256Digest(String);
+
+impl Sha256Digest {
+    pub fn parse(s: &str) -> Option<Self> {
+        let hex = s.strip_prefix("sha256:")?;
+        (hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .then(|| Self(s.to_owned()))
+    }
+
+    pub fn from_hex(hex: &str) -> Self {
+        Self(format!("sha256:{hex}"))
+    }
+
+    /// The 64 hex characters, which are also the blob's file name in a layout.
+    pub fn hex(&self) -> &str {
+        &self.0["sha256:".len()..]
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Sha256Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl serde::Serialize for Sha256Digest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Sha256Digest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("unsupported digest {s:?}")))
+    }
+}
+
+/// A registry image: `domain/path` plus a tag or a digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRef {
+    /// `host[:port]`, e.g. `quay.io` or `127.0.0.1:5000`.
+    pub domain: String,
+    /// The repository path below the domain, e.g. `fedora/fedora-bootc`.
+    pub path: String,
+    pub tag: Option<String>,
+    pub digest: Option<Sha256Digest>,
+}
+
+impl ImageRef {
+    /// Parse `docker://NAME[:TAG|@DIGEST]` or the same without `docker://`.
+    pub fn parse(input: &str) -> anyhow::Result<Self> {
+        let bad = |why: &str| {
+            fail(
+                Kind::Usage,
+                format!("invalid image reference {input:?}: {why}"),
+            )
+        };
+        let s = match input.split_once(':') {
+            _ if input.starts_with("docker://") => &input["docker://".len()..],
+            Some((t, _))
+                if OTHER_TRANSPORTS.contains(&t) || input[t.len()..].starts_with("://") =>
+            {
+                return bad(&format!("unsupported transport {t:?}, only docker://"));
+            }
+            _ => input,
+        };
+        if s.is_empty() {
+            return bad("empty");
+        }
+        let (name, digest) = match s.split_once('@') {
+            Some((n, d)) => match Sha256Digest::parse(d) {
+                Some(d) => (n, Some(d)),
+                None => return bad("digest must be sha256: and 64 lowercase hex digits"),
+            },
+            None => (s, None),
+        };
+        // A tag follows the last colon, if that colon is after the last slash.
+        let (name, tag) = match name.rfind(':') {
+            Some(i) if !name[i..].contains('/') => (&name[..i], Some(&name[i + 1..])),
+            _ => (name, None),
+        };
+        if let Some(tag) = tag {
+            if !valid_docker_tag(tag) {
+                return bad("invalid tag");
+            }
+        }
+        if tag.is_some() && digest.is_some() {
+            return bad("a tag and a digest together are not supported");
+        }
+        let (domain, path) = match name.split_once('/') {
+            Some((first, rest))
+                if first.contains(['.', ':']) || first == "localhost" || first.starts_with('[') =>
+            {
+                (first.to_owned(), rest.to_owned())
+            }
+            _ => (DEFAULT_DOMAIN.to_owned(), name.to_owned()),
+        };
+        let domain = match domain.as_str() {
+            "index.docker.io" | "registry-1.docker.io" => DEFAULT_DOMAIN.to_owned(),
+            _ => domain,
+        };
+        let path = if domain == DEFAULT_DOMAIN && !path.contains('/') {
+            format!("library/{path}")
+        } else {
+            path
+        };
+        if !valid_domain(&domain) {
+            return bad("invalid registry host");
+        }
+        if path.is_empty() || !path.split('/').all(valid_path_component) {
+            return bad(
+                "repository path must be lowercase [a-z0-9] components separated by . _ __ - or /",
+            );
+        }
+        if domain.len() + 1 + path.len() > NAME_TOTAL_MAX {
+            return bad("repository name longer than 255 characters");
+        }
+        let tag = match (tag, &digest) {
+            (Some(t), _) => Some(t.to_owned()),
+            (None, None) => Some(DEFAULT_TAG.to_owned()),
+            (None, Some(_)) => None,
+        };
+        Ok(Self {
+            domain,
+            path,
+            tag,
+            digest,
+        })
+    }
+
+    /// `domain/path`, the repository without tag or digest.
+    pub fn repository(&self) -> String {
+        format!("{}/{}", self.domain, self.path)
+    }
+
+    /// The same repository pinned to `digest`, as the worker should open it.
+    pub fn with_digest(&self, digest: &Sha256Digest) -> Self {
+        Self {
+            tag: None,
+            digest: Some(digest.clone()),
+            ..self.clone()
+        }
+    }
+
+    /// The skopeo transport form, `docker://…`.
+    pub fn to_transport(&self) -> String {
+        format!("docker://{self}")
+    }
+}
+
+impl fmt::Display for ImageRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.repository())?;
+        if let Some(d) = &self.digest {
+            write!(f, "@{d}")
+        } else if let Some(t) = &self.tag {
+            write!(f, ":{t}")
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// `[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`
+fn valid_docker_tag(t: &str) -> bool {
+    let mut b = t.bytes();
+    t.len() <= TAG_MAX
+        && b.next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`
+fn valid_path_component(c: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let bytes = c.as_bytes();
+    if !bytes.first().copied().is_some_and(alnum) || !bytes.last().copied().is_some_and(alnum) {
+        return false;
+    }
+    // Split on separator runs and check each run is allowed.
+    let mut i = 0;
+    while i < bytes.len() {
+        if alnum(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && !alnum(bytes[i]) {
+            i += 1;
+        }
+        let sep = &c[start..i];
+        let ok = matches!(sep, "." | "_" | "__") || sep.bytes().all(|b| b == b'-');
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+/// A DNS name or IPv4 address, or a bracketed IPv6 address, optionally with `:port`.
+fn valid_domain(d: &str) -> bool {
+    let (host_ok, port) = match d.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, port)) => (v6.parse::<std::net::Ipv6Addr>().is_ok(), port),
+            None => return false,
+        },
+        None => {
+            let (h, port) = d.split_at(d.find(':').unwrap_or(d.len()));
+            (valid_hostname(h), port)
+        }
+    };
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .and_then(|p| p.parse::<u16>().ok())
+            .is_some_and(|p| p > 0);
+    host_ok && port_ok
+}
+
+/// An RFC 1123 host name (which includes dotted IPv4 addresses).
+pub fn valid_hostname(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 253
+        && h.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
+/// Where a pull goes: an OCI image layout directory and the tag inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dest {
+    pub dir: PathBuf,
+    pub tag: Option<String>,
+}
+
+impl Dest {
+    /// Parse `oci:DIR[:TAG]`. As in containers/image, DIR ends at the first colon.
+    pub fn parse(input: &str) -> anyhow::Result<Self> {
+        let bad = |why: &str| fail(Kind::Usage, format!("invalid destination {input:?}: {why}"));
+        let Some(rest) = input.strip_prefix("oci:") else {
+            return bad("only oci:DIR[:TAG] is supported");
+        };
+        let (dir, tag) = match rest.split_once(':') {
+            Some((d, t)) => (d, Some(t)),
+            None => (rest, None),
+        };
+        if dir.is_empty() {
+            return bad("empty directory");
+        }
+        if let Some(t) = tag {
+            if !valid_oci_ref_name(t) {
+                return bad(
+                    "tag must be an OCI ref name: [A-Za-z0-9] runs separated by one of - . _ : @ + or --",
+                );
+            }
+        }
+        Ok(Self {
+            dir: dir.into(),
+            tag: tag.map(str::to_owned),
+        })
+    }
+}
+
+/// One component of the OCI `org.opencontainers.image.ref.name` grammar:
+/// `[A-Za-z0-9]+(([-._:@+]|--)[A-Za-z0-9]+)*`. A `/` is refused on purpose:
+/// a tag names one image, never a path.
+pub fn valid_oci_ref_name(t: &str) -> bool {
+    let b = t.as_bytes();
+    if t.is_empty() || t.len() > TAG_MAX || !b[0].is_ascii_alphanumeric() {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        if b[i].is_ascii_alphanumeric() {
+            i += 1;
+            continue;
+        }
+        let sep_len = if b[i] == b'-' && b.get(i + 1) == Some(&b'-') {
+            2
+        } else if matches!(b[i], b'-' | b'.' | b'_' | b':' | b'@' | b'+') {
+            1
+        } else {
+            return false;
+        };
+        i += sep_len;
+        if !b.get(i).is_some_and(|c| c.is_ascii_alphanumeric()) {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn parse_valid() {
+        let cases: &[(&str, &str, &str, Option<&str>, bool)] = &[
+            (
+                "docker://127.0.0.1:5000/a/b:v1",
+                "127.0.0.1:5000",
+                "a/b",
+                Some("v1"),
+                false,
+            ),
+            (
+                "127.0.0.1:5000/a/b:v1",
+                "127.0.0.1:5000",
+                "a/b",
+                Some("v1"),
+                false,
+            ),
+            (
+                "quay.io/fedora/fedora-bootc",
+                "quay.io",
+                "fedora/fedora-bootc",
+                Some("latest"),
+                false,
+            ),
+            ("localhost/x", "localhost", "x", Some("latest"), false),
+            (
+                "localhost:5000/x",
+                "localhost:5000",
+                "x",
+                Some("latest"),
+                false,
+            ),
+            (
+                "fedora:40",
+                "docker.io",
+                "library/fedora",
+                Some("40"),
+                false,
+            ),
+            (
+                "index.docker.io/user/img",
+                "docker.io",
+                "user/img",
+                Some("latest"),
+                false,
+            ),
+            (
+                "registry.example.com/a__b/c-d.e:x_Y.1-2",
+                "registry.example.com",
+                "a__b/c-d.e",
+                Some("x_Y.1-2"),
+                false,
+            ),
+            ("[::1]:5000/x:t", "[::1]:5000", "x", Some("t"), false),
+        ];
+        for &(input, domain, path, tag, _) in cases {
+            let r = ImageRef::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
+            assert_eq!(
+                (r.domain.as_str(), r.path.as_str(), r.tag.as_deref()),
+                (domain, path, tag),
+                "{input}"
+            );
+            assert_eq!(r.digest, None);
+        }
+        let r = ImageRef::parse(&format!("docker://quay.io/a/b@{D}")).unwrap();
+        assert_eq!(r.digest.as_ref().map(|d| d.as_str()), Some(D));
+        assert_eq!(r.tag, None);
+        assert_eq!(r.to_transport(), format!("docker://quay.io/a/b@{D}"));
+    }
+
+    #[test]
+    fn parse_invalid() {
+        let cases = [
+            "",
+            "docker://",
+            "oci:/tmp/x:tag",
+            "containers-storage:quay.io/a/b",
+            "dir://x/y",
+            "quay.io/A/b",
+            "quay.io/a//b",
+            "quay.io/a/b:",
+            "quay.io/a/b:-x",
+            "quay.io/a/b:t@sha256:00",
+            &format!("quay.io/a/b:t@{D}"),
+            "quay.io/a/b@sha512:00",
+            "quay.io/a/b@sha256:ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789",
+            "quay.io:99999/a",
+            "quay.io:/a",
+            "quay..io/a",
+            "-quay.io/a",
+            "quay.io/a b",
+            "quay.io/a/.b",
+            "quay.io/a/b-",
+            &format!("quay.io/{}", "a".repeat(300)),
+            &format!("quay.io/a:{}", "t".repeat(129)),
+        ];
+        for input in cases {
+            let e = ImageRef::parse(input).expect_err(input);
+            assert_eq!(crate::error::exit_code(&e), 2, "{input}: {e}");
+            assert!(!e.to_string().contains('\n'));
+        }
+    }
+
+    #[test]
+    fn dest_parse() {
+        let d = Dest::parse("oci:/var/lib/x:v1.0-rc_1").unwrap();
+        assert_eq!(d.dir, PathBuf::from("/var/lib/x"));
+        assert_eq!(d.tag.as_deref(), Some("v1.0-rc_1"));
+        assert_eq!(Dest::parse("oci:rel").unwrap().tag, None);
+        for bad in [
+            "oci:",
+            "dir:/x",
+            "/x",
+            "oci:/x:",
+            "oci:/x:a/b",
+            "oci:/x:a..b",
+            "oci:/x:a b",
+            "oci:/x:.a",
+            "oci:/x:a-",
+        ] {
+            let e = Dest::parse(bad).expect_err(bad);
+            assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+        }
+    }
+
+    #[test]
+    fn oci_ref_names() {
+        for ok in ["v1", "a--b", "a:b@c+d", "1.0", "A_b"] {
+            assert!(valid_oci_ref_name(ok), "{ok}");
+        }
+        for bad in ["", "a/b", "a..b", "a---b", "a ", "_a", "a.", "é"] {
+            assert!(!valid_oci_ref_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn digest_parse() {
+        assert!(Sha256Digest::parse(D).is_some());
+        assert_eq!(Sha256Digest::parse(D).unwrap().hex().len(), 64);
+        assert!(Sha256Digest::parse("sha256:abc").is_none());
+        assert!(Sha256Digest::parse(&D.replace("sha256", "sha512")).is_none());
+    }
+}

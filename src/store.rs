@@ -1,0 +1,337 @@
+//! The OCI image layout writer. Everything goes through a cap-std `Dir` for the
+//! destination. Blobs are written to anonymous temp files and linked into place
+//! only once verified; `index.json` is replaced atomically; a lock on the layout
+//! directory makes concurrent pulls into one layout take turns.
+
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use cap_std_ext::cap_std::ambient_authority;
+use cap_std_ext::cap_std::fs::{Dir, Permissions, PermissionsExt};
+use cap_std_ext::cap_tempfile::TempFile;
+use cap_std_ext::dirext::CapStdExtDirExt;
+use fn_error_context::context;
+use serde_json::{Value, json};
+
+use crate::error::{Kind, fail};
+use crate::manifest::Descriptor;
+use crate::plan::imgref::Sha256Digest;
+use crate::verify::Verifier;
+
+const BLOBS: &str = "blobs/sha256";
+const INDEX: &str = "index.json";
+const OCI_LAYOUT: &str = "oci-layout";
+pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
+/// Layout files are world-readable: host-update consumers read them through their
+/// own unprivileged skopeo (rpm-ostree#5408).
+const FILE_MODE: u32 = 0o644;
+const DIR_MODE: u32 = 0o755;
+
+#[derive(Debug)]
+pub struct Layout {
+    path: PathBuf,
+    dir: Dir,
+    blobs: Dir,
+    /// Did this pull create the directory? Then a failed pull removes it again.
+    created: bool,
+    _lock: OwnedFd,
+}
+
+impl Layout {
+    /// Open the layout at `path`, creating it if needed, and wait for its lock.
+    #[context("Opening OCI layout {}", path.display())]
+    pub fn open_locked(path: &Path) -> anyhow::Result<Self> {
+        // A pull that failed on a layout it created removes the directory while it
+        // holds the lock; whoever waited on that lock then finds an unlinked
+        // directory and starts over.
+        loop {
+            let created = match std::fs::create_dir(path) {
+                Ok(()) => true,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(path)?;
+                    true
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let dir = Dir::open_ambient_dir(path, ambient_authority())?;
+            let lock = dir.reopen_as_ownedfd()?;
+            rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)?;
+            if rustix::fs::fstat(&lock)?.st_nlink == 0 {
+                continue;
+            }
+            return Self::init(path, dir, lock, created);
+        }
+    }
+
+    fn init(path: &Path, dir: Dir, lock: OwnedFd, created: bool) -> anyhow::Result<Self> {
+        if created {
+            dir.set_permissions(".", Permissions::from_mode(DIR_MODE))?;
+        }
+        match dir.read_to_string(OCI_LAYOUT) {
+            Ok(s) => {
+                let v: Value = serde_json::from_str(&s).unwrap_or_default();
+                if v["imageLayoutVersion"] != "1.0.0" {
+                    return fail(
+                        Kind::Usage,
+                        format!("{}: unsupported oci-layout {s:?}", path.display()),
+                    );
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if dir.entries()?.next().is_some() {
+                    return fail(
+                        Kind::Usage,
+                        format!(
+                            "{} exists, is not empty and is not an OCI image layout",
+                            path.display()
+                        ),
+                    );
+                }
+                dir.atomic_write_with_perms(
+                    OCI_LAYOUT,
+                    br#"{"imageLayoutVersion":"1.0.0"}"#,
+                    Permissions::from_mode(FILE_MODE),
+                )?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        for d in ["blobs", BLOBS] {
+            if dir.metadata_optional(d)?.is_none() {
+                dir.create_dir(d)?;
+                dir.set_permissions(d, Permissions::from_mode(DIR_MODE))?;
+            }
+        }
+        let blobs = dir.open_dir(BLOBS)?;
+        Ok(Self {
+            path: path.to_owned(),
+            dir,
+            blobs,
+            created,
+            _lock: lock,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A blob is reused when the file named by its digest exists with the right
+    /// size. Only verified bytes are ever linked under that name.
+    pub fn has_blob(&self, d: &Descriptor) -> anyhow::Result<bool> {
+        Ok(self
+            .blobs
+            .symlink_metadata_optional(d.digest.hex())?
+            .is_some_and(|m| m.is_file() && m.len() == d.size))
+    }
+
+    /// Receive one blob as a sequence of chunks, verify it, and link it into place.
+    /// Runs on a blocking thread; stops at the first bad byte.
+    pub fn receive_blob(
+        &self,
+        what: &str,
+        digest: &Sha256Digest,
+        size: u64,
+        chunks: impl IntoIterator<Item = Vec<u8>>,
+    ) -> anyhow::Result<()> {
+        let mut tmp = TempFile::new(&self.blobs).context("Creating temp blob")?;
+        let mut verifier = Verifier::new(what, digest.clone(), size);
+        {
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
+            for chunk in chunks {
+                verifier.update(&chunk)?;
+                out.write_all(&chunk).context("Writing blob")?;
+            }
+            out.flush().context("Writing blob")?;
+        }
+        verifier.finish()?;
+        tmp.as_file()
+            .set_permissions(Permissions::from_mode(FILE_MODE))?;
+        tmp.replace(digest.hex()).context("Linking verified blob")?;
+        Ok(())
+    }
+
+    /// Verify and store a blob that is already in memory (a manifest).
+    pub fn write_blob(
+        &self,
+        what: &str,
+        digest: &Sha256Digest,
+        bytes: Vec<u8>,
+    ) -> anyhow::Result<()> {
+        self.receive_blob(what, digest, bytes.len() as u64, [bytes])
+    }
+
+    pub fn read_blob(&self, digest: &Sha256Digest) -> anyhow::Result<Vec<u8>> {
+        Ok(self.blobs.read(digest.hex())?)
+    }
+
+    /// Point `tag` at a manifest in `index.json`, replacing the tag's old entry.
+    /// The index is replaced atomically: a reader sees the old or the new one.
+    #[context("Updating index.json")]
+    pub fn set_tag(
+        &self,
+        tag: &str,
+        media_type: &str,
+        digest: &Sha256Digest,
+        size: u64,
+    ) -> anyhow::Result<()> {
+        let mut index = self.read_index()?;
+        let manifests = index["manifests"]
+            .as_array_mut()
+            .context("index.json has no manifests array")?;
+        manifests.retain(|m| m["annotations"][REF_NAME] != tag);
+        manifests.push(json!({
+            "mediaType": media_type,
+            "digest": digest,
+            "size": size,
+            "annotations": { REF_NAME: tag },
+        }));
+        let bytes = serde_json::to_vec(&index)?;
+        self.dir
+            .atomic_write_with_perms(INDEX, bytes, Permissions::from_mode(FILE_MODE))?;
+        Ok(())
+    }
+
+    fn read_index(&self) -> anyhow::Result<Value> {
+        match self.dir.read(INDEX) {
+            Ok(b) => match serde_json::from_slice::<Value>(&b) {
+                Ok(v) if v["manifests"].is_array() => Ok(v),
+                _ => fail(
+                    Kind::Usage,
+                    format!(
+                        "{}/index.json is not a valid OCI index",
+                        self.path.display()
+                    ),
+                ),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(json!({
+                "schemaVersion": 2,
+                "mediaType": crate::manifest::OCI_INDEX,
+                "manifests": [],
+            })),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// After a failed pull: a layout this pull created is removed again, so a
+    /// failure leaves nothing behind. An existing layout keeps its verified blobs
+    /// (they make the next attempt cheaper) and its index is untouched.
+    pub fn discard_if_created(self) {
+        if self.created {
+            if let Err(e) = std::fs::remove_dir_all(&self.path) {
+                tracing::warn!("removing {}: {e}", self.path.display());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::sha256;
+
+    fn desc(bytes: &[u8]) -> Descriptor {
+        Descriptor {
+            media_type: String::new(),
+            digest: sha256(bytes),
+            size: bytes.len() as u64,
+            urls: vec![],
+            platform: None,
+        }
+    }
+
+    #[test]
+    fn write_verify_and_tag() {
+        let td = tempfile::tempdir().unwrap();
+        let path = td.path().join("layout");
+        let l = Layout::open_locked(&path).unwrap();
+        let d = desc(b"blob");
+        assert!(!l.has_blob(&d).unwrap());
+        // Wrong bytes are refused and leave nothing.
+        let e = l
+            .write_blob("layer", &d.digest, b"blub".to_vec())
+            .unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 7);
+        assert!(!l.has_blob(&d).unwrap());
+        l.receive_blob("layer", &d.digest, 4, [b"bl".to_vec(), b"ob".to_vec()])
+            .unwrap();
+        assert!(l.has_blob(&d).unwrap());
+        l.set_tag("v1", "m", &d.digest, 4).unwrap();
+        l.set_tag("v2", "m", &d.digest, 4).unwrap();
+        l.set_tag("v1", "m2", &d.digest, 4).unwrap();
+        let index: Value =
+            serde_json::from_slice(&std::fs::read(path.join(INDEX)).unwrap()).unwrap();
+        let tags: Vec<_> = index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["annotations"][REF_NAME].as_str().unwrap(),
+                    m["mediaType"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(tags, [("v2", "m"), ("v1", "m2")]);
+        let names: Vec<_> = std::fs::read_dir(path.join(BLOBS))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, [d.digest.hex()], "no temp files");
+        let mode = std::fs::metadata(path.join(BLOBS).join(d.digest.hex()))
+            .unwrap()
+            .permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o644
+        );
+        drop(l);
+        assert!(Layout::open_locked(&path).unwrap().has_blob(&d).unwrap());
+    }
+
+    #[test]
+    fn refuses_foreign_directory() {
+        let td = tempfile::tempdir().unwrap();
+        std::fs::write(td.path().join("precious"), "x").unwrap();
+        let e = Layout::open_locked(td.path()).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(td.path().join("precious").exists());
+    }
+
+    #[test]
+    fn discard_only_what_we_created() {
+        let td = tempfile::tempdir().unwrap();
+        let path = td.path().join("new");
+        Layout::open_locked(&path).unwrap().discard_if_created();
+        assert!(!path.exists());
+        Layout::open_locked(&path)
+            .unwrap()
+            .set_tag("t", "m", &sha256(b""), 0)
+            .unwrap();
+        Layout::open_locked(&path).unwrap().discard_if_created();
+        assert!(path.join(INDEX).exists());
+    }
+
+    #[test]
+    fn lock_serializes() {
+        let td = tempfile::tempdir().unwrap();
+        let path = td.path().join("l");
+        let first = Layout::open_locked(&path).unwrap();
+        let p2 = path.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            let _second = Layout::open_locked(&p2).unwrap();
+            tx.send(()).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(300))
+                .is_err(),
+            "second pull must wait"
+        );
+        drop(first);
+        rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
+        t.join().unwrap();
+    }
+}
