@@ -27,10 +27,37 @@ const CHUNK: usize = 1 << 20;
 /// A manifest that root has hashed and checked, ready to fetch.
 #[derive(Debug)]
 struct Resolved {
+    /// The digest of the registry's manifest, which the worker opens.
+    source_digest: Sha256Digest,
+    /// The digest and bytes of the manifest as the layout stores it: the
+    /// registry's own, or its OCI form when the registry served Docker schema2.
     digest: Sha256Digest,
-    media_type: &'static str,
     raw: Vec<u8>,
     manifest: manifest::Manifest,
+}
+
+impl Resolved {
+    fn new(source_digest: Sha256Digest, raw: Vec<u8>, parsed: Parsed) -> anyhow::Result<Self> {
+        let (manifest, raw) = match parsed {
+            Parsed::Manifest(m, manifest::OCI_MANIFEST) => (m, raw),
+            Parsed::Manifest(..) => {
+                let oci = manifest::docker_to_oci(&raw)?;
+                match manifest::parse(&oci)? {
+                    Parsed::Manifest(m, _) => (m, oci),
+                    Parsed::Index(_) => unreachable!("conversion keeps a manifest a manifest"),
+                }
+            }
+            Parsed::Index(_) => {
+                return fail(Kind::Verify, "an index inside an index is not supported");
+            }
+        };
+        Ok(Self {
+            source_digest,
+            digest: verify::sha256(&raw),
+            raw,
+            manifest,
+        })
+    }
 }
 
 pub async fn pull(plan: &Plan) -> anyhow::Result<Report> {
@@ -57,7 +84,7 @@ pub async fn pull(plan: &Plan) -> anyhow::Result<Report> {
     Ok(Report {
         image: plan.image.to_string(),
         manifest_digest: resolved.digest,
-        media_type: resolved.media_type.to_owned(),
+        source_digest: resolved.source_digest,
         platform: plan.platform.to_string(),
         dest: plan.dest_dir.display().to_string(),
         tag: plan.tag.clone(),
@@ -84,28 +111,17 @@ async fn resolve(worker: &Worker, plan: &Plan) -> anyhow::Result<Resolved> {
         }
     }
     match manifest::parse(&raw)? {
-        Parsed::Manifest(manifest, media_type) => Ok(Resolved {
-            digest,
-            media_type,
-            raw,
-            manifest,
-        }),
         Parsed::Index(index) => {
             let d = manifest::select(&index, &plan.platform)?;
             tracing::info!("{}: chose {} for {}", plan.image, d.digest, plan.platform);
-            let instance = plan.image.with_digest(&d.digest);
-            let raw = worker.inspect_raw(&instance, MANIFEST_MAX).await?;
+            let raw = worker
+                .inspect_raw(&plan.image.with_digest(&d.digest), MANIFEST_MAX)
+                .await?;
             verify::check_bytes("manifest", &raw, &d.digest, d.size)?;
-            match manifest::parse(&raw)? {
-                Parsed::Manifest(manifest, media_type) => Ok(Resolved {
-                    digest: d.digest.clone(),
-                    media_type,
-                    raw,
-                    manifest,
-                }),
-                Parsed::Index(_) => fail(Kind::Verify, "an index inside an index is not supported"),
-            }
+            let parsed = manifest::parse(&raw)?;
+            Resolved::new(d.digest.clone(), raw, parsed)
         }
+        parsed => Resolved::new(digest, raw, parsed),
     }
 }
 
@@ -125,7 +141,13 @@ async fn fetch_into(
     }
     let bytes = todo.iter().map(|d| d.size).sum();
     if !todo.is_empty() {
-        fetch_blobs(worker, &plan.image.with_digest(&r.digest), layout, &todo).await?;
+        fetch_blobs(
+            worker,
+            &plan.image.with_digest(&r.source_digest),
+            layout,
+            &todo,
+        )
+        .await?;
     }
     // The config must be JSON: a consumer will parse it.
     let config = layout.read_blob(&r.manifest.config.digest)?;
@@ -139,7 +161,12 @@ async fn fetch_into(
         );
     }
     layout.write_blob("manifest", &r.digest, r.raw.clone())?;
-    layout.set_tag(&plan.tag, r.media_type, &r.digest, r.raw.len() as u64)?;
+    layout.set_tag(
+        &plan.tag,
+        manifest::OCI_MANIFEST,
+        &r.digest,
+        r.raw.len() as u64,
+    )?;
     Ok((todo.into_iter().map(|d| d.digest).collect(), bytes))
 }
 

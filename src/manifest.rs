@@ -134,6 +134,47 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
     ))
 }
 
+/// Rewrite a verified Docker schema2 manifest as an OCI manifest, as `skopeo
+/// copy` does for an `oci:` destination: skopeo 1.9.3 reads only OCI media types
+/// from a layout's index. Only media types change; the config and layer blobs
+/// stay byte for byte what the registry served, so their digests still hold.
+pub fn docker_to_oci(raw: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut v: serde_json::Value = serde_json::from_slice(raw)?;
+    let convert = |mt: &mut serde_json::Value| {
+        let oci = match mt.as_str() {
+            Some("application/vnd.docker.container.image.v1+json") => {
+                "application/vnd.oci.image.config.v1+json"
+            }
+            Some("application/vnd.docker.image.rootfs.diff.tar.gzip") => {
+                "application/vnd.oci.image.layer.v1.tar+gzip"
+            }
+            Some("application/vnd.docker.image.rootfs.foreign.diff.tar.gzip") => {
+                "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
+            }
+            Some(other) => {
+                return fail(
+                    Kind::Verify,
+                    format!("cannot convert Docker media type {other:?} to OCI"),
+                );
+            }
+            None => {
+                return fail(
+                    Kind::Verify,
+                    "malformed manifest: a descriptor lacks its mediaType",
+                );
+            }
+        };
+        *mt = oci.into();
+        Ok(())
+    };
+    v["mediaType"] = OCI_MANIFEST.into();
+    convert(&mut v["config"]["mediaType"])?;
+    for layer in v["layers"].as_array_mut().into_iter().flatten() {
+        convert(&mut layer["mediaType"])?;
+    }
+    Ok(serde_json::to_vec(&v)?)
+}
+
 /// `OS/ARCH[/VARIANT]`, with Go's names (`linux/amd64`, `linux/arm64/v8`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct Platform {
@@ -334,6 +375,36 @@ mod tests {
                 parse(&bytes).expect_err(&String::from_utf8_lossy(&bytes[..bytes.len().min(80)]));
             assert_eq!(crate::error::exit_code(&e), 7, "{e}");
         }
+    }
+
+    #[test]
+    fn docker_conversion() {
+        let layer = |mt: &str| serde_json::json!({"mediaType": mt, "digest": d('a'), "size": 3});
+        let raw = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": DOCKER_MANIFEST,
+            "config": layer("application/vnd.docker.container.image.v1+json"),
+            "layers": [layer("application/vnd.docker.image.rootfs.diff.tar.gzip")],
+        });
+        let oci = docker_to_oci(raw.to_string().as_bytes()).unwrap();
+        let Parsed::Manifest(m, OCI_MANIFEST) = parse(&oci).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            m.config.media_type,
+            "application/vnd.oci.image.config.v1+json"
+        );
+        assert_eq!(
+            m.layers[0].media_type,
+            "application/vnd.oci.image.layer.v1.tar+gzip"
+        );
+        assert_eq!(m.layers[0].digest.as_str(), d('a'), "blobs are unchanged");
+        let bad = serde_json::json!({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST,
+            "config": layer("text/plain"), "layers": []});
+        assert_eq!(
+            crate::error::exit_code(&docker_to_oci(bad.to_string().as_bytes()).unwrap_err()),
+            7
+        );
     }
 
     #[test]

@@ -9,8 +9,11 @@ use crate::sandbox::SandboxMode;
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub image: String,
+    /// The digest of the manifest in the layout.
     pub manifest_digest: Sha256Digest,
-    pub media_type: String,
+    /// The digest of the manifest the registry served; it differs from
+    /// `manifest_digest` only for a Docker schema2 image, stored in OCI form.
+    pub source_digest: Sha256Digest,
     pub platform: String,
     pub dest: String,
     pub tag: String,

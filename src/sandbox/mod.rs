@@ -179,7 +179,16 @@ pub fn worker_failure(doing: &str, text: &str) -> Failure {
         Kind::Verify => "verification failed",
         _ => "worker failed",
     };
-    Failure::new(kind, format!("{what} while {doing}")).with_detail(text.trim())
+    Failure::new(kind, format!("{what} while {doing}")).with_detail(skopeo_message(text))
+}
+
+/// skopeo logs a fatal error as `time="…" level=fatal msg="…"`; keep the message.
+fn skopeo_message(text: &str) -> String {
+    let Some((_, rest)) = text.rsplit_once("level=fatal msg=\"") else {
+        return text.trim().to_owned();
+    };
+    let msg = rest.trim_end().strip_suffix('"').unwrap_or(rest);
+    msg.replace("\\\"", "\"")
 }
 
 /// Bind a direct child's life to ours: if hostpull dies, skopeo gets SIGTERM.
@@ -251,10 +260,10 @@ mod tests {
     fn failures_are_classified() {
         let f = worker_failure(
             "inspecting x",
-            "time=\"…\" level=fatal msg=\"reading manifest v9: manifest unknown\"\n",
+            "time=\"…\" level=fatal msg=\"reading \\\"x\\\": manifest unknown\"\n",
         );
         assert_eq!(f.kind, Kind::NotFound);
         assert_eq!(f.message, "image not found while inspecting x");
-        assert!(!f.detail.unwrap().contains('\n'));
+        assert_eq!(f.detail.as_deref(), Some("reading \"x\": manifest unknown"));
     }
 }

@@ -1,0 +1,348 @@
+//! The Core contract of `hostpull pull`, against the real registry.
+
+use std::process::Command;
+
+use crate::util::*;
+
+fn oci(dir: &std::path::Path, tag: Option<&str>) -> String {
+    match tag {
+        Some(t) => format!("oci:{}:{t}", dir.display()),
+        None => format!("oci:{}", dir.display()),
+    }
+}
+
+#[test]
+fn authenticated_pull_then_reuse() {
+    let s = scratch();
+    let dest = s.path().join("layout");
+    let image = var("RIG_IMG_SMALL");
+    let first = run(&mut with_rig_creds(pull_cmd(
+        &format!("docker://{image}"),
+        &oci(&dest, None),
+    )))
+    .json();
+    assert_eq!(first["manifest_digest"], registry_digest(image));
+    assert_eq!(first["source_digest"], first["manifest_digest"]);
+    assert_eq!(first["tag"], "v1");
+    assert_eq!(first["layers_total"], 3);
+    assert_eq!(first["layers_fetched"], 3);
+    assert_eq!(first["layers_reused"], 0);
+    assert!(first["bytes_fetched"].as_u64().unwrap() > 0);
+    for key in ["image", "dest", "elapsed_ms"] {
+        assert!(!first[key].is_null(), "{key}");
+    }
+    // The result is a layout skopeo reads and copies, with the registry's digest.
+    let inspected: serde_json::Value =
+        serde_json::from_str(&skopeo(&["inspect", &format!("oci:{}:v1", dest.display())])).unwrap();
+    assert_eq!(inspected["Digest"], first["manifest_digest"]);
+    let other = s.path().join("copy");
+    skopeo(&[
+        "copy",
+        "-q",
+        &format!("oci:{}:v1", dest.display()),
+        &format!("oci:{}:v1", other.display()),
+    ]);
+
+    // Pull again: nothing is fetched; without docker:// too.
+    let again = run(&mut with_rig_creds(pull_cmd(image, &oci(&dest, None)))).json();
+    assert_eq!(again["layers_fetched"], 0);
+    assert_eq!(again["layers_reused"], 3);
+    assert_eq!(again["bytes_fetched"], 0);
+    assert_eq!(again["manifest_digest"], first["manifest_digest"]);
+}
+
+#[test]
+fn second_tag_shares_layers_and_index_keeps_both() {
+    let s = scratch();
+    let dest = s.path().join("layout");
+    run(&mut with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL"),
+        &oci(&dest, None),
+    )))
+    .json();
+    let v2 = run(&mut with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL2"),
+        &oci(&dest, None),
+    )))
+    .json();
+    assert_eq!(v2["layers_fetched"], 1, "v2 differs from v1 in one layer");
+    assert_eq!(v2["layers_reused"], 2);
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dest.join("index.json")).unwrap()).unwrap();
+    let mut tags: Vec<_> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            m["annotations"]["org.opencontainers.image.ref.name"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    tags.sort();
+    assert_eq!(tags, ["v1", "v2"]);
+}
+
+#[test]
+fn concurrent_pulls_into_one_layout_take_turns() {
+    let s = scratch();
+    let dest = s.path().join("layout");
+    let mut a = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest, None)));
+    let mut b = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL2"), &oci(&dest, None)));
+    let (ra, rb) = std::thread::scope(|sc| {
+        let ta = sc.spawn(|| run(&mut a));
+        let tb = sc.spawn(|| run(&mut b));
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+    ra.json();
+    rb.json();
+    for tag in ["v1", "v2"] {
+        skopeo(&["inspect", &format!("oci:{}:{tag}", dest.display())]);
+    }
+}
+
+#[test]
+fn platform_is_chosen_from_the_index() {
+    let image = var("RIG_IMG_MULTI");
+    let index = registry_raw(image);
+    let digest_for = |arch: &str| {
+        index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["platform"]["architecture"] == arch)
+            .unwrap_or_else(|| panic!("no {arch} in {index}"))["digest"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    for arch in ["arm64", "amd64"] {
+        let s = scratch();
+        let dest = s.path().join("layout");
+        let mut c = with_rig_creds(pull_cmd(image, &oci(&dest, None)));
+        c.args(["--platform", &format!("linux/{arch}")]);
+        let r = run(&mut c).json();
+        assert_eq!(r["manifest_digest"], digest_for(arch), "{arch}");
+        let config: serde_json::Value = serde_json::from_str(&skopeo(&[
+            "inspect",
+            "--config",
+            &format!("oci:{}:v1", dest.display()),
+        ]))
+        .unwrap();
+        assert_eq!(config["architecture"], arch);
+    }
+    // The default is this host's platform.
+    let s = scratch();
+    let r = run(&mut with_rig_creds(pull_cmd(
+        image,
+        &oci(&s.path().join("l"), None),
+    )))
+    .json();
+    assert_eq!(r["manifest_digest"], digest_for("amd64"));
+    // A platform the index lacks is "not found".
+    let mut c = with_rig_creds(pull_cmd(image, &oci(&s.path().join("none"), None)));
+    c.args(["--platform", "linux/s390x"]);
+    run(&mut c).assert_failure(4);
+    assert!(!s.path().join("none").exists());
+}
+
+#[test]
+fn pull_by_digest() {
+    let image = var("RIG_IMG_SMALL");
+    let digest = registry_digest(image);
+    let repo = image.rsplit_once(':').unwrap().0;
+    let s = scratch();
+    let dest = s.path().join("layout");
+    let r = run(&mut with_rig_creds(pull_cmd(
+        &format!("{repo}@{digest}"),
+        &oci(&dest, Some("pinned")),
+    )))
+    .json();
+    assert_eq!(r["manifest_digest"], digest);
+    assert_eq!(r["tag"], "pinned");
+    // A digest the registry does not have.
+    let absent = format!("{repo}@sha256:{}", "0".repeat(64));
+    run(&mut with_rig_creds(pull_cmd(
+        &absent,
+        &oci(&s.path().join("x"), Some("t")),
+    )))
+    .assert_failure(4);
+    // Pinned by digest without a destination tag is a usage error.
+    run(&mut with_rig_creds(pull_cmd(
+        &format!("{repo}@{digest}"),
+        &oci(&s.path().join("y"), None),
+    )))
+    .assert_failure(2);
+}
+
+#[test]
+fn docker_schema2_image_is_stored_as_oci() {
+    // Push the small image again as Docker schema2 under its own name.
+    let src = var("RIG_IMG_SMALL");
+    let dst = format!("{}/hostpull/small-v2s2:v1", var("RIG_REGISTRY"));
+    let auth = var("RIG_AUTHFILE");
+    let certs = var("RIG_CERT_DIR");
+    skopeo(&[
+        "copy",
+        "-q",
+        "--format",
+        "v2s2",
+        "--authfile",
+        auth,
+        "--src-cert-dir",
+        certs,
+        "--dest-cert-dir",
+        certs,
+        &format!("docker://{src}"),
+        &format!("docker://{dst}"),
+    ]);
+    let s = scratch();
+    let dest = s.path().join("layout");
+    let r = run(&mut with_rig_creds(pull_cmd(&dst, &oci(&dest, None)))).json();
+    // Verified against the registry's digest, stored in OCI form as skopeo copy does.
+    assert_eq!(r["source_digest"], registry_digest(&dst));
+    assert_ne!(r["manifest_digest"], r["source_digest"]);
+    let inspected: serde_json::Value =
+        serde_json::from_str(&skopeo(&["inspect", &format!("oci:{}:v1", dest.display())])).unwrap();
+    assert_eq!(inspected["Digest"], r["manifest_digest"]);
+}
+
+/// Each failure: its exit code, one error line, and nothing written.
+#[test]
+fn failures_have_exit_codes_and_write_nothing() {
+    let small = var("RIG_IMG_SMALL");
+    let repo = small.rsplit_once(':').unwrap().0;
+    let certs = var("RIG_CERT_DIR");
+    type Case = (&'static str, String, Vec<String>, i32);
+    let cases: Vec<Case> = vec![
+        (
+            "wrong password",
+            small.to_owned(),
+            vec![
+                "--authfile".into(),
+                var("RIG_BAD_AUTHFILE").into(),
+                "--cert-dir".into(),
+                certs.into(),
+            ],
+            3,
+        ),
+        (
+            "no credentials",
+            small.to_owned(),
+            vec!["--cert-dir".into(), certs.into()],
+            3,
+        ),
+        (
+            "unknown tag",
+            format!("{repo}:no-such-tag"),
+            vec![
+                "--authfile".into(),
+                var("RIG_AUTHFILE").into(),
+                "--cert-dir".into(),
+                certs.into(),
+            ],
+            4,
+        ),
+        (
+            "no CA",
+            small.to_owned(),
+            vec!["--authfile".into(), var("RIG_AUTHFILE").into()],
+            5,
+        ),
+        (
+            "bad image reference",
+            "docker://Bad/Ref::x".into(),
+            vec![],
+            2,
+        ),
+        (
+            "other transport",
+            format!("containers-storage:{small}"),
+            vec![],
+            2,
+        ),
+        (
+            "bad platform",
+            small.to_owned(),
+            vec!["--platform".into(), "linux".into()],
+            2,
+        ),
+        (
+            "dead registry",
+            "127.0.0.1:1/hostpull/small:v1".into(),
+            vec!["--authfile".into(), var("RIG_AUTHFILE").into()],
+            6,
+        ),
+    ];
+    for (name, image, args, code) in cases {
+        let s = scratch();
+        let dest = s.path().join("layout");
+        let mut c = pull_cmd(&image, &oci(&dest, None));
+        c.args(&args);
+        let r = run(&mut c);
+        eprintln!("{name}: {}", r.stderr.trim());
+        r.assert_failure(code);
+        assert!(!dest.exists(), "{name}: nothing may be written");
+    }
+    // A bad destination tag.
+    for bad in ["a/b", "a..b", "a b"] {
+        let s = scratch();
+        let dest = s.path().join("layout");
+        let r = run(&mut with_rig_creds(pull_cmd(
+            small,
+            &format!("oci:{}:{bad}", dest.display()),
+        )));
+        r.assert_failure(2);
+        assert!(!dest.exists());
+    }
+}
+
+#[test]
+fn tampered_blob_is_refused_and_nothing_is_published() {
+    // Overwrite bytes of the tamper image's layer in the registry's storage,
+    // keeping its size. Idempotent, so the suite can run again on the same rig.
+    let blob = var("RIG_TAMPER_BLOB");
+    let mut bytes = std::fs::read(blob).unwrap();
+    let mid = bytes.len() / 2;
+    let mark = b"hostpull-tampered";
+    bytes[mid..mid + mark.len()].copy_from_slice(mark);
+    std::fs::write(blob, &bytes).unwrap();
+    let image = var("RIG_IMG_TAMPER");
+
+    // A fresh destination is not created.
+    let s = scratch();
+    let dest = s.path().join("layout");
+    run(&mut with_rig_creds(pull_cmd(image, &oci(&dest, None)))).assert_failure(7);
+    assert!(!dest.exists());
+
+    // An existing layout is left exactly as it was.
+    let existing = s.path().join("existing");
+    run(&mut with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL"),
+        &oci(&existing, None),
+    )))
+    .json();
+    let before = snapshot(&existing);
+    run(&mut with_rig_creds(pull_cmd(
+        image,
+        &oci(&existing, Some("tampered")),
+    )))
+    .assert_failure(7);
+    assert_unpublished(&before, &snapshot(&existing));
+}
+
+#[test]
+fn usage_errors_from_clap_exit_2() {
+    let r = run(Command::new(env!("CARGO_BIN_EXE_hostpull")).args(["pull", "x"]));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let r = run(Command::new(env!("CARGO_BIN_EXE_hostpull")).args([
+        "pull",
+        "x",
+        "--dest",
+        "oci:/x",
+        "--sandbox",
+        "bogus",
+    ]));
+    assert_eq!(r.code, 2);
+}

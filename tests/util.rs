@@ -1,0 +1,204 @@
+//! The harness: the rig's coordinates, a fresh directory per test, and a
+//! command builder for the hostpull binary.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// What `tests/rig.sh up` wrote to `$RIG_DIR/env`.
+pub fn rig() -> &'static HashMap<String, String> {
+    static RIG: OnceLock<HashMap<String, String>> = OnceLock::new();
+    RIG.get_or_init(|| {
+        let dir = std::env::var("RIG_DIR").unwrap_or_else(|_| "/tmp/hostpull-rig".into());
+        let env = Path::new(&dir).join("env");
+        let text = std::fs::read_to_string(&env).unwrap_or_else(|e| {
+            panic!(
+                "the test rig is not up ({}: {e}); run tests/run.sh, or tests/rig.sh up",
+                env.display()
+            )
+        });
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    })
+}
+
+pub fn var(key: &str) -> &'static str {
+    rig()
+        .get(key)
+        .unwrap_or_else(|| panic!("{key} missing from the rig's env"))
+}
+
+pub fn password() -> String {
+    std::fs::read_to_string(var("RIG_PASSWORD_FILE"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// The sandbox the suite runs in: `HOSTPULL_TEST_SANDBOX`, default `none`.
+pub fn sandbox() -> String {
+    std::env::var("HOSTPULL_TEST_SANDBOX").unwrap_or_else(|_| "none".into())
+}
+
+/// A scratch directory removed at the end of the test. It lives under the rig's
+/// directory, which the systemd rig shares with its units.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("t-")
+        .tempdir_in(var("RIG_DIR"))
+        .unwrap()
+}
+
+/// `hostpull pull IMAGE --dest oci:DEST` with the rig's CA and credentials, the
+/// suite's sandbox, and `--json`. Extra arguments come last and may override.
+pub fn pull_cmd(image: &str, dest: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.args(["pull", image, "--dest", dest, "--json"])
+        .args(["--sandbox", &sandbox()])
+        .env("RUST_LOG", "warn");
+    c
+}
+
+pub fn with_rig_creds(mut c: Command) -> Command {
+    c.args([
+        "--authfile",
+        var("RIG_AUTHFILE"),
+        "--cert-dir",
+        var("RIG_CERT_DIR"),
+    ]);
+    c
+}
+
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> Value {
+        assert_eq!(self.code, 0, "pull failed: {}", self.stderr);
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", self.stdout))
+    }
+
+    /// The failure contract: the expected code, a first line `error: …`, at most
+    /// one more line, and no secret.
+    pub fn assert_failure(&self, code: i32) {
+        assert_eq!(self.code, code, "stderr: {}", self.stderr);
+        assert!(
+            self.stdout.is_empty(),
+            "no JSON on failure: {}",
+            self.stdout
+        );
+        let lines: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| !l.contains(" WARN "))
+            .collect();
+        assert!(
+            lines.first().is_some_and(|l| l.starts_with("error: ")),
+            "{}",
+            self.stderr
+        );
+        assert!(
+            lines.len() <= 2,
+            "one error line, one detail line: {}",
+            self.stderr
+        );
+        assert!(!self.stderr.contains(&password()), "secret in stderr");
+    }
+}
+
+pub fn run(c: &mut Command) -> Run {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = c.output().expect("running hostpull");
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: String::from_utf8(stdout).unwrap(),
+        stderr: String::from_utf8(stderr).unwrap(),
+    }
+}
+
+pub fn skopeo(args: &[&str]) -> String {
+    let out = Command::new("skopeo").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "skopeo {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `skopeo inspect --raw` of a registry image, as root sees the registry.
+pub fn registry_raw(image: &str) -> Value {
+    let raw = skopeo(&[
+        "inspect",
+        "--raw",
+        "--authfile",
+        var("RIG_AUTHFILE"),
+        "--cert-dir",
+        var("RIG_CERT_DIR"),
+        &format!("docker://{image}"),
+    ]);
+    serde_json::from_str(&raw).unwrap()
+}
+
+pub fn registry_digest(image: &str) -> String {
+    let v: Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        "--authfile",
+        var("RIG_AUTHFILE"),
+        "--cert-dir",
+        var("RIG_CERT_DIR"),
+        &format!("docker://{image}"),
+    ]))
+    .unwrap();
+    v["Digest"].as_str().unwrap().to_owned()
+}
+
+/// Every file below `dir` with the sha256 of its contents, to compare states.
+pub fn snapshot(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let digest = hostpull::verify::sha256(&std::fs::read(&p).unwrap());
+                out.push((p.strip_prefix(dir).unwrap().to_owned(), digest.hex().to_owned()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A failed pull into an existing layout published nothing: the index and
+/// layout files are unchanged, every old blob is still there, and anything new
+/// is a blob whose name is its verified digest (kept for the next attempt).
+pub fn assert_unpublished(before: &[(PathBuf, String)], after: &[(PathBuf, String)]) {
+    for (path, digest) in after {
+        match before.iter().find(|(p, _)| p == path) {
+            Some((_, old)) => assert_eq!(old, digest, "{} changed", path.display()),
+            None => {
+                assert!(path.starts_with("blobs/sha256"), "unexpected new file {}", path.display());
+                assert_eq!(path.file_name().unwrap().to_str().unwrap(), digest, "unverified bytes published");
+            }
+        }
+    }
+    for (path, _) in before {
+        assert!(after.iter().any(|(p, _)| p == path), "{} vanished", path.display());
+    }
+}
