@@ -6,6 +6,8 @@
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use cap_std_ext::cap_std::ambient_authority;
@@ -28,6 +30,8 @@ pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
 /// own unprivileged skopeo (rpm-ostree#5408).
 const FILE_MODE: u32 = 0o644;
 const DIR_MODE: u32 = 0o755;
+/// Blob bytes are written to disk in pieces of this size.
+const WRITE_BUF: usize = 1 << 20;
 
 #[derive(Debug)]
 pub struct Layout {
@@ -36,7 +40,11 @@ pub struct Layout {
     blobs: Dir,
     /// Did this pull create the directory? Then a failed pull removes it again.
     created: bool,
-    _lock: OwnedFd,
+    /// Blobs this pull linked into place, removed again if it never publishes.
+    added: Mutex<Vec<String>>,
+    published: AtomicBool,
+    /// The layout directory opened for real (not `O_PATH`), holding the lock.
+    lock: OwnedFd,
 }
 
 impl Layout {
@@ -110,7 +118,9 @@ impl Layout {
             dir,
             blobs,
             created,
-            _lock: lock,
+            added: Mutex::default(),
+            published: AtomicBool::new(false),
+            lock,
         })
     }
 
@@ -127,30 +137,20 @@ impl Layout {
             .is_some_and(|m| m.is_file() && m.len() == d.size))
     }
 
-    /// Receive one blob as a sequence of chunks, verify it, and link it into place.
-    /// Runs on a blocking thread; stops at the first bad byte.
-    pub fn receive_blob(
+    /// Start receiving a blob: a temp file that is hashed as it is written.
+    pub fn blob_sink(
         &self,
         what: &str,
         digest: &Sha256Digest,
         size: u64,
-        chunks: impl IntoIterator<Item = Vec<u8>>,
-    ) -> anyhow::Result<()> {
-        let mut tmp = TempFile::new(&self.blobs).context("Creating temp blob")?;
-        let mut verifier = Verifier::new(what, digest.clone(), size);
-        {
-            let mut out = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
-            for chunk in chunks {
-                verifier.update(&chunk)?;
-                out.write_all(&chunk).context("Writing blob")?;
-            }
-            out.flush().context("Writing blob")?;
-        }
-        verifier.finish()?;
-        tmp.as_file()
-            .set_permissions(Permissions::from_mode(FILE_MODE))?;
-        tmp.replace(digest.hex()).context("Linking verified blob")?;
-        Ok(())
+    ) -> anyhow::Result<BlobSink<'_>> {
+        Ok(BlobSink {
+            layout: self,
+            tmp: TempFile::new(&self.blobs).context("Creating temp blob")?,
+            verifier: Verifier::new(what, digest.clone(), size),
+            digest: digest.clone(),
+            pending: Vec::with_capacity(WRITE_BUF),
+        })
     }
 
     /// Verify and store a blob that is already in memory (a manifest).
@@ -158,17 +158,20 @@ impl Layout {
         &self,
         what: &str,
         digest: &Sha256Digest,
-        bytes: Vec<u8>,
+        bytes: &[u8],
     ) -> anyhow::Result<()> {
-        self.receive_blob(what, digest, bytes.len() as u64, [bytes])
+        let mut sink = self.blob_sink(what, digest, bytes.len() as u64)?;
+        sink.write(bytes)?;
+        sink.commit()
     }
 
     pub fn read_blob(&self, digest: &Sha256Digest) -> anyhow::Result<Vec<u8>> {
         Ok(self.blobs.read(digest.hex())?)
     }
 
-    /// Point `tag` at a manifest in `index.json`, replacing the tag's old entry.
-    /// The index is replaced atomically: a reader sees the old or the new one.
+    /// Publish: point `tag` at a manifest in `index.json`, replacing the tag's
+    /// old entry. Blobs are synced to disk first; the index is replaced
+    /// atomically, so a reader sees the old or the new one.
     #[context("Updating index.json")]
     pub fn set_tag(
         &self,
@@ -177,6 +180,7 @@ impl Layout {
         digest: &Sha256Digest,
         size: u64,
     ) -> anyhow::Result<()> {
+        rustix::fs::syncfs(&self.lock).context("Syncing blobs")?;
         let mut index = self.read_index()?;
         let manifests = index["manifests"]
             .as_array_mut()
@@ -191,6 +195,7 @@ impl Layout {
         let bytes = serde_json::to_vec(&index)?;
         self.dir
             .atomic_write_with_perms(INDEX, bytes, Permissions::from_mode(FILE_MODE))?;
+        self.published.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -214,16 +219,75 @@ impl Layout {
             Err(e) => Err(e.into()),
         }
     }
+}
 
-    /// After a failed pull: a layout this pull created is removed again, so a
-    /// failure leaves nothing behind. An existing layout keeps its verified blobs
-    /// (they make the next attempt cheaper) and its index is untouched.
-    pub fn discard_if_created(self) {
-        if self.created {
-            if let Err(e) = std::fs::remove_dir_all(&self.path) {
-                tracing::warn!("removing {}: {e}", self.path.display());
-            }
+/// A pull that ends without publishing (an error, a cancel) leaves the layout as
+/// it found it: the blobs it added are removed, and so is a layout it created.
+/// A crash skips this; the next pull then reuses the verified blobs it finds.
+impl Drop for Layout {
+    fn drop(&mut self) {
+        if *self.published.get_mut() {
+            return;
         }
+        let result = if self.created {
+            std::fs::remove_dir_all(&self.path)
+        } else {
+            self.added
+                .get_mut()
+                .unwrap()
+                .iter()
+                .try_for_each(|hex| self.blobs.remove_file(hex))
+        };
+        if let Err(e) = result {
+            tracing::warn!("cleaning up {}: {e}", self.path.display());
+        }
+    }
+}
+
+/// A blob being received. Every chunk is hashed as it arrives; the file is
+/// linked under its digest by [`BlobSink::commit`] only once digest and size
+/// match. Dropped uncommitted, the anonymous temp file vanishes.
+#[derive(Debug)]
+pub struct BlobSink<'a> {
+    layout: &'a Layout,
+    tmp: TempFile<'a>,
+    verifier: Verifier,
+    digest: Sha256Digest,
+    pending: Vec<u8>,
+}
+
+impl BlobSink<'_> {
+    /// Hash and buffer a chunk; fails at the first byte past the declared size.
+    pub fn write(&mut self, chunk: &[u8]) -> anyhow::Result<()> {
+        self.verifier.update(chunk)?;
+        self.pending.extend_from_slice(chunk);
+        if self.pending.len() >= WRITE_BUF {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        self.tmp.write_all(&self.pending).context("Writing blob")?;
+        self.pending.clear();
+        Ok(())
+    }
+
+    pub fn commit(mut self) -> anyhow::Result<()> {
+        self.flush()?;
+        self.verifier.finish()?;
+        self.tmp
+            .as_file()
+            .set_permissions(Permissions::from_mode(FILE_MODE))?;
+        self.tmp
+            .replace(self.digest.hex())
+            .context("Linking verified blob")?;
+        self.layout
+            .added
+            .lock()
+            .unwrap()
+            .push(self.digest.hex().to_owned());
+        Ok(())
     }
 }
 
@@ -250,13 +314,13 @@ mod tests {
         let d = desc(b"blob");
         assert!(!l.has_blob(&d).unwrap());
         // Wrong bytes are refused and leave nothing.
-        let e = l
-            .write_blob("layer", &d.digest, b"blub".to_vec())
-            .unwrap_err();
+        let e = l.write_blob("layer", &d.digest, b"blub").unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 7);
         assert!(!l.has_blob(&d).unwrap());
-        l.receive_blob("layer", &d.digest, 4, [b"bl".to_vec(), b"ob".to_vec()])
-            .unwrap();
+        let mut sink = l.blob_sink("layer", &d.digest, 4).unwrap();
+        sink.write(b"bl").unwrap();
+        sink.write(b"ob").unwrap();
+        sink.commit().unwrap();
         assert!(l.has_blob(&d).unwrap());
         l.set_tag("v1", "m", &d.digest, 4).unwrap();
         l.set_tag("v2", "m", &d.digest, 4).unwrap();
@@ -301,16 +365,28 @@ mod tests {
     }
 
     #[test]
-    fn discard_only_what_we_created() {
+    fn unpublished_pulls_leave_no_trace() {
         let td = tempfile::tempdir().unwrap();
         let path = td.path().join("new");
-        Layout::open_locked(&path).unwrap().discard_if_created();
+        let (a, b) = (desc(b"a"), desc(b"b"));
+        // A layout this pull created goes away with it.
+        let l = Layout::open_locked(&path).unwrap();
+        l.write_blob("layer", &a.digest, b"a").unwrap();
+        drop(l);
         assert!(!path.exists());
-        Layout::open_locked(&path)
-            .unwrap()
-            .set_tag("t", "m", &sha256(b""), 0)
-            .unwrap();
-        Layout::open_locked(&path).unwrap().discard_if_created();
+        // Published: kept.
+        let l = Layout::open_locked(&path).unwrap();
+        l.write_blob("layer", &a.digest, b"a").unwrap();
+        l.set_tag("t", "m", &a.digest, 1).unwrap();
+        drop(l);
+        // An existing layout loses only what the unpublished pull added.
+        let l = Layout::open_locked(&path).unwrap();
+        l.write_blob("layer", &b.digest, b"b").unwrap();
+        assert!(l.has_blob(&b).unwrap());
+        drop(l);
+        let l = Layout::open_locked(&path).unwrap();
+        assert!(l.has_blob(&a).unwrap());
+        assert!(!l.has_blob(&b).unwrap());
         assert!(path.join(INDEX).exists());
     }
 

@@ -329,7 +329,11 @@ fn tampered_blob_is_refused_and_nothing_is_published() {
         &oci(&existing, Some("tampered")),
     )))
     .assert_failure(7);
-    assert_unpublished(&before, &snapshot(&existing));
+    assert_eq!(
+        snapshot(&existing),
+        before,
+        "the layout is exactly as before"
+    );
 }
 
 #[test]
