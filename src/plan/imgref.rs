@@ -116,10 +116,10 @@ impl ImageRef {
             Some(i) if !name[i..].contains('/') => (&name[..i], Some(&name[i + 1..])),
             _ => (name, None),
         };
-        if let Some(tag) = tag {
-            if !valid_docker_tag(tag) {
-                return bad("invalid tag");
-            }
+        if let Some(tag) = tag
+            && !valid_docker_tag(tag)
+        {
+            return bad("invalid tag");
         }
         if tag.is_some() && digest.is_some() {
             return bad("a tag and a digest together are not supported");
@@ -288,12 +288,12 @@ impl Dest {
         if dir.is_empty() {
             return bad("empty directory");
         }
-        if let Some(t) = tag {
-            if !valid_oci_ref_name(t) {
-                return bad(
-                    "tag must be an OCI ref name: [A-Za-z0-9] runs separated by one of - . _ : @ + or --",
-                );
-            }
+        if let Some(t) = tag
+            && !valid_oci_ref_name(t)
+        {
+            return bad(
+                "tag must be an OCI ref name: [A-Za-z0-9] runs separated by one of - . _ : @ + or --",
+            );
         }
         Ok(Self {
             dir: dir.into(),
