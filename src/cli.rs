@@ -48,6 +48,18 @@ pub struct PullOpts {
     /// How to isolate the network-facing worker
     #[arg(long, value_enum, default_value_t = SandboxMode::Auto)]
     pub sandbox: SandboxMode,
+    /// The worker's MemoryMax= (bytes, or with K, M, G, T) [default: 512M]
+    #[arg(long)]
+    pub memory_max: Option<String>,
+    /// The worker's CPUQuota=, e.g. 50% [default: none]
+    #[arg(long)]
+    pub cpu_quota: Option<String>,
+    /// The worker's TasksMax= [default: 256]
+    #[arg(long)]
+    pub tasks_max: Option<u32>,
+    /// The worker's IOWeight=, 1 to 10000 [default: 50]
+    #[arg(long)]
+    pub io_weight: Option<u32>,
     /// Print one JSON object with the result on stdout
     #[arg(long)]
     pub json: bool,
@@ -64,6 +76,10 @@ impl PullOpts {
             platform: self.platform.clone(),
             sandbox: Some(self.sandbox),
             systemd_booted: std::path::Path::new("/run/systemd/system").is_dir(),
+            memory_max: self.memory_max.clone(),
+            cpu_quota: self.cpu_quota.clone(),
+            tasks_max: self.tasks_max,
+            io_weight: self.io_weight,
         }
     }
 }

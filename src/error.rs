@@ -25,6 +25,10 @@ pub enum Kind {
     Verify = 7,
     /// The worker or its sandbox failed.
     Worker = 8,
+    /// Stopped by SIGINT (128 + 2).
+    Interrupted = 130,
+    /// Stopped by SIGTERM (128 + 15).
+    Terminated = 143,
 }
 
 impl Kind {

@@ -62,13 +62,18 @@ impl Resolved {
     }
 }
 
+/// Pull as the plan says. SIGINT and SIGTERM stop it: the worker's units are
+/// stopped, and the layout is left as it was.
 pub async fn pull(plan: &Plan) -> anyhow::Result<Report> {
     let start = Instant::now();
-    let worker = Worker::prepare(&plan.worker)?;
-    let resolved = resolve(&worker, plan).await?;
-    let path = plan.dest_dir.clone();
-    let layout = Arc::new(tokio::task::spawn_blocking(move || Layout::open_locked(&path)).await??);
-    let (fetched, bytes) = fetch_into(&worker, plan, &resolved, &layout).await?;
+    let worker = Worker::prepare(&plan.worker).await?;
+    let result = tokio::select! {
+        r = pull_with(&worker, plan) => r,
+        kind = cancelled() => Err(Failure::new(kind, "interrupted: the pull was stopped").into()),
+    };
+    let report = worker.report();
+    worker.shutdown().await;
+    let (resolved, fetched, bytes) = result?;
     let total = resolved.manifest.layers.len();
     let fetched_layers = fetched
         .iter()
@@ -86,8 +91,34 @@ pub async fn pull(plan: &Plan) -> anyhow::Result<Report> {
         layers_reused: total - fetched_layers,
         bytes_fetched: bytes,
         elapsed_ms: start.elapsed().as_millis(),
-        sandbox: plan.worker.mode,
+        worker: report,
     })
+}
+
+async fn pull_with(
+    worker: &Worker,
+    plan: &Plan,
+) -> anyhow::Result<(Resolved, Vec<Sha256Digest>, u64)> {
+    let resolved = resolve(worker, plan).await?;
+    let path = plan.dest_dir.clone();
+    let layout = Arc::new(tokio::task::spawn_blocking(move || Layout::open_locked(&path)).await??);
+    let (fetched, bytes) = fetch_into(worker, plan, &resolved, &layout).await?;
+    Ok((resolved, fetched, bytes))
+}
+
+/// Resolves on SIGINT or SIGTERM, with the matching exit code.
+async fn cancelled() -> Kind {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => Kind::Interrupted,
+        _ = term.recv() => Kind::Terminated,
+    }
 }
 
 /// Fetch the registry's manifest bytes, check them against a pinned digest, and
@@ -170,29 +201,33 @@ async fn fetch_blobs(
     layout: &Arc<Layout>,
     todo: &[Descriptor],
 ) -> anyhow::Result<()> {
-    let proxy = ImageProxy::new_with_config(worker.proxy_config())
-        .await
-        .map_err(|e| proxy_failure("starting the worker", e))?;
-    let result = async {
-        let img = proxy
-            .open_image(&image.to_transport())
+    let (config, unit) = worker.proxy_config();
+    let session = async {
+        let proxy = ImageProxy::new_with_config(config)
             .await
-            .map_err(|e| proxy_failure(&format!("opening {image}"), e))?;
-        transfer(&proxy, &img, layout, todo).await?;
-        proxy
-            .close_image(&img)
-            .await
-            .map_err(|e| proxy_failure("closing the image", e))
-    }
-    .await;
-    match result {
-        Ok(()) => proxy
-            .finalize()
-            .await
-            .map_err(|e| proxy_failure("stopping the worker", e)),
-        // Dropping the proxy closes its socket, and skopeo exits on that.
-        Err(e) => Err(e),
-    }
+            .map_err(|e| proxy_failure("starting the worker", e))?;
+        let result = async {
+            let img = proxy
+                .open_image(&image.to_transport())
+                .await
+                .map_err(|e| proxy_failure(&format!("opening {image}"), e))?;
+            transfer(&proxy, &img, layout, todo).await?;
+            proxy
+                .close_image(&img)
+                .await
+                .map_err(|e| proxy_failure("closing the image", e))
+        }
+        .await;
+        match result {
+            Ok(()) => proxy
+                .finalize()
+                .await
+                .map_err(|e| proxy_failure("stopping the worker", e)),
+            // Dropping the proxy closes its socket, and skopeo exits on that.
+            Err(e) => Err(e),
+        }
+    };
+    worker.observe(unit.as_deref(), session).await
 }
 
 /// Keep `IN_FLIGHT` blobs streaming. skopeo answers one request at a time and a

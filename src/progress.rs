@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::plan::imgref::Sha256Digest;
-use crate::sandbox::SandboxMode;
+use crate::sandbox::WorkerReport;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -22,7 +22,7 @@ pub struct Report {
     pub layers_reused: usize,
     pub bytes_fetched: u64,
     pub elapsed_ms: u128,
-    pub sandbox: SandboxMode,
+    pub worker: WorkerReport,
 }
 
 impl Report {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use crate::error::{Kind, fail};
 use crate::manifest::Platform;
-use crate::sandbox::{SandboxMode, WorkerSpec};
+use crate::sandbox::{Limits, SandboxMode, WorkerSpec, unit};
 use imgref::{Dest, ImageRef};
 
 /// One pull, fully decided.
@@ -31,6 +31,10 @@ pub struct Request {
     pub sandbox: Option<SandboxMode>,
     /// Whether systemd runs this host (`/run/systemd/system` exists).
     pub systemd_booted: bool,
+    pub memory_max: Option<String>,
+    pub cpu_quota: Option<String>,
+    pub tasks_max: Option<u32>,
+    pub io_weight: Option<u32>,
 }
 
 pub fn plan(req: &Request) -> anyhow::Result<Plan> {
@@ -51,25 +55,27 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         None => Platform::host(),
     };
     for (what, p) in [("--authfile", &req.authfile), ("--cert-dir", &req.cert_dir)] {
-        if let Some(p) = p {
-            if !p.exists() {
-                return fail(
-                    Kind::Usage,
-                    format!("{what} {}: no such file or directory", p.display()),
-                );
-            }
+        if let Some(p) = p
+            && !p.exists()
+        {
+            return fail(
+                Kind::Usage,
+                format!("{what} {}: no such file or directory", p.display()),
+            );
         }
     }
     let mode = match req.sandbox.unwrap_or(SandboxMode::Auto) {
+        SandboxMode::Auto if req.systemd_booted => SandboxMode::Systemd,
         SandboxMode::Auto => {
-            tracing::warn!(
-                "the systemd sandbox is not implemented yet: running the worker without isolation (--sandbox none)"
+            return fail(
+                Kind::Worker,
+                "systemd is not running on this host, so the worker cannot be sandboxed; \
+                 pass --sandbox none to run it without isolation",
             );
-            SandboxMode::None
         }
         m => m,
     };
-    let _ = req.systemd_booted;
+    let limits = limits(req)?;
     Ok(Plan {
         image,
         dest_dir: dest.dir,
@@ -81,8 +87,48 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             authfile: req.authfile.clone(),
             cert_dir: req.cert_dir.clone(),
             tls_verify: req.tls_verify,
+            limits,
         },
     })
+}
+
+/// The worker's cgroup limits: the defaults, with what the request sets.
+fn limits(req: &Request) -> anyhow::Result<Limits> {
+    let mut l = Limits::default();
+    if let Some(m) = &req.memory_max {
+        if unit::parse_size(m).is_none() {
+            return fail(
+                Kind::Usage,
+                format!("invalid --memory-max {m:?}: expected bytes with an optional K, M, G or T"),
+            );
+        }
+        l.memory_max = m.clone();
+    }
+    if let Some(q) = &req.cpu_quota {
+        if !unit::valid_cpu_quota(q) {
+            return fail(
+                Kind::Usage,
+                format!("invalid --cpu-quota {q:?}: expected a percentage such as 50%"),
+            );
+        }
+        l.cpu_quota = Some(q.clone());
+    }
+    if let Some(t) = req.tasks_max {
+        if t == 0 {
+            return fail(Kind::Usage, "--tasks-max must be at least 1");
+        }
+        l.tasks_max = t;
+    }
+    if let Some(w) = req.io_weight {
+        if !(1..=10000).contains(&w) {
+            return fail(
+                Kind::Usage,
+                format!("invalid --io-weight {w}: expected 1 to 10000"),
+            );
+        }
+        l.io_weight = w;
+    }
+    Ok(l)
 }
 
 #[cfg(test)]
@@ -133,5 +179,56 @@ mod tests {
         let mut r = req("h.io/a:v1", "oci:/d");
         r.platform = Some("linux".into());
         assert_eq!(crate::error::exit_code(&plan(&r).unwrap_err()), 2);
+    }
+
+    #[test]
+    fn auto_needs_systemd() {
+        let mut r = req("h.io/a:v1", "oci:/d");
+        r.sandbox = Some(SandboxMode::Auto);
+        r.systemd_booted = true;
+        assert_eq!(plan(&r).unwrap().worker.mode, SandboxMode::Systemd);
+        r.systemd_booted = false;
+        let e = plan(&r).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 8);
+        assert!(e.to_string().contains("--sandbox none"));
+    }
+
+    #[test]
+    fn limits_table() {
+        let ok = |f: &dyn Fn(&mut Request)| {
+            let mut r = req("h.io/a:v1", "oci:/d");
+            f(&mut r);
+            plan(&r).map(|p| p.worker.limits)
+        };
+        let d = ok(&|_| {}).unwrap();
+        assert_eq!(
+            (d.memory_max.as_str(), d.tasks_max, d.cpu_quota, d.io_weight),
+            ("512M", 256, None, 50)
+        );
+        let l = ok(&|r| {
+            r.memory_max = Some("16M".into());
+            r.cpu_quota = Some("25%".into());
+            r.tasks_max = Some(64);
+            r.io_weight = Some(10);
+        })
+        .unwrap();
+        assert_eq!(
+            (
+                l.memory_max.as_str(),
+                l.tasks_max,
+                l.cpu_quota.as_deref(),
+                l.io_weight
+            ),
+            ("16M", 64, Some("25%"), 10)
+        );
+        for bad in [
+            &(|r: &mut Request| r.memory_max = Some("lots".into())) as &dyn Fn(&mut Request),
+            &|r| r.cpu_quota = Some("25".into()),
+            &|r| r.tasks_max = Some(0),
+            &|r| r.io_weight = Some(0),
+            &|r| r.io_weight = Some(10001),
+        ] {
+            assert_eq!(crate::error::exit_code(&ok(bad).unwrap_err()), 2);
+        }
     }
 }

@@ -4,22 +4,33 @@
 //! [`WorkerSpec`] is a value; [`Worker::command`] turns it into a `Command` that
 //! tests can assert without spawning.
 
+pub mod monitor;
+pub mod staging;
+pub mod unit;
+
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use containers_image_proxy::ImageProxyConfig;
+use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
 use crate::error::{Failure, Kind, classify_worker_text, fail};
 use crate::plan::imgref::ImageRef;
+use monitor::{Observed, Systemd};
+use staging::Staging;
+pub use unit::Limits;
 
 /// How the worker is isolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxMode {
-    /// `systemd` when systemd runs the host; otherwise `none`, with a warning.
+    /// `systemd` when systemd runs the host; otherwise an error naming `none`.
     Auto,
     /// A transient systemd unit with a dynamic user.
     Systemd,
@@ -29,10 +40,15 @@ pub enum SandboxMode {
 
 /// The test hook that replaces the worker binary (`skopeo`) with another program.
 pub const SKOPEO_ENV: &str = "HOSTPULL_SKOPEO";
+/// The authfile's name among the worker's credentials.
+const AUTHFILE: &str = "auth.json";
+/// How long a unit may take to stop before hostpull gives up on it.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Everything the worker may use for one pull.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerSpec {
+    /// `Systemd` or `None`; `Auto` is resolved by the plan.
     pub mode: SandboxMode,
     /// The skopeo binary: `skopeo` on PATH unless `HOSTPULL_SKOPEO` names another.
     pub skopeo: PathBuf,
@@ -41,130 +57,307 @@ pub struct WorkerSpec {
     /// One CA directory for every host (skopeo's `--cert-dir`).
     pub cert_dir: Option<PathBuf>,
     pub tls_verify: bool,
+    pub limits: Limits,
 }
 
 impl WorkerSpec {
     pub fn skopeo_from_env() -> PathBuf {
         std::env::var_os(SKOPEO_ENV).map_or_else(|| "skopeo".into(), PathBuf::from)
     }
+}
+
+/// What the final report says about the worker.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerReport {
+    pub sandbox: SandboxMode,
+    pub unit: Option<String>,
+    pub uid: Option<u32>,
+    pub memory_peak_bytes: Option<u64>,
+}
+
+/// One command that starts the worker, and the unit it runs as, if any.
+#[derive(Debug)]
+struct Launch {
+    cmd: Command,
+    unit: Option<String>,
+}
+
+/// A prepared worker environment for one pull. [`Worker::shutdown`] stops its
+/// units and removes its staging directory.
+#[derive(Debug)]
+pub struct Worker {
+    spec: WorkerSpec,
+    /// `<orchestrator pid>-<random>`: names the staging dir and the units.
+    id: String,
+    staging: Option<Staging>,
+    /// The worker's HOME without systemd: empty and private.
+    home: Option<PathBuf>,
+    mounts: unit::Mounts,
+    systemd: Option<Systemd>,
+    seq: AtomicU32,
+    units: Mutex<Vec<String>>,
+    observed: Mutex<Option<Observed>>,
+}
+
+impl Worker {
+    pub async fn prepare(spec: &WorkerSpec) -> anyhow::Result<Self> {
+        let id = format!("{}-{:08x}", std::process::id(), rand_u32());
+        let mut w = Self {
+            spec: spec.clone(),
+            id,
+            staging: None,
+            home: None,
+            mounts: Default::default(),
+            systemd: None,
+            seq: AtomicU32::new(0),
+            units: Mutex::default(),
+            observed: Mutex::default(),
+        };
+        match spec.mode {
+            SandboxMode::Systemd => {
+                let systemd = Systemd::connect().await.map_err(|e| {
+                    Failure::new(Kind::Worker, "cannot reach systemd on the system bus")
+                        .with_detail(format!("{e:#}"))
+                })?;
+                systemd.stop_leftovers().await?;
+                let staging = Staging::create(Path::new(staging::RUN_DIR), &w.id)?;
+                if let Some(auth) = &spec.authfile {
+                    let staged = staging.copy(AUTHFILE, auth)?;
+                    w.mounts.credentials.push((AUTHFILE.into(), staged));
+                }
+                if let Some(dir) = &spec.cert_dir {
+                    for name in cert_files(dir)? {
+                        let staged = staging.copy(&name, &dir.join(&name))?;
+                        w.mounts.credentials.push((name, staged));
+                    }
+                }
+                w.staging = Some(staging);
+                w.systemd = Some(systemd);
+            }
+            _ => {
+                let staging =
+                    Staging::create(&std::env::temp_dir(), &format!("hostpull-{}", w.id))?;
+                let home = staging.path().join("home");
+                std::fs::create_dir(&home).context("Creating the worker's HOME")?;
+                w.home = Some(home);
+                w.staging = Some(staging);
+            }
+        }
+        Ok(w)
+    }
+
+    /// The authfile as skopeo sees it: ours without systemd, the unit's
+    /// credential with it.
+    fn authfile_for(&self, unit: Option<&str>) -> Option<PathBuf> {
+        let f = self.spec.authfile.as_ref()?;
+        Some(unit.map_or_else(|| f.clone(), |u| unit::credentials_dir(u).join(AUTHFILE)))
+    }
+
+    /// The CA directory as skopeo sees it; in a unit, its credentials directory.
+    fn cert_dir_for(&self, unit: Option<&str>) -> Option<PathBuf> {
+        let d = self.spec.cert_dir.as_ref()?;
+        Some(unit.map_or_else(|| d.clone(), unit::credentials_dir))
+    }
 
     /// The options skopeo's image commands share, after the subcommand. Never
-    /// empty on credentials: without an authfile, `--no-creds` keeps skopeo from
-    /// falling back to ambient files.
-    fn client_args(&self) -> Vec<OsString> {
+    /// without a credentials option: without an authfile, `--no-creds` keeps
+    /// skopeo from falling back to ambient files.
+    fn client_args(&self, unit: Option<&str>) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::new();
-        match &self.authfile {
-            Some(f) => {
-                a.push("--authfile".into());
-                a.push(f.into());
-            }
+        match self.authfile_for(unit) {
+            Some(f) => a.extend(["--authfile".into(), f.into()]),
             None => a.push("--no-creds".into()),
         }
-        if let Some(d) = &self.cert_dir {
-            a.push("--cert-dir".into());
-            a.push(d.into());
+        if let Some(d) = self.cert_dir_for(unit) {
+            a.extend(["--cert-dir".into(), d.into()]);
         }
-        if !self.tls_verify {
+        if !self.spec.tls_verify {
             a.push("--tls-verify=false".into());
         }
         a
     }
-}
 
-/// A prepared worker environment; dropping it removes what it staged.
-#[derive(Debug)]
-pub struct Worker {
-    spec: WorkerSpec,
-    /// An empty private HOME, so skopeo reads no per-user configuration.
-    home: tempfile::TempDir,
-}
+    /// The command up to and including the skopeo binary.
+    fn launch(&self) -> Launch {
+        match &self.systemd {
+            Some(_) => {
+                let n = self.seq.fetch_add(1, Ordering::Relaxed);
+                let unit = format!("{}{}-{n}.service", unit::UNIT_PREFIX, self.id);
+                self.units.lock().unwrap().push(unit.clone());
+                let cmd =
+                    unit::systemd_run(&unit, &self.spec.limits, &self.mounts, &self.spec.skopeo);
+                Launch {
+                    cmd,
+                    unit: Some(unit),
+                }
+            }
+            None => {
+                // A direct child with a clean environment and a parent-death signal.
+                let home = self
+                    .home
+                    .as_deref()
+                    .expect("a worker without systemd has a HOME");
+                let mut c = Command::new(&self.spec.skopeo);
+                c.env_clear()
+                    .env(
+                        "PATH",
+                        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    )
+                    .env("HOME", home)
+                    .current_dir(home);
+                pdeathsig(&mut c);
+                Launch { cmd: c, unit: None }
+            }
+        }
+    }
 
-impl Worker {
-    pub fn prepare(spec: &WorkerSpec) -> anyhow::Result<Self> {
-        if spec.mode == SandboxMode::Systemd {
+    /// The configuration for one `containers-image-proxy` session, and its unit.
+    pub fn proxy_config(&self) -> (ImageProxyConfig, Option<String>) {
+        let Launch { cmd, unit } = self.launch();
+        // The crate spells these options itself; they mean what client_args says.
+        let mut cfg = ImageProxyConfig::default();
+        cfg.authfile = self.authfile_for(unit.as_deref());
+        cfg.auth_anonymous = cfg.authfile.is_none();
+        cfg.certificate_directory = self.cert_dir_for(unit.as_deref());
+        cfg.insecure_skip_tls_verification = Some(!self.spec.tls_verify);
+        cfg.skopeo_cmd = Some(cmd);
+        (cfg, unit)
+    }
+
+    /// Run `fut`, which drives the worker running as `unit`, and watch the unit
+    /// meanwhile. A worker that died for memory becomes a clear error.
+    pub async fn observe<T>(
+        &self,
+        unit: Option<&str>,
+        fut: impl std::future::Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<T> {
+        let (Some(systemd), Some(unit)) = (&self.systemd, unit) else {
+            return fut.await;
+        };
+        let (r, seen) = systemd.watch(unit, fut).await;
+        let oom = r.is_err() && seen.out_of_memory(self.spec.limits.memory_max_bytes());
+        *self.observed.lock().unwrap() = Some(seen);
+        if oom {
             return fail(
                 Kind::Worker,
-                "the systemd sandbox is not available yet; use --sandbox none",
+                format!(
+                    "worker killed: out of memory (MemoryMax={})",
+                    self.spec.limits.memory_max
+                ),
             );
         }
-        let home = tempfile::Builder::new()
-            .prefix("hostpull-home-")
-            .tempdir()
-            .context("Creating the worker's HOME")?;
-        Ok(Self {
-            spec: spec.clone(),
-            home,
-        })
-    }
-
-    /// The command up to and including the skopeo binary: a direct child with a
-    /// clean environment and a parent-death signal.
-    pub fn command(&self) -> Command {
-        let mut c = Command::new(&self.spec.skopeo);
-        c.env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .env("HOME", self.home.path())
-            .current_dir(self.home.path());
-        pdeathsig(&mut c);
-        c
-    }
-
-    /// The configuration for a `containers-image-proxy` session on this worker.
-    pub fn proxy_config(&self) -> ImageProxyConfig {
-        let mut cfg = ImageProxyConfig::default();
-        cfg.authfile = self.spec.authfile.clone();
-        cfg.auth_anonymous = self.spec.authfile.is_none();
-        cfg.certificate_directory = self.spec.cert_dir.clone();
-        cfg.insecure_skip_tls_verification = Some(!self.spec.tls_verify);
-        cfg.skopeo_cmd = Some(self.command());
-        cfg
+        r
     }
 
     /// `skopeo inspect --raw`: the registry's manifest bytes exactly as served, so
     /// that root can hash them. The proxy of skopeo 1.9.3 converts Docker manifests
     /// to OCI and resolves indexes itself, which would hide both from root.
     pub async fn inspect_raw(&self, image: &ImageRef, limit: u64) -> anyhow::Result<Vec<u8>> {
-        let mut c = self.command();
-        c.arg("inspect")
+        let Launch { mut cmd, unit } = self.launch();
+        cmd.arg("inspect")
             .arg("--raw")
-            .args(self.spec.client_args())
+            .args(self.client_args(unit.as_deref()))
             .arg(image.to_transport());
-        c.stdin(Stdio::null())
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut c = tokio::process::Command::from(c);
-        c.kill_on_drop(true);
-        let mut child = c.spawn().map_err(|e| {
-            Failure::new(
-                Kind::Worker,
-                format!("starting worker {}: {e}", self.spec.skopeo.display()),
-            )
-        })?;
-        let mut stdout = child.stdout.take().expect("piped").take(limit + 1);
-        let mut stderr = child.stderr.take().expect("piped");
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let (r1, r2) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
-        r1.and(r2).context("Reading worker output")?;
-        if out.len() as u64 > limit {
-            return fail(
-                Kind::Verify,
-                format!("manifest of {image} is larger than {} MiB", limit >> 20),
-            );
-        }
-        let status = child.wait().await?;
-        if !status.success() {
-            return Err(worker_failure(
-                &format!("inspecting {image}"),
-                &String::from_utf8_lossy(&err),
-            )
-            .into());
-        }
-        Ok(out)
+        let run = async move {
+            let mut c = tokio::process::Command::from(cmd);
+            c.kill_on_drop(true);
+            let mut child = c.spawn().map_err(|e| {
+                Failure::new(
+                    Kind::Worker,
+                    format!("starting worker {}: {e}", self.spec.skopeo.display()),
+                )
+            })?;
+            let mut stdout = child.stdout.take().expect("piped").take(limit + 1);
+            let mut stderr = child.stderr.take().expect("piped");
+            let mut out = Vec::new();
+            let mut err = Vec::new();
+            let (r1, r2) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
+            r1.and(r2).context("Reading worker output")?;
+            if out.len() as u64 > limit {
+                return fail(
+                    Kind::Verify,
+                    format!("manifest of {image} is larger than {} MiB", limit >> 20),
+                );
+            }
+            let status = child.wait().await?;
+            if !status.success() {
+                return Err(worker_failure(
+                    &format!("inspecting {image}"),
+                    &String::from_utf8_lossy(&err),
+                )
+                .into());
+            }
+            Ok(out)
+        };
+        self.observe(unit.as_deref(), run).await
     }
+
+    pub fn report(&self) -> WorkerReport {
+        let seen = self.observed.lock().unwrap().clone();
+        match seen {
+            Some(o) => WorkerReport {
+                sandbox: self.spec.mode,
+                unit: Some(o.unit),
+                uid: o.uid,
+                memory_peak_bytes: o.memory_peak_bytes,
+            },
+            None => WorkerReport {
+                sandbox: self.spec.mode,
+                unit: None,
+                uid: (self.systemd.is_none()).then(|| rustix::process::getuid().as_raw()),
+                memory_peak_bytes: None,
+            },
+        }
+    }
+
+    /// Stop every unit this worker started (killing `systemd-run` does not) and
+    /// wait until they are gone; then remove the staging directory.
+    pub async fn shutdown(mut self) {
+        if let Some(systemd) = &self.systemd {
+            let units = std::mem::take(&mut *self.units.lock().unwrap());
+            for unit in units {
+                if let Err(e) = systemd.stop(&unit, STOP_TIMEOUT).await {
+                    tracing::warn!("stopping {unit}: {e:#}");
+                }
+            }
+        }
+        if let Some(s) = self.staging.take() {
+            s.remove();
+        }
+    }
+}
+
+impl Drop for Worker {
+    /// A worker dropped without `shutdown` (a panic) still removes its secrets.
+    fn drop(&mut self) {
+        if let Some(s) = self.staging.take() {
+            s.remove();
+        }
+    }
+}
+
+/// The files of a `--cert-dir` that skopeo reads: CA certificates and client
+/// certificate/key pairs.
+fn cert_files(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("Reading {}", dir.display()))? {
+        let name = e?.file_name().into_string().unwrap_or_default();
+        if [".crt", ".cert", ".key"].iter().any(|s| name.ends_with(s)) {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn rand_u32() -> u32 {
+    let mut b = [0u8; 4];
+    // getrandom(2) cannot fail for 4 bytes once the pool is initialized.
+    let _ = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty());
+    u32::from_ne_bytes(b)
 }
 
 /// A failure reported by skopeo, classified by its text, with the raw text kept
@@ -208,27 +401,31 @@ fn pdeathsig(c: &mut Command) {
 mod tests {
     use super::*;
 
-    fn spec() -> WorkerSpec {
+    fn spec(mode: SandboxMode) -> WorkerSpec {
         WorkerSpec {
-            mode: SandboxMode::None,
+            mode,
             skopeo: "/usr/bin/skopeo".into(),
             authfile: None,
             cert_dir: None,
             tls_verify: true,
+            limits: Limits::default(),
         }
     }
 
-    #[test]
-    fn client_args_never_ambient() {
-        assert_eq!(spec().client_args(), ["--no-creds"]);
-        let s = WorkerSpec {
+    #[tokio::test]
+    async fn client_args_never_ambient() {
+        let w = Worker::prepare(&spec(SandboxMode::None)).await.unwrap();
+        assert_eq!(w.client_args(None), ["--no-creds"]);
+        let w = Worker::prepare(&WorkerSpec {
             authfile: Some("/a.json".into()),
             cert_dir: Some("/certs".into()),
             tls_verify: false,
-            ..spec()
-        };
+            ..spec(SandboxMode::None)
+        })
+        .await
+        .unwrap();
         assert_eq!(
-            s.client_args(),
+            w.client_args(None),
             [
                 "--authfile",
                 "/a.json",
@@ -237,23 +434,49 @@ mod tests {
                 "--tls-verify=false"
             ]
         );
+        // Inside a unit, both come from its credentials directory.
+        assert_eq!(
+            w.client_args(Some("u.service")),
+            [
+                "--authfile",
+                "/run/credentials/u.service/auth.json",
+                "--cert-dir",
+                "/run/credentials/u.service",
+                "--tls-verify=false"
+            ]
+        );
+        w.shutdown().await;
     }
 
-    #[test]
-    fn none_mode_command_is_clean() {
-        let w = Worker::prepare(&spec()).unwrap();
-        let c = w.command();
-        assert_eq!(c.get_program(), "/usr/bin/skopeo");
-        let env: Vec<_> = c
+    #[tokio::test]
+    async fn none_mode_command_is_clean() {
+        let w = Worker::prepare(&spec(SandboxMode::None)).await.unwrap();
+        let (cfg, unit) = w.proxy_config();
+        assert_eq!(unit, None);
+        let cmd = Command::try_from(cfg).unwrap();
+        assert_eq!(cmd.get_program(), "/usr/bin/skopeo");
+        let env: Vec<_> = cmd
             .get_envs()
             .map(|(k, _)| k.to_str().unwrap().to_owned())
             .collect();
         assert_eq!(env, ["HOME", "PATH"], "only these reach the worker");
-        let home = c.get_envs().find(|(k, _)| *k == "HOME").unwrap().1.unwrap();
-        assert_eq!(std::fs::read_dir(home).unwrap().count(), 0, "HOME is empty");
-        let cmd = Command::try_from(w.proxy_config()).unwrap();
+        let home = PathBuf::from(
+            cmd.get_envs()
+                .find(|(k, _)| *k == "HOME")
+                .unwrap()
+                .1
+                .unwrap(),
+        );
+        assert_eq!(
+            std::fs::read_dir(&home).unwrap().count(),
+            0,
+            "HOME is empty"
+        );
         let args: Vec<_> = cmd.get_args().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(args, ["experimental-image-proxy", "--no-creds"]);
+        let staging = home.parent().unwrap().to_owned();
+        w.shutdown().await;
+        assert!(!staging.exists(), "staging removed");
     }
 
     #[test]
@@ -265,5 +488,17 @@ mod tests {
         assert_eq!(f.kind, Kind::NotFound);
         assert_eq!(f.message, "image not found while inspecting x");
         assert_eq!(f.detail.as_deref(), Some("reading \"x\": manifest unknown"));
+    }
+
+    #[test]
+    fn cert_dir_files() {
+        let td = tempfile::tempdir().unwrap();
+        for n in ["ca.crt", "client.cert", "client.key", "README", "auth.json"] {
+            std::fs::write(td.path().join(n), "x").unwrap();
+        }
+        assert_eq!(
+            cert_files(td.path()).unwrap(),
+            ["ca.crt", "client.cert", "client.key"]
+        );
     }
 }
