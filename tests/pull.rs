@@ -350,3 +350,53 @@ fn usage_errors_from_clap_exit_2() {
     ]));
     assert_eq!(r.code, 2);
 }
+
+/// While a pull runs, the registry password is in no process's argv or
+/// environment, hostpull's, systemd-run's or the worker's.
+#[test]
+fn password_never_in_argv_or_environment() {
+    let secret = password();
+    let auth = std::fs::read_to_string(var("RIG_AUTHFILE")).unwrap();
+    let encoded = auth
+        .split('"')
+        .find(|s| s.len() > 20 && !s.contains('.'))
+        .expect("the auth field")
+        .to_owned();
+    let s = scratch();
+    let dest = format!("oci:{}", s.path().join("l").display());
+    let mut child = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &dest))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut scans = 0;
+    let mut saw_worker = false;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        for proc in std::fs::read_dir("/proc").unwrap().flatten() {
+            for file in ["cmdline", "environ"] {
+                let Ok(bytes) = std::fs::read(proc.path().join(file)) else {
+                    continue;
+                };
+                let text = String::from_utf8_lossy(&bytes);
+                assert!(
+                    !text.contains(&secret),
+                    "password in {}/{file}",
+                    proc.path().display()
+                );
+                assert!(
+                    !text.contains(&encoded),
+                    "encoded auth in {}/{file}",
+                    proc.path().display()
+                );
+                saw_worker |= file == "cmdline" && text.contains("experimental-image-proxy");
+            }
+        }
+        scans += 1;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert!(status.success());
+    assert!(saw_worker, "the scan saw the worker ({scans} scans)");
+}

@@ -8,11 +8,10 @@
 #   sysd.sh pid           print the host PID of the inner PID 1 (fails if not up)
 #   sysd.sh down          power it off, remove its cgroups (fine when it is not up)
 #
-# Root filesystem inside = overlay(lower = host /, upper = tmpfs): software installed on the
-# host before `up` is visible, and nothing written inside reaches the host except in the
-# SYSD_SHARE directories, which are bound read-write at the same path. The network namespace
-# is the host's, so 127.0.0.1 works from units. Paths given to units (ExecStart=,
-# LoadCredential=, Bind*Paths=) resolve inside, so keep such files under a shared directory.
+# Root filesystem inside = overlay(lower = host /, upper = tmpfs): what the host has installed
+# is visible; writes stay inside except in SYSD_SHARE dirs (bound read-write, same path).
+# The network is the host's (127.0.0.1 works). Paths given to units (ExecStart=,
+# LoadCredential=, Bind*Paths=) resolve inside: keep such files under a shared directory.
 #
 # Knobs:
 #   SYSD_DIR      state: PID file, console log (default /tmp/hostpull-sysd)
@@ -34,10 +33,11 @@ CGFILE=$SYSD_DIR/cgroups                   # lines "HIERARCHY HOST-DIR" made by 
 
 die() { echo "sysd: $*" >&2; exit 1; }
 
-# alive PID: the process exists and is not a zombie
+# alive PID [COMM]: the process exists, is not a zombie (and is named COMM)
 alive() {
     local st
     read -r st 2>/dev/null <"/proc/$1/stat" || return 1
+    [ -z "${2:-}" ] || [[ $st == "$1 ($2) "* ]] || return 1
     st=${st##*) }; [ "${st%% *}" != Z ]
 }
 
@@ -56,8 +56,8 @@ stage1() {
     # /proc is still the host's procfs, so /proc/self/stat (opened by bash itself for the
     # builtin `read`) gives our HOST PID.
     read -r pid _ </proc/self/stat
-    # Only PID 1 joins the prepared cgroups; unsharing the cgroup namespace afterwards makes
-    # them the cgroup roots the inner systemd sees. `exec` keeps the PID.
+    # Only PID 1 joins the prepared cgroups; the cgroup namespace unshared afterwards makes
+    # them the roots the inner systemd sees (`exec` keeps the PID).
     while read -r h dir; do echo 0 >"$dir/cgroup.procs"; done <"$CGFILE"
     echo "$pid" >"$PIDFILE.tmp"; mv "$PIDFILE.tmp" "$PIDFILE"
     exec unshare --cgroup "$SELF" __stage2
@@ -76,13 +76,15 @@ stage2() {
     find "$R/etc/systemd/system" -maxdepth 1 -type d \( -name '*.wants' -o -name '*.requires' \) \
         -exec rm -rf {} +
     mkdir -p "$R/etc/tmpfiles.d" "$R/etc/systemd/system.conf.d"
+    echo hostpull-sysd >"$R/etc/hostname" # systemd sets the (private) hostname from it
     : >"$R/etc/tmpfiles.d/tmp.conf"        # masks "D /tmp": it would wipe the shared /tmp dirs
-    printf '[Manager]\nDefaultTimeoutStopSec=10s\n' >"$R/etc/systemd/system.conf.d/sysd.conf"
+    printf '[Manager]\nDefaultTimeoutStopSec=5s\n' >"$R/etc/systemd/system.conf.d/sysd.conf"
 
     # API filesystems, shaped like systemd-nspawn's. /proc/sys and /sys are read-only: the
     # kernel settings are the host's (systemd skips sysctl etc. when they are read-only).
     mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
     for d in sys sysrq-trigger; do
+        [ -e "$R/proc/$d" ] || continue    # no sysrq-trigger without CONFIG_MAGIC_SYSRQ
         mount --bind "$R/proc/$d" "$R/proc/$d"; mount -o remount,bind,ro "$R/proc/$d"
     done
     mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys"
@@ -110,8 +112,7 @@ stage2() {
     mount -t tmpfs -o mode=1777,nosuid,nodev shm "$R/dev/shm"
     mount -t mqueue mqueue "$R/dev/mqueue"
     ln -s pts/ptmx "$R/dev/ptmx"; ln -s /proc/self/fd "$R/dev/fd"
-    ln -s /proc/self/fd/0 "$R/dev/stdin"; ln -s /proc/self/fd/1 "$R/dev/stdout"
-    ln -s /proc/self/fd/2 "$R/dev/stderr"
+    ln -s fd/0 "$R/dev/stdin"; ln -s fd/1 "$R/dev/stdout"; ln -s fd/2 "$R/dev/stderr"
     # systemd needs a terminal as /dev/console: the pty that script(1) gave us as stdin.
     touch "$R/dev/console"; mount --bind "$(tty)" "$R/dev/console"
 
@@ -121,7 +122,6 @@ stage2() {
         mkdir -p "$R$d"; mount --rbind "$d" "$R$d"
     done
 
-    hostname hostpull-sysd
     cd "$R"; mkdir -p .oldroot; pivot_root . .oldroot; cd /; umount -l /.oldroot; rmdir /.oldroot
     # systemd makes / shared only when it does NOT think it is in a container. Without this,
     # services' private mount namespaces break (LoadCredential= fails: Permission denied).
@@ -149,16 +149,16 @@ remove_cgroups() {
         [ $left = 0 ] && { rm -f "$CGFILE"; return 0; }
         sleep 0.1
     done
-    while read -r h dir; do [ -d "$dir" ] && echo "sysd: could not remove $dir" >&2; done <"$CGFILE"
-    return 1
+    echo "sysd: could not remove cgroups listed in $CGFILE" >&2; return 1
 }
 
 cmd_up() {
-    local pid h dir state= t0 deadline spid
+    local pid h dir d state= t0 spid
     [ "$(id -u)" = 0 ] || die "must be root"
     [ "$(stat -fc %T /sys/fs/cgroup)" = tmpfs ] && [ -d /sys/fs/cgroup/unified ] &&
         [ -d /sys/fs/cgroup/systemd ] || die "unsupported cgroup layout (expected the v1/v2 hybrid)"
     if pid=$(pid1); then die "already up (pid $pid)"; fi
+    for d in $SYSD_SHARE; do [[ $d == /* ]] || die "SYSD_SHARE: $d is not absolute"; done
     remove_cgroups || die "leftover cgroups from an earlier run"
     mkdir -p "$SYSD_DIR" $SYSD_SHARE
     rm -f "$PIDFILE" "$SYSD_DIR/console.log" "$SYSD_DIR/script.pid"
@@ -174,13 +174,13 @@ cmd_up() {
         fi
     done </proc/self/cgroup >"$CGFILE"
 
-    # script(1) gives the console pty and logs it. setsid + closed fds: fully detached.
-    setsid script -qfec "unshare --pid --fork --mount --uts --ipc --propagation private $(printf %q "$SELF") __stage1" \
+    # script(1) gives the console pty and logs it; setsid + closed fds: fully detached.
+    # --kill-child: if unshare dies, so does the whole namespace (no orphaned systemd).
+    setsid script -qfec "exec unshare --kill-child --pid --fork --mount --uts --ipc --propagation private $(printf %q "$SELF") __stage1" \
         "$SYSD_DIR/console.log" </dev/null >/dev/null 2>"$SYSD_DIR/script.log" &
     spid=$!; echo "$spid" >"$SYSD_DIR/script.pid"
 
-    deadline=$(( ${t0%.*} + SYSD_TIMEOUT ))
-    while [ "$(date +%s)" -lt "$deadline" ]; do
+    while (( EPOCHSECONDS < ${t0%.*} + SYSD_TIMEOUT )); do
         if pid=$(pid1); then
             # ask only once systemd runs; before that systemctl would look at the wrong /run
             if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = systemd ]; then
@@ -213,24 +213,43 @@ cmd_exec() {
     exec nsenter -t "$pid" -a /bin/sh -c 'cd "$0" && exec "$@"' "$wd" "$@"
 }
 
+# thaw PID1: SIGCONT stopped `nsenter -t PID1` processes. At poweroff, systemd-shutdown does
+# kill(-1, SIGSTOP) inside; nsenter (the host-side parent of an `exec` command) sees its child
+# stop and SIGSTOPs itself, waiting for a shell's `fg`. Frozen, it never reaps the child
+# once that is killed, and the namespace's PID 1 cannot finish exiting: down would hang.
+thaw() {
+    local p st
+    for p in /proc/[0-9]*; do
+        read -r st 2>/dev/null <"$p/stat" || continue
+        case $st in *" (nsenter) T "*) ;; *) continue ;; esac
+        tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "-t $1 " && kill -CONT "${p#/proc/}" 2>/dev/null
+    done
+    return 0
+}
+
 cmd_down() {
     local pid spid i
     if pid=$(pid1); then
-        kill -s RTMIN+4 "$pid"             # systemd: poweroff; in a container PID 1 then exits
-        for i in $(seq 300); do alive "$pid" || break; sleep 0.05; done
-        if alive "$pid"; then
-            echo "sysd: PID 1 still alive after 15 s, SIGKILL" >&2
+        if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = systemd ]; then
+            kill -s RTMIN+4 "$pid"         # systemd: poweroff; in a container PID 1 then exits
+            for i in $(seq 300); do alive "$pid" || break; thaw "$pid"; sleep 0.05; done
+        fi
+        if alive "$pid"; then              # hung, or still in a boot stage
+            echo "sysd: PID 1 did not power off, SIGKILL" >&2
             kill -9 "$pid"                 # the kernel then kills the whole pid namespace
-            for i in $(seq 100); do alive "$pid" || break; sleep 0.05; done
+            for i in $(seq 100); do alive "$pid" || break; thaw "$pid"; sleep 0.05; done
         fi
     fi
-    # script(1) and unshare exit once PID 1 is gone
+    # script(1) exits once PID 1 is gone. If not (down during boot, before the PID file
+    # exists), SIGTERM it: it passes that on to unshare, whose --kill-child SIGKILLs the
+    # namespace's PID 1. (Never kill script alone: systemd on a dead console crawls.)
     if spid=$(cat "$SYSD_DIR/script.pid" 2>/dev/null) && [ -n "$spid" ]; then
-        for i in $(seq 100); do alive "$spid" || break; sleep 0.05; done
-        alive "$spid" && kill "$spid"
+        for i in $(seq 40); do alive "$spid" script || break; sleep 0.05; done
+        if alive "$spid" script; then kill "$spid"; sleep 1; fi
+        if alive "$spid" script; then kill -9 "$spid"; fi
     fi
     rm -f "$PIDFILE" "$SYSD_DIR/script.pid"
-    remove_cgroups || die "down: cgroups left behind"
+    remove_cgroups || { echo "sysd: down: cgroups left behind" >&2; return 1; }
     echo "sysd: down"
 }
 

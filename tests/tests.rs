@@ -2,4 +2,5 @@
 //! tests/sysd.sh for the systemd sandbox). A test that cannot reach its rig fails.
 
 mod pull;
+mod systemd;
 mod util;

@@ -1,0 +1,312 @@
+//! The systemd sandbox, in a real systemd (tests/sysd.sh) with real transient
+//! units. These run only inside the rig's systemd, where tests/run.sh runs them.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+fn systemctl(args: &[&str]) -> String {
+    let out = Command::new("systemctl").args(args).output().unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The worker units an orchestrator with this pid has loaded now.
+fn units_of(pid: u32) -> Vec<String> {
+    systemctl(&[
+        "list-units",
+        "--all",
+        "--plain",
+        "--no-legend",
+        &format!("hostpull-worker-{pid}-*"),
+    ])
+    .lines()
+    .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+    .collect()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn systemd_pull(image: &str, dest: &str) -> Command {
+    let mut c = with_rig_creds(pull_cmd(image, dest));
+    c.args(["--sandbox", "systemd"]);
+    c
+}
+
+#[test]
+fn worker_runs_as_a_dynamic_user() {
+    let s = scratch();
+    let dest = format!("oci:{}", s.path().join("l").display());
+    let r = run(&mut systemd_pull(var("RIG_IMG_SMALL"), &dest)).json();
+    let w = &r["worker"];
+    assert_eq!(w["sandbox"], "systemd");
+    let uid = w["uid"].as_u64().expect("the worker's uid was seen");
+    assert!((61184..=65519).contains(&uid), "dynamic uid range: {uid}");
+    assert!(w["unit"].as_str().unwrap().starts_with("hostpull-worker-"));
+    assert!(w["memory_peak_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn auto_means_systemd_here() {
+    let s = scratch();
+    let dest = format!("oci:{}", s.path().join("l").display());
+    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &dest));
+    c.args(["--sandbox", "auto"]);
+    assert_eq!(run(&mut c).json()["worker"]["sandbox"], "systemd");
+}
+
+#[test]
+fn unit_has_the_configured_properties() {
+    let s = scratch();
+    let dest = format!("oci:{}", s.path().join("l").display());
+    let mut c = systemd_pull(var("RIG_IMG_BIG"), &dest);
+    c.args([
+        "--memory-max",
+        "400M",
+        "--tasks-max",
+        "128",
+        "--cpu-quota",
+        "150%",
+    ]);
+    let child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // The proxy session is the second unit, after the manifest's `inspect`.
+    let unit = format!("hostpull-worker-{pid}-");
+    let mut shown = String::new();
+    wait_for("the proxy unit", Duration::from_secs(30), || {
+        let Some(u) = units_of(pid)
+            .into_iter()
+            .find(|u| u.starts_with(&unit) && u.ends_with("-1.service"))
+        else {
+            return false;
+        };
+        shown = systemctl(&[
+            "show",
+            "-p",
+            "DynamicUser,MemoryMax,MemoryLimit,TasksMax,CapabilityBoundingSet,CPUQuotaPerSecUSec,IOWeight,NoNewPrivileges,ProtectSystem,Slice",
+            &u,
+        ]);
+        shown.contains("DynamicUser=yes")
+    });
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "DynamicUser=yes",
+        "MemoryMax=419430400",
+        "TasksMax=128",
+        "CapabilityBoundingSet=\n",
+        "CPUQuotaPerSecUSec=1.500000s",
+        "IOWeight=50",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "Slice=hostpull.slice",
+    ] {
+        assert!(shown.contains(want), "{want:?} not in\n{shown}");
+    }
+}
+
+#[test]
+fn worker_cannot_read_root_secrets() {
+    let secret = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/hostpull-probe-secret");
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::remove_file(&secret);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&secret)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"root-only").unwrap();
+    }
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/probe-worker.sh");
+    let s = scratch();
+    let mut c = systemd_pull(
+        var("RIG_IMG_SMALL"),
+        &format!("oci:{}", s.path().join("l").display()),
+    );
+    c.env("HOSTPULL_SKOPEO", &probe);
+    let r = run(&mut c);
+    let report = r
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("probe: "))
+        .unwrap_or_else(|| panic!("{}", r.stderr));
+    let field = |k: &str| {
+        report
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k} missing in {report}"))
+            .to_owned()
+    };
+    let uid: u32 = field("uid").parse().unwrap();
+    assert!((61184..=65519).contains(&uid), "{report}");
+    assert_eq!(field("secret"), "denied", "{report}");
+    assert_eq!(field("creds"), "readable", "its own credential: {report}");
+    assert_eq!(field("capeff"), "0000000000000000", "{report}");
+    assert_eq!(field("nnp"), "1", "{report}");
+    assert_eq!(field("home"), "/tmp", "{report}");
+    // And the same probe without the sandbox runs as root: the check can fail.
+    let mut c = with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL"),
+        &format!("oci:{}", s.path().join("m").display()),
+    ));
+    c.args(["--sandbox", "none"]).env("HOSTPULL_SKOPEO", &probe);
+    let r = run(&mut c);
+    assert!(r.stderr.contains("uid=0 secret=readable"), "{}", r.stderr);
+}
+
+#[test]
+fn out_of_memory_is_reported_and_nothing_published() {
+    let s = scratch();
+    let dest = s.path().join("l");
+    let mut c = systemd_pull(var("RIG_IMG_BIG"), &format!("oci:{}", dest.display()));
+    c.args(["--memory-max", "16M"]);
+    let r = run(&mut c);
+    r.assert_failure(8);
+    assert!(
+        r.stderr
+            .starts_with("error: worker killed: out of memory (MemoryMax=16M)"),
+        "{}",
+        r.stderr
+    );
+    assert!(!dest.exists());
+}
+
+#[test]
+fn sigterm_stops_the_unit_and_leaves_the_layout() {
+    let s = scratch();
+    let dest = s.path().join("l");
+    run(&mut systemd_pull(
+        var("RIG_IMG_SMALL"),
+        &format!("oci:{}", dest.display()),
+    ))
+    .json();
+    let before = snapshot(&dest);
+    let mut child = systemd_pull(var("RIG_IMG_BIG"), &format!("oci:{}:big", dest.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_for("the proxy unit", Duration::from_secs(30), || {
+        units_of(pid).iter().any(|u| u.ends_with("-1.service"))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    wait_for("the units to go", Duration::from_secs(2), || {
+        units_of(pid).is_empty()
+    });
+    eprintln!("units gone {:?} after SIGTERM", t0.elapsed());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    assert_eq!(
+        snapshot(&dest),
+        before,
+        "the layout is exactly as before, no temp files"
+    );
+    assert!(staging_of(pid).is_empty());
+}
+
+/// `/run/hostpull/<pid>-*` of one orchestrator.
+fn staging_of(pid: u32) -> Vec<String> {
+    std::fs::read_dir("/run/hostpull")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().into_string().unwrap())
+                .filter(|n| n.starts_with(&format!("{pid}-")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn staging_is_removed_after_success_and_failure() {
+    let s = scratch();
+    for (authfile, ok) in [
+        (var("RIG_AUTHFILE"), true),
+        (var("RIG_BAD_AUTHFILE"), false),
+    ] {
+        let dest = format!(
+            "oci:{}",
+            s.path().join(if ok { "ok" } else { "bad" }).display()
+        );
+        let mut c = pull_cmd(var("RIG_IMG_SMALL"), &dest);
+        c.args([
+            "--sandbox",
+            "systemd",
+            "--authfile",
+            authfile,
+            "--cert-dir",
+            var("RIG_CERT_DIR"),
+        ]);
+        let child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.success(),
+            ok,
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            staging_of(pid).is_empty(),
+            "staging left: {:?}",
+            staging_of(pid)
+        );
+        assert!(units_of(pid).is_empty());
+    }
+}
+
+#[test]
+fn leftover_units_of_a_dead_orchestrator_are_stopped() {
+    // A unit as a crashed hostpull (pid 999999 does not exist) would leave it.
+    let unit = "hostpull-worker-999999-deadbeef-0.service";
+    let st = Command::new("systemd-run")
+        .args([
+            "--quiet",
+            "--collect",
+            &format!("--unit={unit}"),
+            "--slice=hostpull.slice",
+            "sleep",
+            "300",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(systemctl(&["is-active", unit]).starts_with("active"));
+    let s = scratch();
+    run(&mut systemd_pull(
+        var("RIG_IMG_SMALL"),
+        &format!("oci:{}", s.path().join("l").display()),
+    ))
+    .json();
+    assert!(
+        !systemctl(&["is-active", unit]).starts_with("active"),
+        "the leftover was stopped"
+    );
+}
