@@ -27,6 +27,7 @@ pub enum Cmd {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(args_override_self = true)]
 pub struct PullOpts {
     /// docker://HOST[:PORT]/PATH[:TAG|@sha256:HEX] (docker:// may be left out)
     pub image: String,

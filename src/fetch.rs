@@ -260,14 +260,19 @@ async fn transfer(
                     .await
                     .map_err(|e| proxy_failure(&doing, e))?;
                 widen_pipes();
-                let reading = tokio::spawn(consume(reader, Arc::clone(layout), what, d.clone()));
+                let reading = Reader(tokio::spawn(consume(
+                    reader,
+                    Arc::clone(layout),
+                    what,
+                    d.clone(),
+                )));
                 window.push_back((doing, finish, reading));
             }
-            let Some((doing, finish, reading)) = window.pop_front() else {
+            let Some((doing, finish, mut reading)) = window.pop_front() else {
                 break;
             };
             let theirs = finish.await;
-            let ours = reading
+            let ours = (&mut reading.0)
                 .await
                 .unwrap_or_else(|e| Err(anyhow::anyhow!("blob reader failed: {e}")));
             merge_errors(&doing, ours, theirs)?;
@@ -277,11 +282,22 @@ async fn transfer(
     .await;
     // On an error, stop the other readers: that closes their pipes, so skopeo
     // stops writing, and drops their temp files.
-    for (_, _, reading) in window {
-        reading.abort();
-        let _ = reading.await;
+    for (_, _, mut reading) in window {
+        reading.0.abort();
+        let _ = (&mut reading.0).await;
     }
     result
+}
+
+/// A blob reader task, aborted when dropped: a pull that is cancelled (its
+/// future dropped) stops reading at once, which closes the pipes.
+#[derive(Debug)]
+struct Reader(tokio::task::JoinHandle<anyhow::Result<()>>);
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Merge a blob's two outcomes. The worker's own error explains a short read
@@ -307,8 +323,10 @@ fn merge_errors(
     }
 }
 
-/// Stream a blob pipe into a verifying sink. Hashing and writing happen inline:
-/// SHA-256 with SHA-NI costs less per chunk than a hand-off to another thread.
+/// Stream a blob pipe into a verifying sink. Hashing happens inline: SHA-256
+/// with SHA-NI costs less per chunk than a hand-off to another thread. Writes
+/// that reach the disk may block for a while under writeback throttling, so
+/// they leave the async worker to others (`block_in_place`).
 async fn consume(
     mut reader: impl AsyncBufRead + Unpin,
     layout: Arc<Layout>,
@@ -320,9 +338,14 @@ async fn consume(
     loop {
         let n = reader.read(&mut buf).await.context("Reading blob pipe")?;
         if n == 0 {
-            return sink.commit();
+            return tokio::task::block_in_place(|| sink.commit());
         }
-        sink.write(&buf[..n])?;
+        let chunk = &buf[..n];
+        if sink.would_flush(n) {
+            tokio::task::block_in_place(|| sink.write(chunk))?;
+        } else {
+            sink.write(chunk)?;
+        }
     }
 }
 

@@ -267,6 +267,11 @@ impl BlobSink<'_> {
         Ok(())
     }
 
+    /// Would writing `n` more bytes go to disk (and so possibly block)?
+    pub fn would_flush(&self, n: usize) -> bool {
+        self.pending.len() + n >= WRITE_BUF
+    }
+
     fn flush(&mut self) -> anyhow::Result<()> {
         self.tmp.write_all(&self.pending).context("Writing blob")?;
         self.pending.clear();

@@ -14,10 +14,23 @@ trap 'bash tests/rig.sh down' EXIT
 bash tests/rig.sh up
 
 if cargo nextest --version >/dev/null 2>&1; then
-    run_tests() { cargo nextest run --locked --no-fail-fast "$@"; }
+    host_tests() { cargo nextest run --locked --no-fail-fast -E 'not test(/^systemd::/)'; }
+    all_tests() { cargo nextest run --locked --no-fail-fast; }
 else
-    run_tests() { cargo test --locked --no-fail-fast "$@"; }
+    host_tests() { cargo test --locked --no-fail-fast -- --skip systemd::; }
+    all_tests() { cargo test --locked --no-fail-fast; }
 fi
 
-echo "== unit and integration tests, --sandbox none" >&2
-HOSTPULL_TEST_SANDBOX=none run_tests
+echo "== unit and integration tests, --sandbox none, on the host" >&2
+HOSTPULL_TEST_SANDBOX=none host_tests
+
+# The same suite again with every worker in a transient unit, plus the systemd
+# tests, inside a real systemd (booted by tests/sysd.sh unless it is PID 1).
+echo "== the suite again, --sandbox systemd, under systemd" >&2
+if [ "$(cat /proc/1/comm)" = systemd ]; then
+    HOSTPULL_TEST_SANDBOX=systemd all_tests
+else
+    trap 'bash tests/sysd.sh down; bash tests/rig.sh down' EXIT
+    bash tests/sysd.sh up
+    bash tests/sysd.sh exec env HOSTPULL_TEST_SANDBOX=systemd bash -c "$(declare -f all_tests); all_tests"
+fi

@@ -235,18 +235,32 @@ impl Worker {
             return fut.await;
         };
         let (r, seen) = systemd.watch(unit, fut).await;
-        let oom = r.is_err() && seen.out_of_memory(self.spec.limits.memory_max_bytes());
-        *self.observed.lock().unwrap() = Some(seen);
-        if oom {
+        *self.observed.lock().unwrap() = Some(seen.clone());
+        let Err(e) = r else { return r };
+        // Did the worker die under us? Then that, not its last words, is the error.
+        let exit = match systemd.exit_state(unit, Duration::from_secs(1)).await {
+            Ok(Some(exit)) => exit,
+            _ => return Err(e),
+        };
+        let limits = &self.spec.limits;
+        if seen.out_of_memory(&exit, limits.memory_max_bytes()) {
             return fail(
                 Kind::Worker,
                 format!(
                     "worker killed: out of memory (MemoryMax={})",
-                    self.spec.limits.memory_max
+                    limits.memory_max
                 ),
             );
         }
-        r
+        match exit.signal() {
+            Some(sig) => Err(Failure::new(
+                Kind::Worker,
+                format!("worker killed by signal {sig} ({})", exit.result),
+            )
+            .with_detail(format!("{e:#}"))
+            .into()),
+            None => Err(e),
+        }
     }
 
     /// `skopeo inspect --raw`: the registry's manifest bytes exactly as served, so

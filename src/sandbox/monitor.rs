@@ -1,22 +1,29 @@
 //! zbus on the system bus: find, watch, measure and stop transient worker units.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::Serialize;
 use zbus::zvariant::OwnedObjectPath;
 
-use super::unit::UNIT_PREFIX;
+use super::unit::{SLICE, UNIT_PREFIX};
 
 const DEST: &str = "org.freedesktop.systemd1";
 const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
 const MANAGER: &str = "org.freedesktop.systemd1.Manager";
 const SERVICE: &str = "org.freedesktop.systemd1.Service";
-/// How often a running worker's cgroup is sampled. An OOM kill on cgroup v1 is
-/// visible only while the unit's cgroup exists, so this is short.
-const SAMPLE: Duration = Duration::from_millis(10);
+const UNIT: &str = "org.freedesktop.systemd1.Unit";
+/// `si_code` of a main process killed by a signal (CLD_KILLED, CLD_DUMPED).
+const CLD_KILLED: i32 = 2;
+const CLD_DUMPED: i32 = 3;
+/// How often a running worker's cgroup is read. An OOM kill on cgroup v1 is
+/// visible only while the unit's cgroup exists, so this is short (two small
+/// reads of cgroup files).
+const MEMORY_SAMPLE: Duration = Duration::from_millis(5);
+/// How often the unit's main process is looked up over D-Bus.
+const PROCESS_SAMPLE: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone)]
 pub struct Systemd {
@@ -35,12 +42,35 @@ pub struct Observed {
     pub oom_kills: u64,
 }
 
+/// How a unit's main process ended (org.freedesktop.systemd1.Service).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitState {
+    /// `success`, `exit-code`, `signal`, `oom-kill`, …
+    pub result: String,
+    /// `si_code`: exited, killed or dumped.
+    pub code: i32,
+    /// The exit status or the signal number.
+    pub status: i32,
+}
+
+impl ExitState {
+    /// The signal that killed the worker, if one did.
+    pub fn signal(&self) -> Option<i32> {
+        matches!(self.code, CLD_KILLED | CLD_DUMPED).then_some(self.status)
+    }
+}
+
 impl Observed {
-    /// Was the worker killed for memory? The cgroup's own counter says so when
-    /// we caught it; otherwise a peak at the limit is the tell.
-    pub fn out_of_memory(&self, memory_max: Option<u64>) -> bool {
-        self.oom_kills > 0
-            || matches!((self.memory_peak_bytes, memory_max), (Some(p), Some(m)) if p + (64 << 10) >= m)
+    /// Was the worker killed for memory? cgroup v2 systemd says so itself. On
+    /// cgroup v1 the OOM killer's SIGKILL looks like any other, so it counts as
+    /// OOM when the cgroup's counter caught it, or when the worker was seen
+    /// using at least half of its limit.
+    pub fn out_of_memory(&self, exit: &ExitState, memory_max: Option<u64>) -> bool {
+        const SIGKILL: i32 = 9;
+        exit.result == "oom-kill"
+            || (exit.signal() == Some(SIGKILL)
+                && (self.oom_kills > 0
+                    || matches!((self.memory_peak_bytes, memory_max), (Some(p), Some(m)) if p >= m / 2)))
     }
 }
 
@@ -76,7 +106,7 @@ impl Systemd {
         }
     }
 
-    /// Stop a unit and wait until systemd has let go of it.
+    /// Stop a unit, reset it if it failed, and wait until systemd has let go of it.
     pub async fn stop(&self, unit: &str, timeout: Duration) -> anyhow::Result<()> {
         let m = self.proxy(MANAGER_PATH, MANAGER).await?;
         match m
@@ -88,16 +118,53 @@ impl Systemd {
             Err(e) => return Err(e).with_context(|| format!("Stopping {unit}")),
         }
         let start = Instant::now();
-        while self.get_unit(unit).await?.is_some() {
+        while let Some(path) = self.get_unit(unit).await? {
             if start.elapsed() > timeout {
                 anyhow::bail!(
                     "{unit} is still loaded {}s after StopUnit",
                     timeout.as_secs()
                 );
             }
+            let u = self.proxy(path.as_str(), UNIT).await?;
+            if u.get_property::<String>("ActiveState")
+                .await
+                .is_ok_and(|s| s == "failed")
+            {
+                // Only a failed unit needs this; it may be gone by now, which is fine.
+                let _ = m.call::<_, _, ()>("ResetFailedUnit", &(unit,)).await;
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(())
+    }
+
+    /// How a unit's main process ended, once it has: `None` while it still
+    /// runs (after `timeout`) or when systemd has already let go of it.
+    pub async fn exit_state(
+        &self,
+        unit: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<Option<ExitState>> {
+        let start = Instant::now();
+        loop {
+            let Some(path) = self.get_unit(unit).await? else {
+                return Ok(None);
+            };
+            let u = self.proxy(path.as_str(), UNIT).await?;
+            let state: String = u.get_property("ActiveState").await?;
+            if state == "failed" || state == "inactive" {
+                let svc = self.proxy(path.as_str(), SERVICE).await?;
+                return Ok(Some(ExitState {
+                    result: svc.get_property("Result").await?,
+                    code: svc.get_property("ExecMainCode").await?,
+                    status: svc.get_property("ExecMainStatus").await?,
+                }));
+            }
+            if start.elapsed() > timeout {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Stop worker units whose orchestrator is gone (a crash, a kill -9). The
@@ -136,68 +203,63 @@ impl Systemd {
         Ok(stopped)
     }
 
-    /// Sample a unit until `done` resolves; returns `done`'s output and what was seen.
+    /// Sample a unit until `done` resolves; returns `done`'s output and what was
+    /// seen. Memory is read straight from the unit's cgroup, whose path is known
+    /// before the unit exists, so that even a worker killed at start is seen.
     pub async fn watch<F: std::future::Future>(
         &self,
         unit: &str,
         done: F,
     ) -> (F::Output, Observed) {
-        let seen = Arc::new(Mutex::new(Observed {
+        let seen = Mutex::new(Observed {
             unit: unit.to_owned(),
             ..Default::default()
-        }));
-        let sampler = {
-            let (this, unit, seen) = (self.clone(), unit.to_owned(), Arc::clone(&seen));
-            async move {
-                let mut cgroup: Option<PathBuf> = None;
-                loop {
-                    if let Err(e) = this.sample(&unit, &mut cgroup, &seen).await {
-                        tracing::debug!("sampling {unit}: {e:#}");
-                    }
-                    tokio::time::sleep(SAMPLE).await;
+        });
+        let cgroup = Path::new(SLICE).join(unit);
+        let memory = async {
+            loop {
+                let (peak, ooms) = read_memory(&cgroup);
+                {
+                    let mut s = seen.lock().unwrap();
+                    s.memory_peak_bytes = peak.max(s.memory_peak_bytes);
+                    s.oom_kills = s.oom_kills.max(ooms);
                 }
+                tokio::time::sleep(MEMORY_SAMPLE).await;
+            }
+        };
+        let process = async {
+            loop {
+                match self.main_pid(unit).await {
+                    Ok(Some(pid)) => {
+                        // Read again and again: right after the fork the uid is
+                        // still systemd's, before the switch to the dynamic user.
+                        let uid = proc_uid(pid);
+                        let mut s = seen.lock().unwrap();
+                        s.main_pid = Some(pid);
+                        s.uid = uid.or(s.uid);
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::debug!("sampling {unit}: {e:#}"),
+                }
+                tokio::time::sleep(PROCESS_SAMPLE).await;
             }
         };
         let out = tokio::select! {
             out = done => out,
-            never = sampler => match never {},
+            never = memory => match never {},
+            never = process => match never {},
         };
         let observed = seen.lock().unwrap().clone();
         (out, observed)
     }
 
-    async fn sample(
-        &self,
-        unit: &str,
-        cgroup: &mut Option<PathBuf>,
-        seen: &Mutex<Observed>,
-    ) -> anyhow::Result<()> {
-        if let Some(cg) = cgroup {
-            let (peak, ooms) = read_memory(cg);
-            let mut s = seen.lock().unwrap();
-            s.memory_peak_bytes = peak.max(s.memory_peak_bytes);
-            s.oom_kills = s.oom_kills.max(ooms);
-            return Ok(());
-        }
+    async fn main_pid(&self, unit: &str) -> anyhow::Result<Option<u32>> {
         let Some(path) = self.get_unit(unit).await? else {
-            return Ok(());
+            return Ok(None);
         };
         let svc = self.proxy(path.as_str(), SERVICE).await?;
         let pid: u32 = svc.get_property("MainPID").await?;
-        if pid == 0 {
-            return Ok(());
-        }
-        let cg: String = svc.get_property("ControlGroup").await?;
-        let uid = proc_uid(pid);
-        {
-            let mut s = seen.lock().unwrap();
-            s.main_pid = Some(pid);
-            s.uid = uid;
-        }
-        if !cg.is_empty() {
-            *cgroup = Some(PathBuf::from(cg));
-        }
-        Ok(())
+        Ok((pid != 0).then_some(pid))
     }
 }
 
@@ -268,11 +330,22 @@ mod tests {
             oom_kills: kills,
             ..Default::default()
         };
+        let exit = |result: &str, code, status| ExitState {
+            result: result.into(),
+            code,
+            status,
+        };
+        let killed = exit("signal", CLD_KILLED, 9);
         let max = Some(16 << 20);
-        assert!(o(None, 1).out_of_memory(max));
-        assert!(o(Some(16 << 20), 0).out_of_memory(max));
-        assert!(!o(Some(4 << 20), 0).out_of_memory(max));
-        assert!(!o(None, 0).out_of_memory(max));
+        assert!(o(None, 1).out_of_memory(&killed, max));
+        assert!(o(Some(15 << 20), 0).out_of_memory(&killed, max));
+        assert!(
+            !o(Some(4 << 20), 0).out_of_memory(&killed, max),
+            "a kill -9, not memory"
+        );
+        assert!(!o(Some(16 << 20), 1).out_of_memory(&exit("exit-code", 1, 1), max));
+        assert!(!o(Some(16 << 20), 0).out_of_memory(&exit("signal", CLD_KILLED, 15), max));
+        assert!(o(None, 0).out_of_memory(&exit("oom-kill", CLD_KILLED, 9), max));
     }
 
     #[test]

@@ -139,7 +139,9 @@ pub fn credentials_dir(unit: &str) -> PathBuf {
 /// socketpair arrives unchanged as the worker's stdin.
 pub fn systemd_run(unit: &str, limits: &Limits, mounts: &Mounts, skopeo: &Path) -> Command {
     let mut c = Command::new("systemd-run");
-    c.args(["--pipe", "--wait", "--quiet", "--collect"])
+    // No --collect: a unit that fails stays loaded until hostpull has read why
+    // (a SIGKILL from the OOM killer on cgroup v1, `oom-kill` on v2) and reset it.
+    c.args(["--pipe", "--wait", "--quiet"])
         .arg(format!("--unit={unit}"))
         .arg(format!("--slice={SLICE}"));
     let mut props: Vec<String> = HARDENING.iter().map(|s| s.to_string()).collect();
@@ -204,12 +206,11 @@ mod tests {
         assert_eq!(c.get_program(), "systemd-run");
         let a = args(&c);
         assert_eq!(
-            &a[..6],
+            &a[..5],
             [
                 "--pipe",
                 "--wait",
                 "--quiet",
-                "--collect",
                 "--unit=hostpull-worker-1-0.service",
                 "--slice=hostpull.slice"
             ]
