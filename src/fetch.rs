@@ -203,9 +203,11 @@ async fn fetch_blobs(
 ) -> anyhow::Result<()> {
     let (config, unit) = worker.proxy_config();
     let session = async {
+        let started = Instant::now();
         let proxy = ImageProxy::new_with_config(config)
             .await
             .map_err(|e| proxy_failure("starting the worker", e))?;
+        worker.record_startup(started.elapsed());
         let result = async {
             let img = proxy
                 .open_image(&image.to_transport())

@@ -1,8 +1,8 @@
 #!/bin/sh
 # tests/probe-worker.sh - stands in for skopeo (through the HOSTPULL_SKOPEO test hook)
 # to report what the worker can reach, then fails so that hostpull shows the report.
-# The secret is a root-only file the test makes beside the build output.
-secret="$(dirname "$(readlink -f "$0")")/../target/hostpull-probe-secret"
+# The secret is a root-only file the test puts beside this script's copy.
+secret="$(dirname "$(readlink -f "$0")")/secret"
 can_read() { if cat "$1" >/dev/null 2>&1; then echo readable; else echo denied; fi; }
 echo "probe: uid=$(id -u) secret=$(can_read "$secret")" \
     "creds=$(can_read "${CREDENTIALS_DIRECTORY:-/nonexistent}/auth.json")" \

@@ -84,6 +84,7 @@ fn unit_has_the_configured_properties() {
     // The proxy session is the second unit, after the manifest's `inspect`.
     let unit = format!("hostpull-worker-{pid}-");
     let mut shown = String::new();
+    let mut security = String::new();
     wait_for("the proxy unit", Duration::from_secs(30), || {
         let Some(u) = units_of(pid)
             .into_iter()
@@ -97,7 +98,15 @@ fn unit_has_the_configured_properties() {
             "DynamicUser,MemoryMax,MemoryLimit,TasksMax,CapabilityBoundingSet,CPUQuotaPerSecUSec,IOWeight,NoNewPrivileges,ProtectSystem,Slice",
             &u,
         ]);
-        shown.contains("DynamicUser=yes")
+        if !shown.contains("DynamicUser=yes") {
+            return false;
+        }
+        let out = Command::new("systemd-analyze")
+            .args(["security", "--no-pager", &u])
+            .output()
+            .unwrap();
+        security = String::from_utf8_lossy(&out.stdout).into_owned();
+        true
     });
     let out = child.wait_with_output().unwrap();
     assert!(
@@ -122,19 +131,33 @@ fn unit_has_the_configured_properties() {
 
 #[test]
 fn worker_cannot_read_root_secrets() {
-    let secret = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/hostpull-probe-secret");
+    // The probe and its secret go under /run: the unit has a private /tmp, and
+    // the checkout may well be below /tmp.
+    let dir = tempfile::Builder::new()
+        .prefix("hostpull-probe-")
+        .tempdir_in("/run")
+        .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let probe = dir.path().join("probe-worker.sh");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/probe-worker.sh"),
+        &probe,
+    )
+    .unwrap();
     {
         use std::os::unix::fs::OpenOptionsExt;
-        let _ = std::fs::remove_file(&secret);
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(&secret)
+            .open(dir.path().join("secret"))
             .unwrap();
         std::io::Write::write_all(&mut f, b"root-only").unwrap();
     }
-    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/probe-worker.sh");
     let s = scratch();
     let mut c = systemd_pull(
         var("RIG_IMG_SMALL"),
@@ -317,5 +340,27 @@ fn leftover_units_of_a_dead_orchestrator_are_stopped() {
     assert!(
         !systemctl(&["is-active", unit]).starts_with("active"),
         "the leftover was stopped"
+    );
+}
+
+/// A worker binary the unit cannot see (the unit's /tmp is private) fails to
+/// start, and hostpull says that, with exit code 8.
+#[test]
+fn worker_that_cannot_start_is_a_sandbox_failure() {
+    let s = scratch();
+    let hidden = s.path().join("skopeo");
+    std::fs::copy("/usr/bin/skopeo", &hidden).unwrap();
+    let mut c = systemd_pull(
+        var("RIG_IMG_SMALL"),
+        &format!("oci:{}", s.path().join("l").display()),
+    );
+    c.env("HOSTPULL_SKOPEO", &hidden);
+    let r = run(&mut c);
+    r.assert_failure(8);
+    assert!(
+        r.stderr
+            .contains("systemd could not start the worker: exit status 203"),
+        "{}",
+        r.stderr
     );
 }

@@ -73,6 +73,8 @@ pub struct WorkerReport {
     pub unit: Option<String>,
     pub uid: Option<u32>,
     pub memory_peak_bytes: Option<u64>,
+    /// From starting the proxy's worker to its `Initialize` reply.
+    pub startup_ms: Option<u64>,
 }
 
 /// One command that starts the worker, and the unit it runs as, if any.
@@ -97,6 +99,7 @@ pub struct Worker {
     seq: AtomicU32,
     units: Mutex<Vec<String>>,
     observed: Mutex<Option<Observed>>,
+    startup: Mutex<Option<Duration>>,
 }
 
 impl Worker {
@@ -112,6 +115,7 @@ impl Worker {
             seq: AtomicU32::new(0),
             units: Mutex::default(),
             observed: Mutex::default(),
+            startup: Mutex::default(),
         };
         match spec.mode {
             SandboxMode::Systemd => {
@@ -252,15 +256,18 @@ impl Worker {
                 ),
             );
         }
-        match exit.signal() {
-            Some(sig) => Err(Failure::new(
-                Kind::Worker,
-                format!("worker killed by signal {sig} ({})", exit.result),
-            )
+        let died = match (exit.signal(), exit.result.as_str()) {
+            (Some(sig), _) => format!("worker killed by signal {sig}"),
+            // systemd's own exit statuses: the unit failed before skopeo ran.
+            (None, "exit-code") if (200..=245).contains(&exit.status) => format!(
+                "systemd could not start the worker: exit status {} (systemd.exec(5), \"Process Exit Codes\")",
+                exit.status
+            ),
+            _ => return Err(e),
+        };
+        Err(Failure::new(Kind::Worker, died)
             .with_detail(format!("{e:#}"))
-            .into()),
-            None => Err(e),
-        }
+            .into())
     }
 
     /// `skopeo inspect --raw`: the registry's manifest bytes exactly as served, so
@@ -309,20 +316,28 @@ impl Worker {
         self.observe(unit.as_deref(), run).await
     }
 
+    /// Record how long the proxy took to answer `Initialize`.
+    pub fn record_startup(&self, took: Duration) {
+        *self.startup.lock().unwrap() = Some(took);
+    }
+
     pub fn report(&self) -> WorkerReport {
         let seen = self.observed.lock().unwrap().clone();
+        let startup_ms = self.startup.lock().unwrap().map(|d| d.as_millis() as u64);
         match seen {
             Some(o) => WorkerReport {
                 sandbox: self.spec.mode,
                 unit: Some(o.unit),
                 uid: o.uid,
                 memory_peak_bytes: o.memory_peak_bytes,
+                startup_ms,
             },
             None => WorkerReport {
                 sandbox: self.spec.mode,
                 unit: None,
                 uid: (self.systemd.is_none()).then(|| rustix::process::getuid().as_raw()),
                 memory_peak_bytes: None,
+                startup_ms,
             },
         }
     }
