@@ -126,7 +126,7 @@ stats() {   # stats TOOL COLUMN -> "median min max" of that column (numeric)
         { v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
                              printf "%s %s %s\n", m, v[1], v[NR] }'
 }
-mib() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
+mib() { awk -v k="$1" 'BEGIN { if (k > 0) printf "%.0f", k / 1024; else printf "n/a" }'; }
 echo
 printf '%-12s %5s %9s %7s %7s %13s %13s %13s\n' tool runs median_s min_s max_s \
     peak_MiB self_MiB child_MiB
@@ -148,6 +148,7 @@ cat <<EOF
 peak_MiB  = /usr/bin/time %M (median): max over the process and the children it reaped,
             NOT their sum. For skopeo copy that is skopeo itself.
 self_MiB  = hostpull's own VmHWM only (sampled every 50 ms); child_MiB = peak of hostpull's
-            child skopeo (inspect + image proxy; '-' if not our child, e.g. --sandbox systemd).
+            child skopeo (inspect + image proxy; '-' if not our child, e.g. --sandbox systemd;
+            n/a: run too short to sample).
 raw: $RESULTS
 EOF
