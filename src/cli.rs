@@ -24,6 +24,17 @@ pub struct Cli {
 pub enum Cmd {
     /// Pull an image from a registry into an OCI image layout.
     Pull(PullOpts),
+    /// Remove the blobs of an OCI image layout that no tag references.
+    Prune(PruneOpts),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PruneOpts {
+    /// The OCI image layout directory
+    pub dir: PathBuf,
+    /// Print one JSON object with what was removed on stdout
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -61,6 +72,12 @@ pub struct PullOpts {
     /// The worker's IOWeight=, 1 to 10000 [default: 50]
     #[arg(long)]
     pub io_weight: Option<u32>,
+    /// Give up after this many seconds, retries included [default: 3600]
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// Stop a worker that received no byte for this many seconds [default: 60]
+    #[arg(long, value_name = "SECS")]
+    pub stall_timeout: Option<u64>,
     /// Print one JSON object with the result on stdout
     #[arg(long)]
     pub json: bool,
@@ -81,6 +98,8 @@ impl PullOpts {
             cpu_quota: self.cpu_quota.clone(),
             tasks_max: self.tasks_max,
             io_weight: self.io_weight,
+            timeout: self.timeout,
+            stall_timeout: self.stall_timeout,
         }
     }
 }
@@ -100,6 +119,26 @@ async fn run_pull(opts: &PullOpts) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn run_prune(opts: &PruneOpts) -> anyhow::Result<()> {
+    if !opts.dir.join("oci-layout").is_file() {
+        return error::fail(
+            Kind::Usage,
+            format!("{} is not an OCI image layout", opts.dir.display()),
+        );
+    }
+    let pruned = crate::store::Layout::open_locked(&opts.dir)?.prune()?;
+    eprintln!(
+        "Pruned {} blobs, {:.1} MiB, from {}",
+        pruned.blobs,
+        pruned.bytes as f64 / (1 << 20) as f64,
+        opts.dir.display()
+    );
+    if opts.json {
+        println!("{}", serde_json::to_string(&pruned)?);
+    }
+    Ok(())
+}
+
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("RUST_LOG")
@@ -107,6 +146,7 @@ fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
         .with_target(false)
         .init();
@@ -140,6 +180,7 @@ pub fn run_main() -> i32 {
     let r = rt.block_on(async {
         match &cli.cmd {
             Cmd::Pull(o) => run_pull(o).await,
+            Cmd::Prune(o) => tokio::task::block_in_place(|| run_prune(o)),
         }
     });
     match r {

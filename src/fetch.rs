@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use containers_image_proxy::{ImageProxy, OpenedImage};
@@ -73,11 +73,11 @@ pub async fn pull(plan: &Plan) -> anyhow::Result<Report> {
     };
     let report = worker.report();
     worker.shutdown().await;
-    let (resolved, fetched, bytes) = result?;
+    let (resolved, fetched) = result?;
     let total = resolved.manifest.layers.len();
     let fetched_layers = fetched
         .iter()
-        .filter(|d| **d != resolved.manifest.config.digest)
+        .filter(|d| d.digest != resolved.manifest.config.digest)
         .count();
     Ok(Report {
         image: plan.image.to_string(),
@@ -89,21 +89,117 @@ pub async fn pull(plan: &Plan) -> anyhow::Result<Report> {
         layers_total: total,
         layers_fetched: fetched_layers,
         layers_reused: total - fetched_layers,
-        bytes_fetched: bytes,
+        bytes_fetched: fetched.iter().map(|d| d.size).sum(),
         elapsed_ms: start.elapsed().as_millis(),
         worker: report,
     })
 }
 
-async fn pull_with(
-    worker: &Worker,
-    plan: &Plan,
-) -> anyhow::Result<(Resolved, Vec<Sha256Digest>, u64)> {
-    let resolved = resolve(worker, plan).await?;
-    let path = plan.dest_dir.clone();
-    let layout = Arc::new(tokio::task::spawn_blocking(move || Layout::open_locked(&path)).await??);
-    let (fetched, bytes) = fetch_into(worker, plan, &resolved, &layout).await?;
-    Ok((resolved, fetched, bytes))
+/// What survives from one attempt to the next: the verified manifest, the
+/// locked layout with the blobs verified so far, and what was missing at first.
+#[derive(Debug, Default)]
+struct Progress {
+    resolved: Option<Resolved>,
+    layout: Option<Arc<Layout>>,
+    missing: Option<Vec<Descriptor>>,
+}
+
+/// The pull, retried on transient errors with exponential backoff and jitter,
+/// within the overall `--timeout`. Each retry starts a new worker session and
+/// fetches only what is still missing: verified blobs are kept.
+async fn pull_with(worker: &Worker, plan: &Plan) -> anyhow::Result<(Resolved, Vec<Descriptor>)> {
+    let mut progress = Progress::default();
+    let retrying = async {
+        let mut stalls = 0;
+        for attempt in 1.. {
+            let Err(e) = try_pull(worker, plan, &mut progress).await else {
+                break;
+            };
+            let stalled = failure(&e).is_some_and(|f| f.message.starts_with(STALLED));
+            stalls += u32::from(stalled);
+            let transient = failure(&e).is_some_and(|f| f.kind == Kind::Network);
+            if !transient || attempt >= MAX_ATTEMPTS || stalls >= MAX_STALLS {
+                return Err(e);
+            }
+            let delay = backoff(attempt);
+            tracing::warn!(
+                "attempt {attempt} failed, retrying in {:.1}s: {e:#}",
+                delay.as_secs_f64()
+            );
+            // A stalled skopeo ends only when its unit is stopped.
+            worker.stop_units().await;
+            tokio::time::sleep(delay).await;
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(plan.retry.timeout, retrying).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return fail(
+                Kind::Network,
+                format!(
+                    "timed out: the pull took longer than --timeout {}s",
+                    plan.retry.timeout.as_secs()
+                ),
+            );
+        }
+    }
+    let Progress {
+        resolved, missing, ..
+    } = progress;
+    Ok((resolved.expect("resolved"), missing.expect("checked")))
+}
+
+/// Attempts at most, and stalls at most, before a transient error is final.
+const MAX_ATTEMPTS: u32 = 5;
+const MAX_STALLS: u32 = 2;
+const STALLED: &str = "stalled:";
+
+/// 1 s, 2 s, 4 s, 8 s … capped at 30 s, each times a random factor in [0.5, 1.5).
+fn backoff(attempt: u32) -> std::time::Duration {
+    let base = 1000u64
+        .saturating_mul(1 << attempt.saturating_sub(1).min(5))
+        .min(30_000);
+    let jitter = 0.5 + f64::from(crate::sandbox::rand_u32()) / f64::from(u32::MAX);
+    std::time::Duration::from_millis((base as f64 * jitter) as u64)
+}
+
+async fn try_pull(worker: &Worker, plan: &Plan, p: &mut Progress) -> anyhow::Result<()> {
+    let resolved = match &p.resolved {
+        Some(r) => r,
+        None => {
+            let r = tokio::time::timeout(plan.retry.stall, resolve(worker, plan))
+                .await
+                .unwrap_or_else(|_| {
+                    fail(
+                        Kind::Network,
+                        format!(
+                            "{STALLED} no manifest from the registry in {}s",
+                            plan.retry.stall.as_secs()
+                        ),
+                    )
+                })?;
+            p.resolved.insert(r)
+        }
+    };
+    let layout = match &p.layout {
+        Some(l) => l,
+        None => {
+            let path = plan.dest_dir.clone();
+            let l = tokio::task::spawn_blocking(move || Layout::open_locked(&path)).await??;
+            p.layout.insert(Arc::new(l))
+        }
+    };
+    if p.missing.is_none() {
+        let mut missing: Vec<Descriptor> = Vec::new();
+        for d in resolved.manifest.blobs() {
+            if !layout.has_blob(d)? && !missing.iter().any(|t| t.digest == d.digest) {
+                missing.push(d.clone());
+            }
+        }
+        p.missing = Some(missing);
+    }
+    fetch_into(worker, plan, resolved, layout).await
 }
 
 /// Resolves on SIGINT or SIGTERM, with the matching exit code.
@@ -150,28 +246,21 @@ async fn resolve(worker: &Worker, plan: &Plan) -> anyhow::Result<Resolved> {
 }
 
 /// Fetch what the layout lacks, then publish: manifest blob, then the tag.
-/// Returns the digests fetched and their total size.
 async fn fetch_into(
     worker: &Worker,
     plan: &Plan,
     r: &Resolved,
     layout: &Arc<Layout>,
-) -> anyhow::Result<(Vec<Sha256Digest>, u64)> {
+) -> anyhow::Result<()> {
     let mut todo: Vec<Descriptor> = Vec::new();
     for d in r.manifest.blobs() {
         if !layout.has_blob(d)? && !todo.iter().any(|t| t.digest == d.digest) {
             todo.push(d.clone());
         }
     }
-    let bytes = todo.iter().map(|d| d.size).sum();
     if !todo.is_empty() {
-        fetch_blobs(
-            worker,
-            &plan.image.with_digest(&r.source_digest),
-            layout,
-            &todo,
-        )
-        .await?;
+        let image = plan.image.with_digest(&r.source_digest);
+        fetch_blobs(worker, &image, layout, &todo, plan.retry.stall).await?;
     }
     // The config must be JSON: a consumer will parse it.
     let config = layout.read_blob(&r.manifest.config.digest)?;
@@ -190,8 +279,7 @@ async fn fetch_into(
         manifest::OCI_MANIFEST,
         &r.digest,
         r.raw.len() as u64,
-    )?;
-    Ok((todo.into_iter().map(|d| d.digest).collect(), bytes))
+    )
 }
 
 /// One proxy session for all missing blobs of one image.
@@ -200,8 +288,10 @@ async fn fetch_blobs(
     image: &ImageRef,
     layout: &Arc<Layout>,
     todo: &[Descriptor],
+    stall: Duration,
 ) -> anyhow::Result<()> {
     let (config, unit) = worker.proxy_config();
+    let watchdog = Watchdog::new();
     let session = async {
         let started = Instant::now();
         let proxy = ImageProxy::new_with_config(config)
@@ -213,7 +303,7 @@ async fn fetch_blobs(
                 .open_image(&image.to_transport())
                 .await
                 .map_err(|e| proxy_failure(&format!("opening {image}"), e))?;
-            transfer(&proxy, &img, layout, todo).await?;
+            transfer(&proxy, &img, layout, todo, &watchdog).await?;
             proxy
                 .close_image(&img)
                 .await
@@ -229,7 +319,49 @@ async fn fetch_blobs(
             Err(e) => Err(e),
         }
     };
-    worker.observe(unit.as_deref(), session).await
+    tokio::select! {
+        r = worker.observe(unit.as_deref(), session) => r,
+        () = watchdog.stalled(stall) => fail(
+            Kind::Network,
+            format!("{STALLED} no data from the registry for {}s (--stall-timeout)", stall.as_secs()),
+        ),
+    }
+}
+
+/// When a byte last arrived. skopeo has no timeout of its own: a registry that
+/// stops sending mid-blob leaves it blocked for good (seen for over 240 s).
+#[derive(Debug, Clone)]
+struct Watchdog {
+    start: Instant,
+    last_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Watchdog {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            last_ms: Arc::default(),
+        }
+    }
+
+    fn kick(&self) {
+        let now = self.start.elapsed().as_millis() as u64;
+        self.last_ms
+            .store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Resolves once no byte has arrived for `stall`.
+    async fn stalled(&self, stall: Duration) {
+        loop {
+            let last =
+                Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
+            let quiet = self.start.elapsed().saturating_sub(last);
+            if quiet >= stall {
+                return;
+            }
+            tokio::time::sleep(stall - quiet).await;
+        }
+    }
 }
 
 /// Keep `IN_FLIGHT` blobs streaming. skopeo answers one request at a time and a
@@ -243,6 +375,7 @@ async fn transfer(
     img: &OpenedImage,
     layout: &Arc<Layout>,
     todo: &[Descriptor],
+    watchdog: &Watchdog,
 ) -> anyhow::Result<()> {
     let mut pending = todo.iter();
     let mut window = VecDeque::new();
@@ -267,6 +400,7 @@ async fn transfer(
                     Arc::clone(layout),
                     what,
                     d.clone(),
+                    watchdog.clone(),
                 )));
                 window.push_back((doing, finish, reading));
             }
@@ -274,9 +408,9 @@ async fn transfer(
                 break;
             };
             let theirs = finish.await;
-            let ours = (&mut reading.0)
-                .await
-                .unwrap_or_else(|e| Err(anyhow::anyhow!("blob reader failed: {e}")));
+            let ours = (&mut reading.0).await.unwrap_or_else(|e| {
+                Err(Consumed::Early(anyhow::anyhow!("blob reader failed: {e}")))
+            });
             merge_errors(&doing, ours, theirs)?;
         }
         Ok(())
@@ -294,7 +428,7 @@ async fn transfer(
 /// A blob reader task, aborted when dropped: a pull that is cancelled (its
 /// future dropped) stops reading at once, which closes the pipes.
 #[derive(Debug)]
-struct Reader(tokio::task::JoinHandle<anyhow::Result<()>>);
+struct Reader(tokio::task::JoinHandle<Result<(), Consumed>>);
 
 impl Drop for Reader {
     fn drop(&mut self) {
@@ -302,18 +436,22 @@ impl Drop for Reader {
     }
 }
 
-/// Merge a blob's two outcomes. The worker's own error explains a short read
-/// better than our size check does, unless it says nothing we can classify.
+/// Merge a blob's two outcomes. When we stopped reading early (too many bytes,
+/// a full disk), the worker's complaint about the closed pipe is only a
+/// consequence: ours stands. When the stream ended short, the worker's own
+/// error (a reset connection, say) explains it better, if it says anything
+/// we can classify.
 fn merge_errors(
     doing: &str,
-    ours: anyhow::Result<()>,
+    ours: Result<(), Consumed>,
     theirs: Result<(), containers_image_proxy::Error>,
 ) -> anyhow::Result<()> {
     match (ours, theirs) {
         (Ok(()), Ok(())) => Ok(()),
-        (Err(e), Ok(())) => Err(e),
+        (Err(Consumed::Early(e) | Consumed::AtEnd(e)), Ok(()))
+        | (Err(Consumed::Early(e)), Err(_)) => Err(e),
         (Ok(()), Err(e)) => Err(proxy_failure(doing, e)),
-        (Err(ours), Err(theirs)) => {
+        (Err(Consumed::AtEnd(ours)), Err(theirs)) => {
             let theirs = proxy_failure(doing, theirs);
             let theirs_kind = failure(&theirs).map(|f| f.kind);
             if theirs_kind.is_some_and(|k| k != Kind::Worker) {
@@ -325,6 +463,14 @@ fn merge_errors(
     }
 }
 
+/// How reading a blob pipe failed: before its end (we stopped reading, so the
+/// worker saw a broken pipe) or at its end (a short or corrupt blob).
+#[derive(Debug)]
+enum Consumed {
+    Early(anyhow::Error),
+    AtEnd(anyhow::Error),
+}
+
 /// Stream a blob pipe into a verifying sink. Hashing happens inline: SHA-256
 /// with SHA-NI costs less per chunk than a hand-off to another thread. Writes
 /// that reach the disk may block for a while under writeback throttling, so
@@ -334,20 +480,29 @@ async fn consume(
     layout: Arc<Layout>,
     what: &'static str,
     d: Descriptor,
-) -> anyhow::Result<()> {
-    let mut sink = layout.blob_sink(what, &d.digest, d.size)?;
+    watchdog: Watchdog,
+) -> Result<(), Consumed> {
+    let mut sink = layout
+        .blob_sink(what, &d.digest, d.size)
+        .map_err(Consumed::Early)?;
     let mut buf = vec![0u8; READ_BUF];
     loop {
-        let n = reader.read(&mut buf).await.context("Reading blob pipe")?;
+        let n = reader
+            .read(&mut buf)
+            .await
+            .context("Reading blob pipe")
+            .map_err(Consumed::AtEnd)?;
+        watchdog.kick();
         if n == 0 {
-            return tokio::task::block_in_place(|| sink.commit());
+            return tokio::task::block_in_place(|| sink.commit()).map_err(Consumed::AtEnd);
         }
         let chunk = &buf[..n];
-        if sink.would_flush(n) {
-            tokio::task::block_in_place(|| sink.write(chunk))?;
+        let written = if sink.would_flush(n) {
+            tokio::task::block_in_place(|| sink.write(chunk))
         } else {
-            sink.write(chunk)?;
-        }
+            sink.write(chunk)
+        };
+        written.map_err(Consumed::Early)?;
     }
 }
 

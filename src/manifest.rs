@@ -121,6 +121,17 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
             ),
         );
     }
+    if let Some(foreign) = m.layers.iter().find(|l| !l.urls.is_empty()) {
+        // A foreign layer asks the client to fetch from another server, maybe
+        // without TLS or with our credentials. Everything comes from the registry.
+        return fail(
+            Kind::Verify,
+            format!(
+                "layer {} names foreign URLs; hostpull fetches only from the registry",
+                foreign.digest
+            ),
+        );
+    }
     if m.config.size > CONFIG_MAX {
         return fail(Kind::Verify, "image config is larger than 16 MiB");
     }
@@ -369,6 +380,10 @@ mod tests {
             serde_json::json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}).to_string().into(),
             many.to_string().into(),
             huge,
+            serde_json::json!({"schemaVersion": 2, "config": layer,
+                "layers": [{"mediaType": "x", "digest": d('b'), "size": 3, "urls": ["http://elsewhere/b"]}]})
+            .to_string()
+            .into(),
         ];
         for bytes in cases {
             let e =

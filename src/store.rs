@@ -38,8 +38,8 @@ pub struct Layout {
     path: PathBuf,
     dir: Dir,
     blobs: Dir,
-    /// Did this pull create the directory? Then a failed pull removes it again.
-    created: bool,
+    /// What the destination was before; an unpublished pull restores that.
+    origin: Origin,
     /// Blobs this pull linked into place, removed again if it never publishes.
     added: Mutex<Vec<String>>,
     published: AtomicBool,
@@ -78,6 +78,7 @@ impl Layout {
         if created {
             dir.set_permissions(".", Permissions::from_mode(DIR_MODE))?;
         }
+        let mut origin = if created { Origin::New } else { Origin::Layout };
         match dir.read_to_string(OCI_LAYOUT) {
             Ok(s) => {
                 let v: Value = serde_json::from_str(&s).unwrap_or_default();
@@ -103,6 +104,9 @@ impl Layout {
                     br#"{"imageLayoutVersion":"1.0.0"}"#,
                     Permissions::from_mode(FILE_MODE),
                 )?;
+                if !created {
+                    origin = Origin::Empty;
+                }
             }
             Err(e) => return Err(e.into()),
         }
@@ -117,7 +121,7 @@ impl Layout {
             path: path.to_owned(),
             dir,
             blobs,
-            created,
+            origin,
             added: Mutex::default(),
             published: AtomicBool::new(false),
             lock,
@@ -126,6 +130,19 @@ impl Layout {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A full disk is the destination's problem, said plainly (exit 2).
+    fn write_error(&self, e: std::io::Error) -> anyhow::Error {
+        if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) {
+            crate::error::Failure::new(
+                Kind::Usage,
+                format!("no space left on the device of {}", self.path.display()),
+            )
+            .into()
+        } else {
+            anyhow::Error::new(e).context("Writing blob")
+        }
     }
 
     /// A blob is reused when the file named by its digest exists with the right
@@ -229,18 +246,84 @@ impl Drop for Layout {
         if *self.published.get_mut() {
             return;
         }
-        let result = if self.created {
-            std::fs::remove_dir_all(&self.path)
-        } else {
-            self.added
+        let result = match self.origin {
+            Origin::New => std::fs::remove_dir_all(&self.path),
+            Origin::Empty => self
+                .dir
+                .remove_dir_all("blobs")
+                .and_then(|()| self.dir.remove_file(OCI_LAYOUT)),
+            Origin::Layout => self
+                .added
                 .get_mut()
                 .unwrap()
                 .iter()
-                .try_for_each(|hex| self.blobs.remove_file(hex))
+                .try_for_each(|hex| self.blobs.remove_file(hex)),
         };
         if let Err(e) = result {
             tracing::warn!("cleaning up {}: {e}", self.path.display());
         }
+    }
+}
+
+/// What a pull's destination was before the pull.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Nothing: the pull made the directory.
+    New,
+    /// An empty directory (a mount point, say).
+    Empty,
+    /// An OCI image layout.
+    Layout,
+}
+
+/// What `hostpull prune` removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Pruned {
+    pub blobs: usize,
+    pub bytes: u64,
+}
+
+impl Layout {
+    /// Remove every blob that no tag in `index.json` reaches, through manifests
+    /// and nested indexes. Runs under the layout lock, so never beside a pull.
+    #[context("Pruning {}", self.path.display())]
+    pub fn prune(&self) -> anyhow::Result<Pruned> {
+        let index = self.read_index()?;
+        let mut keep = std::collections::HashSet::new();
+        let mut todo: Vec<Value> = vec![index];
+        while let Some(doc) = todo.pop() {
+            let descriptors = doc["manifests"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .chain(doc["layers"].as_array().into_iter().flatten())
+                .chain(std::iter::once(&doc["config"]).filter(|c| c.is_object()));
+            for d in descriptors {
+                let Some(digest) = d["digest"].as_str().and_then(Sha256Digest::parse) else {
+                    continue;
+                };
+                let is_manifest = doc["manifests"].is_array();
+                if keep.insert(digest.hex().to_owned()) && is_manifest {
+                    // A manifest or index: what it references is kept too.
+                    let bytes = self.read_blob(&digest)?;
+                    todo.push(
+                        serde_json::from_slice(&bytes)
+                            .with_context(|| format!("Parsing {digest}"))?,
+                    );
+                }
+            }
+        }
+        let mut pruned = Pruned::default();
+        for entry in self.blobs.entries()? {
+            let entry = entry?;
+            let name = entry.file_name().into_string().unwrap_or_default();
+            if !keep.contains(&name) {
+                pruned.bytes += entry.metadata()?.len();
+                pruned.blobs += 1;
+                self.blobs.remove_file(&name)?;
+            }
+        }
+        Ok(pruned)
     }
 }
 
@@ -273,7 +356,9 @@ impl BlobSink<'_> {
     }
 
     fn flush(&mut self) -> anyhow::Result<()> {
-        self.tmp.write_all(&self.pending).context("Writing blob")?;
+        self.tmp
+            .write_all(&self.pending)
+            .map_err(|e| self.layout.write_error(e))?;
         self.pending.clear();
         Ok(())
     }
@@ -379,6 +464,12 @@ mod tests {
         l.write_blob("layer", &a.digest, b"a").unwrap();
         drop(l);
         assert!(!path.exists());
+        // An empty directory (a mount point) is left empty.
+        std::fs::create_dir(&path).unwrap();
+        let l = Layout::open_locked(&path).unwrap();
+        l.write_blob("layer", &a.digest, b"a").unwrap();
+        drop(l);
+        assert_eq!(std::fs::read_dir(&path).unwrap().count(), 0);
         // Published: kept.
         let l = Layout::open_locked(&path).unwrap();
         l.write_blob("layer", &a.digest, b"a").unwrap();
@@ -393,6 +484,38 @@ mod tests {
         assert!(l.has_blob(&a).unwrap());
         assert!(!l.has_blob(&b).unwrap());
         assert!(path.join(INDEX).exists());
+    }
+
+    #[test]
+    fn prune_keeps_what_tags_reach() {
+        let td = tempfile::tempdir().unwrap();
+        let l = Layout::open_locked(td.path()).unwrap();
+        let blob = |b: &[u8]| {
+            let d = sha256(b);
+            l.write_blob("blob", &d, b).unwrap();
+            d
+        };
+        let (config, layer, orphan) = (blob(b"{}"), blob(b"layer"), blob(b"orphan"));
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "config": {"digest": config, "size": 2},
+            "layers": [{"digest": layer, "size": 5}],
+        })
+        .to_string();
+        let m = blob(manifest.as_bytes());
+        l.set_tag(
+            "t",
+            crate::manifest::OCI_MANIFEST,
+            &m,
+            manifest.len() as u64,
+        )
+        .unwrap();
+        assert_eq!(l.prune().unwrap(), Pruned { blobs: 1, bytes: 6 });
+        for d in [&config, &layer, &m] {
+            assert!(l.read_blob(d).is_ok(), "{d} kept");
+        }
+        assert!(l.read_blob(&orphan).is_err());
+        assert_eq!(l.prune().unwrap(), Pruned::default());
     }
 
     #[test]

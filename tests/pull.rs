@@ -271,7 +271,13 @@ fn failures_have_exit_codes_and_write_nothing() {
         (
             "dead registry",
             "127.0.0.1:1/hostpull/small:v1".into(),
-            vec!["--authfile".into(), var("RIG_AUTHFILE").into()],
+            // Refused connections are retried; the deadline ends that.
+            vec![
+                "--authfile".into(),
+                var("RIG_AUTHFILE").into(),
+                "--timeout".into(),
+                "3".into(),
+            ],
             6,
         ),
     ];
@@ -399,4 +405,84 @@ fn password_never_in_argv_or_environment() {
     };
     assert!(status.success());
     assert!(saw_worker, "the scan saw the worker ({scans} scans)");
+}
+
+/// `hostpull prune` removes what no tag reaches any more, and only that.
+#[test]
+fn prune_removes_only_unreferenced_blobs() {
+    let s = scratch();
+    let dest = s.path().join("layout");
+    // Tag t is v1, then moves to v2: v1's manifest, config and last layer go stale.
+    run(&mut with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL"),
+        &oci(&dest, Some("t")),
+    )))
+    .json();
+    let v2 = run(&mut with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL2"),
+        &oci(&dest, Some("t")),
+    )))
+    .json();
+    let prune = || {
+        let r = run(Command::new(env!("CARGO_BIN_EXE_hostpull"))
+            .args(["prune", "--json"])
+            .arg(&dest));
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        serde_json::from_str::<serde_json::Value>(&r.stdout).unwrap()
+    };
+    assert_eq!(prune()["blobs"], 3);
+    assert_eq!(prune()["blobs"], 0);
+    let inspected: serde_json::Value =
+        serde_json::from_str(&skopeo(&["inspect", &format!("oci:{}:t", dest.display())])).unwrap();
+    assert_eq!(inspected["Digest"], v2["manifest_digest"]);
+    skopeo(&[
+        "copy",
+        "-q",
+        &format!("oci:{}:t", dest.display()),
+        &format!("oci:{}:t", s.path().join("copy").display()),
+    ]);
+    // Not a layout: a usage error, and nothing touched.
+    let r = run(Command::new(env!("CARGO_BIN_EXE_hostpull"))
+        .args(["prune"])
+        .arg(s.path()));
+    r.assert_failure(2);
+}
+
+/// SIGINT mid-pull: exit 130, the workers are gone, the layout is as it was.
+#[test]
+fn sigint_leaves_the_layout_as_it_was() {
+    let s = scratch();
+    let dest = s.path().join("layout");
+    run(&mut with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL"),
+        &oci(&dest, None),
+    )))
+    .json();
+    let before = snapshot(&dest);
+    let mut child = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &oci(&dest, Some("big"))))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_for(
+        "a blob in flight",
+        std::time::Duration::from_secs(30),
+        || {
+            !workers_of(pid, var("RIG_AUTHFILE"))
+                .iter()
+                .all(|c| !c.contains("experimental-image-proxy"))
+        },
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let sigint = rustix::process::Signal::INT;
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), sigint)
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    wait_for(
+        "the workers to go",
+        std::time::Duration::from_secs(2),
+        || workers_of(pid, var("RIG_AUTHFILE")).is_empty(),
+    );
+    assert_eq!(snapshot(&dest), before);
 }

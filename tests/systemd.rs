@@ -26,14 +26,6 @@ fn units_of(pid: u32) -> Vec<String> {
     .collect()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn systemd_pull(image: &str, dest: &str) -> Command {
     let mut c = with_rig_creds(pull_cmd(image, dest));
     c.args(["--sandbox", "systemd"]);

@@ -189,3 +189,151 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, String)> {
     out.sort();
     out
 }
+
+/// A TCP forwarder in front of the rig's registry, for fault tests that must
+/// not disturb the registry other tests share. It can cut every connection
+/// (the registry dies), refuse new ones for a while (it is down), or freeze
+/// (it stalls: connections stay open, no byte moves).
+#[derive(Debug)]
+pub struct Forwarder {
+    pub addr: String,
+    state: std::sync::Arc<ForwarderState>,
+}
+
+#[derive(Debug, Default)]
+struct ForwarderState {
+    frozen: std::sync::atomic::AtomicBool,
+    down_until: std::sync::Mutex<Option<std::time::Instant>>,
+    conns: std::sync::Mutex<Vec<std::net::TcpStream>>,
+    /// Bytes sent towards the client so far.
+    down_bytes: std::sync::atomic::AtomicU64,
+    /// At most this many bytes a second, per connection (0: no limit).
+    rate: std::sync::atomic::AtomicU64,
+}
+
+impl Forwarder {
+    pub fn start(target: &str, rate: u64) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let state = std::sync::Arc::new(ForwarderState::default());
+        state.rate.store(rate, Ordering::Relaxed);
+        let st = std::sync::Arc::clone(&state);
+        let target = target.to_owned();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if st
+                    .down_until
+                    .lock()
+                    .unwrap()
+                    .is_some_and(|t| std::time::Instant::now() < t)
+                {
+                    drop(client);
+                    continue;
+                }
+                let Ok(upstream) = std::net::TcpStream::connect(&target) else {
+                    continue;
+                };
+                {
+                    let mut conns = st.conns.lock().unwrap();
+                    conns.push(client.try_clone().unwrap());
+                    conns.push(upstream.try_clone().unwrap());
+                }
+                let (c2, u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+                let (s1, s2) = (std::sync::Arc::clone(&st), std::sync::Arc::clone(&st));
+                std::thread::spawn(move || pump(client, upstream, &s1, false));
+                std::thread::spawn(move || pump(u2, c2, &s2, true));
+            }
+        });
+        Self { addr, state }
+    }
+
+    /// Reset every open connection and refuse new ones for `down`.
+    pub fn cut(&self, down: std::time::Duration) {
+        *self.state.down_until.lock().unwrap() = Some(std::time::Instant::now() + down);
+        for c in self.state.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn freeze(&self) {
+        self.state
+            .frozen
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn bytes_down(&self) -> u64 {
+        self.state
+            .down_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// An authfile with the rig's credentials for this forwarder's address.
+    pub fn authfile(&self, dir: &Path) -> PathBuf {
+        let rig = std::fs::read_to_string(var("RIG_AUTHFILE")).unwrap();
+        let path = dir.join("forwarder-auth.json");
+        std::fs::write(&path, rig.replace(var("RIG_REGISTRY"), &self.addr)).unwrap();
+        path
+    }
+}
+
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    st: &ForwarderState,
+    down: bool,
+) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let mut buf = vec![0u8; 64 << 10];
+    let start = std::time::Instant::now();
+    let mut moved = 0u64;
+    loop {
+        if st.frozen.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        }
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+        moved += n as u64;
+        if down {
+            st.down_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        let rate = st.rate.load(Ordering::Relaxed);
+        if rate > 0 {
+            let due = std::time::Duration::from_secs_f64(moved as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+/// Wait until `f` holds, or fail the test after `timeout`.
+pub fn wait_for(what: &str, timeout: std::time::Duration, mut f: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !f() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Processes that are a worker of the hostpull with this pid: its children
+/// without systemd, its units' processes with systemd.
+pub fn workers_of(pid: u32, marker: &str) -> Vec<String> {
+    let unit = format!("hostpull-worker-{pid}-");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("skopeo") && (c.contains(&unit) || c.contains(marker)))
+        .collect()
+}

@@ -3,6 +3,7 @@
 pub mod imgref;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::error::{Kind, fail};
 use crate::manifest::Platform;
@@ -17,6 +18,25 @@ pub struct Plan {
     pub tag: String,
     pub platform: Platform,
     pub worker: WorkerSpec,
+    pub retry: RetryPolicy,
+}
+
+/// How long a pull may take, and how long it may go without a byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// The whole pull, retries included (`--timeout`).
+    pub timeout: Duration,
+    /// No byte for this long stops the worker (`--stall-timeout`).
+    pub stall: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(3600),
+            stall: Duration::from_secs(60),
+        }
+    }
 }
 
 /// What the command line (or later, a pull profile) asks for.
@@ -35,6 +55,10 @@ pub struct Request {
     pub cpu_quota: Option<String>,
     pub tasks_max: Option<u32>,
     pub io_weight: Option<u32>,
+    /// Seconds.
+    pub timeout: Option<u64>,
+    /// Seconds.
+    pub stall_timeout: Option<u64>,
 }
 
 pub fn plan(req: &Request) -> anyhow::Result<Plan> {
@@ -89,7 +113,23 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             tls_verify: req.tls_verify,
             limits,
         },
+        retry: retry(req)?,
     })
+}
+
+fn retry(req: &Request) -> anyhow::Result<RetryPolicy> {
+    let mut r = RetryPolicy::default();
+    for (flag, value, field) in [
+        ("--timeout", req.timeout, &mut r.timeout),
+        ("--stall-timeout", req.stall_timeout, &mut r.stall),
+    ] {
+        match value {
+            Some(0) => return fail(Kind::Usage, format!("{flag} must be at least 1 second")),
+            Some(secs) => *field = Duration::from_secs(secs),
+            None => {}
+        }
+    }
+    Ok(r)
 }
 
 /// The worker's cgroup limits: the defaults, with what the request sets.

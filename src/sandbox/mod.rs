@@ -342,19 +342,51 @@ impl Worker {
         }
     }
 
-    /// Stop every unit this worker started (killing `systemd-run` does not) and
-    /// wait until they are gone; then remove the staging directory.
-    pub async fn shutdown(mut self) {
-        if let Some(systemd) = &self.systemd {
-            let units = std::mem::take(&mut *self.units.lock().unwrap());
-            for unit in units {
-                if let Err(e) = systemd.stop(&unit, STOP_TIMEOUT).await {
-                    tracing::warn!("stopping {unit}: {e:#}");
+    /// Stop every worker this pull started that still runs: its units (killing
+    /// `systemd-run` does not stop them), or without systemd, its child skopeo
+    /// processes. A skopeo blocked on a stalled registry ends no other way.
+    pub async fn stop_units(&self) {
+        match &self.systemd {
+            Some(systemd) => {
+                let units = std::mem::take(&mut *self.units.lock().unwrap());
+                for unit in units {
+                    if let Err(e) = systemd.stop(&unit, STOP_TIMEOUT).await {
+                        tracing::warn!("stopping {unit}: {e:#}");
+                    }
                 }
             }
+            None => kill_children(),
         }
+    }
+
+    /// Stop the workers and remove the staging directory.
+    pub async fn shutdown(mut self) {
+        self.stop_units().await;
         if let Some(s) = self.staging.take() {
             s.remove();
+        }
+    }
+}
+
+/// SIGKILL every child of this process: without systemd, they are workers.
+fn kill_children() {
+    let me = std::process::id().to_string();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for p in procs.flatten() {
+        let Ok(stat) = std::fs::read_to_string(p.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid …: comm may hold spaces, so split after the ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        let pid = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok());
+        if let (Some(ppid), Some(pid)) = (ppid, pid.and_then(rustix::process::Pid::from_raw))
+            && ppid == me
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
     }
 }
@@ -382,7 +414,7 @@ fn cert_files(dir: &Path) -> anyhow::Result<Vec<String>> {
     Ok(names)
 }
 
-fn rand_u32() -> u32 {
+pub(crate) fn rand_u32() -> u32 {
     let mut b = [0u8; 4];
     // getrandom(2) cannot fail for 4 bytes once the pool is initialized.
     let _ = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty());
