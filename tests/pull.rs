@@ -1,5 +1,6 @@
 //! The Core contract of `hostpull pull`, against the real registry.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::util::*;
@@ -357,10 +358,13 @@ fn usage_errors_from_clap_exit_2() {
     assert_eq!(r.code, 2);
 }
 
-/// While a pull runs, the registry password is in no process's argv or
-/// environment, hostpull's, systemd-run's or the worker's.
+/// The secret-leak scan. While a pull runs, the registry password (plain or
+/// base64) is in no process's argv or environment, and in no file that a
+/// non-root user could read under /tmp, /run, /var/tmp or the destination.
+/// After it: not in hostpull's output or the journal either, and the root-only
+/// staging directory (0700 while it exists) is gone.
 #[test]
-fn password_never_in_argv_or_environment() {
+fn secret_leak_scan() {
     let secret = password();
     let auth = std::fs::read_to_string(var("RIG_AUTHFILE")).unwrap();
     let encoded = auth
@@ -368,43 +372,141 @@ fn password_never_in_argv_or_environment() {
         .find(|s| s.len() > 20 && !s.contains('.'))
         .expect("the auth field")
         .to_owned();
+    let leaks = |text: &[u8]| {
+        let text = String::from_utf8_lossy(text);
+        text.contains(&secret) || text.contains(&encoded)
+    };
     let s = scratch();
-    let dest = format!("oci:{}", s.path().join("l").display());
-    let mut child = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &dest))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut scans = 0;
-    let mut saw_worker = false;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
+    let dest = s.path().join("l");
+    let since = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+    let child = with_rig_creds(pull_cmd(
+        var("RIG_IMG_BIG"),
+        &format!("oci:{}", dest.display()),
+    ))
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let pid = child.id();
+    let (mut scans, mut saw_worker, mut saw_staging, mut scanned_files) = (0, false, false, false);
+    let scan_files = |since| {
+        for root in [
+            Path::new("/tmp"),
+            Path::new("/run"),
+            Path::new("/var/tmp"),
+            &dest,
+        ] {
+            for (path, bytes) in world_readable_files(root, since) {
+                assert!(
+                    !leaks(&bytes),
+                    "secret in world-readable {}",
+                    path.display()
+                );
+            }
         }
+    };
+    let child = std::sync::Mutex::new(child);
+    let running = || child.lock().unwrap().try_wait().unwrap().is_none();
+    while running() {
         for proc in std::fs::read_dir("/proc").unwrap().flatten() {
             for file in ["cmdline", "environ"] {
                 let Ok(bytes) = std::fs::read(proc.path().join(file)) else {
                     continue;
                 };
-                let text = String::from_utf8_lossy(&bytes);
-                assert!(
-                    !text.contains(&secret),
-                    "password in {}/{file}",
-                    proc.path().display()
-                );
-                assert!(
-                    !text.contains(&encoded),
-                    "encoded auth in {}/{file}",
-                    proc.path().display()
-                );
-                saw_worker |= file == "cmdline" && text.contains("experimental-image-proxy");
+                assert!(!leaks(&bytes), "secret in {}/{file}", proc.path().display());
+                saw_worker |= file == "cmdline"
+                    && String::from_utf8_lossy(&bytes).contains("experimental-image-proxy");
             }
+        }
+        for staging in staging_dirs(pid) {
+            let meta = std::fs::metadata(&staging).unwrap();
+            assert_eq!(
+                std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+                0o700
+            );
+            assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 0);
+            saw_staging = true;
+        }
+        if saw_worker && !scanned_files {
+            scan_files(since);
+            scanned_files = true;
         }
         scans += 1;
         std::thread::sleep(std::time::Duration::from_millis(10));
-    };
-    assert!(status.success());
+    }
+    let out = child.into_inner().unwrap().wait_with_output().unwrap();
+    assert!(out.status.success());
+    scan_files(since);
     assert!(saw_worker, "the scan saw the worker ({scans} scans)");
+    assert!(saw_staging, "the scan saw the staging directory");
+    assert!(
+        staging_dirs(pid).is_empty(),
+        "the staging directory is gone"
+    );
+    assert!(
+        !leaks(&out.stdout) && !leaks(&out.stderr),
+        "secret in hostpull's output"
+    );
+    if Path::new("/run/systemd/system").exists() {
+        let journal = Command::new("journalctl")
+            .args(["-o", "cat", "--no-pager"])
+            .output()
+            .unwrap();
+        assert!(journal.status.success());
+        assert!(!leaks(&journal.stdout), "secret in the journal");
+    }
+}
+
+/// A pull's root-only staging: `/run/hostpull/<pid>-*` with systemd,
+/// `$TMPDIR/hostpull-<pid>-*` without.
+fn staging_dirs(pid: u32) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for (dir, prefix) in [
+        ("/run/hostpull", format!("{pid}-")),
+        ("/tmp", format!("hostpull-{pid}-")),
+    ] {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                found.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+/// Files under `root` changed since `since` that anyone may read: world-readable
+/// themselves, in directories anyone may search. Files over 16 MiB (image
+/// layers) are left out.
+fn world_readable_files(
+    root: &Path,
+    since: std::time::SystemTime,
+) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(meta) = e.path().symlink_metadata() else {
+                continue;
+            };
+            let mode = meta.permissions().mode();
+            if meta.is_dir() && mode & 0o001 != 0 {
+                stack.push(e.path());
+            } else if meta.is_file()
+                && mode & 0o004 != 0
+                && meta.len() <= 16 << 20
+                && meta.modified().is_ok_and(|m| m >= since)
+            {
+                if let Ok(bytes) = std::fs::read(e.path()) {
+                    out.push((e.path(), bytes));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `hostpull prune` removes what no tag reaches any more, and only that.
