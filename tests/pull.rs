@@ -499,10 +499,9 @@ fn world_readable_files(
                 && mode & 0o004 != 0
                 && meta.len() <= 16 << 20
                 && meta.modified().is_ok_and(|m| m >= since)
+                && let Ok(bytes) = std::fs::read(e.path())
             {
-                if let Ok(bytes) = std::fs::read(e.path()) {
-                    out.push((e.path(), bytes));
-                }
+                out.push((e.path(), bytes));
             }
         }
     }
