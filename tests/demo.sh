@@ -1,25 +1,36 @@
 #!/bin/bash
 # tests/demo.sh - the main job, end to end, on a fresh Debian 12 machine: install what
 # is missing, build hostpull, start a local TLS + htpasswd registry with a sample image,
-# pull it through the worker, and print the result.
+# and pull it through the sandboxed worker (a transient systemd unit with a dynamic
+# user). Where PID 1 is not systemd, a real systemd is booted for it (tests/sysd.sh).
 #
-# Knobs: RIG_DIR (default /tmp/hostpull-demo), SANDBOX (default none).
+# Knobs: RIG_DIR (default /tmp/hostpull-demo), SANDBOX (systemd or none; default systemd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export RIG_DIR=${RIG_DIR:-/tmp/hostpull-demo} RIG_BIG=0
-SANDBOX=${SANDBOX:-none}
+SANDBOX=${SANDBOX:-systemd}
 
 bash tests/rig.sh install
 cargo build --locked --release
-trap 'bash tests/rig.sh down' EXIT
+cleanup() { bash tests/rig.sh down; }
+trap cleanup EXIT
 bash tests/rig.sh up
 # shellcheck disable=SC1091
 . "$RIG_DIR/env"
 
 dest=$RIG_DIR/demo-layout
 rm -rf "$dest"
-set -x
-target/release/hostpull pull "docker://$RIG_IMG_SMALL" --dest "oci:$dest" \
-    --authfile "$RIG_AUTHFILE" --cert-dir "$RIG_CERT_DIR" --sandbox "$SANDBOX" --json
+pull=(target/release/hostpull pull "docker://$RIG_IMG_SMALL" --dest "oci:$dest"
+      --authfile "$RIG_AUTHFILE" --cert-dir "$RIG_CERT_DIR" --sandbox "$SANDBOX" --json)
+echo "+ ${pull[*]}" >&2
+if [ "$SANDBOX" = systemd ] && [ "$(cat /proc/1/comm)" != systemd ]; then
+    export SYSD_DIR=$RIG_DIR/sysd SYSD_SHARE="$PWD $RIG_DIR"
+    trap 'bash tests/sysd.sh down; cleanup' EXIT
+    bash tests/sysd.sh up
+    bash tests/sysd.sh exec "${pull[@]}"
+else
+    "${pull[@]}"
+fi
+echo "+ skopeo inspect oci:$dest:v1" >&2
 skopeo inspect "oci:$dest:v1"
