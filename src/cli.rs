@@ -23,7 +23,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Pull an image from a registry into an OCI image layout.
-    Pull(PullOpts),
+    Pull(Box<PullOpts>),
     /// Remove the blobs of an OCI image layout that no tag references.
     Prune(PruneOpts),
 }
@@ -72,6 +72,10 @@ pub struct PullOpts {
     /// The worker's IOWeight=, 1 to 10000 [default: 50]
     #[arg(long)]
     pub io_weight: Option<u32>,
+    /// The worker unit's SELinux context where SELinux is enabled
+    /// [default: system_u:system_r:hostpull_worker_t:s0]
+    #[arg(long, value_name = "CONTEXT")]
+    pub worker_selinux_context: Option<String>,
     /// Give up after this many seconds, retries included [default: 3600]
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
@@ -94,6 +98,8 @@ impl PullOpts {
             platform: self.platform.clone(),
             sandbox: Some(self.sandbox),
             systemd_booted: std::path::Path::new("/run/systemd/system").is_dir(),
+            selinux_enabled: std::path::Path::new("/sys/fs/selinux/enforce").exists(),
+            selinux_context: self.worker_selinux_context.clone(),
             memory_max: self.memory_max.clone(),
             cpu_quota: self.cpu_quota.clone(),
             tasks_max: self.tasks_max,

@@ -10,6 +10,9 @@ use crate::manifest::Platform;
 use crate::sandbox::{Limits, SandboxMode, WorkerSpec, unit};
 use imgref::{Dest, ImageRef};
 
+/// The worker's domain in selinux/hostpull.te.
+pub const WORKER_SELINUX_CONTEXT: &str = "system_u:system_r:hostpull_worker_t:s0";
+
 /// One pull, fully decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -51,6 +54,10 @@ pub struct Request {
     pub sandbox: Option<SandboxMode>,
     /// Whether systemd runs this host (`/run/systemd/system` exists).
     pub systemd_booted: bool,
+    /// Whether SELinux is enabled (`/sys/fs/selinux/enforce` exists).
+    pub selinux_enabled: bool,
+    /// The worker's SELinux context, when SELinux is enabled.
+    pub selinux_context: Option<String>,
     pub memory_max: Option<String>,
     pub cpu_quota: Option<String>,
     pub tasks_max: Option<u32>,
@@ -112,6 +119,11 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             cert_dir: req.cert_dir.clone(),
             tls_verify: req.tls_verify,
             limits,
+            selinux_context: req.selinux_enabled.then(|| {
+                req.selinux_context
+                    .clone()
+                    .unwrap_or_else(|| WORKER_SELINUX_CONTEXT.to_owned())
+            }),
         },
         retry: retry(req)?,
     })
@@ -231,6 +243,24 @@ mod tests {
         let e = plan(&r).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 8);
         assert!(e.to_string().contains("--sandbox none"));
+    }
+
+    #[test]
+    fn selinux_context_only_where_selinux_is_on() {
+        let mut r = req("h.io/a:v1", "oci:/d");
+        assert_eq!(plan(&r).unwrap().worker.selinux_context, None);
+        r.selinux_enabled = true;
+        assert_eq!(
+            plan(&r).unwrap().worker.selinux_context.as_deref(),
+            Some(WORKER_SELINUX_CONTEXT)
+        );
+        r.selinux_context = Some("system_u:system_r:other_t:s0".into());
+        assert_eq!(
+            plan(&r).unwrap().worker.selinux_context.as_deref(),
+            Some("system_u:system_r:other_t:s0")
+        );
+        r.selinux_enabled = false;
+        assert_eq!(plan(&r).unwrap().worker.selinux_context, None);
     }
 
     #[test]

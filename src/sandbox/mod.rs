@@ -58,6 +58,8 @@ pub struct WorkerSpec {
     pub cert_dir: Option<PathBuf>,
     pub tls_verify: bool,
     pub limits: Limits,
+    /// `SELinuxContext=` of the worker unit; set where SELinux is enabled.
+    pub selinux_context: Option<String>,
 }
 
 impl WorkerSpec {
@@ -188,8 +190,13 @@ impl Worker {
                 let n = self.seq.fetch_add(1, Ordering::Relaxed);
                 let unit = format!("{}{}-{n}.service", unit::UNIT_PREFIX, self.id);
                 self.units.lock().unwrap().push(unit.clone());
-                let cmd =
-                    unit::systemd_run(&unit, &self.spec.limits, &self.mounts, &self.spec.skopeo);
+                let cmd = unit::systemd_run(
+                    &unit,
+                    &self.spec.limits,
+                    &self.mounts,
+                    self.spec.selinux_context.as_deref(),
+                    &self.spec.skopeo,
+                );
                 Launch {
                     cmd,
                     unit: Some(unit),
@@ -470,6 +477,7 @@ mod tests {
             cert_dir: None,
             tls_verify: true,
             limits: Limits::default(),
+            selinux_context: None,
         }
     }
 

@@ -140,7 +140,16 @@ pub fn credentials_dir(unit: &str) -> PathBuf {
 /// The `systemd-run` command that starts `skopeo` as unit `unit`. The caller's
 /// stdin, stdout and stderr pass through (`--pipe`): the image proxy's
 /// socketpair arrives unchanged as the worker's stdin.
-pub fn systemd_run(unit: &str, limits: &Limits, mounts: &Mounts, skopeo: &Path) -> Command {
+///
+/// `selinux_context` is the worker's domain (selinux/hostpull.te), given where
+/// SELinux is enabled: without it, init_t would run skopeo (bin_t) unconfined.
+pub fn systemd_run(
+    unit: &str,
+    limits: &Limits,
+    mounts: &Mounts,
+    selinux_context: Option<&str>,
+    skopeo: &Path,
+) -> Command {
     let mut c = Command::new("systemd-run");
     // No --collect: a unit that fails stays loaded until hostpull has read why
     // (a SIGKILL from the OOM killer on cgroup v1, `oom-kill` on v2) and reset it.
@@ -163,6 +172,9 @@ pub fn systemd_run(unit: &str, limits: &Limits, mounts: &Mounts, skopeo: &Path) 
             src.display(),
             dst.display()
         ));
+    }
+    if let Some(ctx) = selinux_context {
+        props.push(format!("SELinuxContext={ctx}"));
     }
     for p in props {
         c.arg("--property").arg(p);
@@ -204,6 +216,7 @@ mod tests {
             "hostpull-worker-1-0.service",
             &limits,
             &mounts,
+            Some("system_u:system_r:hostpull_worker_t:s0"),
             Path::new("/usr/bin/skopeo"),
         );
         assert_eq!(c.get_program(), "systemd-run");
@@ -237,6 +250,7 @@ mod tests {
             "CPUQuota=50%",
             "LoadCredential=auth.json:/run/hostpull/1/auth.json",
             "BindReadOnlyPaths=/run/hostpull/1/resolv.conf:/etc/resolv.conf",
+            "SELinuxContext=system_u:system_r:hostpull_worker_t:s0",
         ] {
             assert!(props.contains(&want), "{want} missing from {props:?}");
         }
@@ -258,9 +272,14 @@ mod tests {
             "u",
             &Limits::default(),
             &Mounts::default(),
+            None,
             Path::new("skopeo"),
         );
-        assert!(!args(&c).iter().any(|a| a.starts_with("CPUQuota")));
+        assert!(
+            !args(&c)
+                .iter()
+                .any(|a| a.starts_with("CPUQuota") || a.starts_with("SELinuxContext"))
+        );
     }
 
     #[test]
