@@ -122,6 +122,7 @@ pub fn classify_worker_text(text: &str) -> Kind {
     } else if has(&[
         "digest mismatch",
         "corrupted blob",
+        "exceeded maximum allowed size",
         "did not match",
         "does not match",
         "size mismatch",
@@ -183,6 +184,10 @@ mod tests {
                 Kind::Verify,
             ),
             ("corrupted blob, expecting sha256:aa", Kind::Verify),
+            (
+                "reading manifest v1: exceeded maximum allowed size of 4194304 bytes",
+                Kind::Verify,
+            ),
             ("proxy unexpectedly exited: signal: killed", Kind::Worker),
         ];
         for (text, want) in cases {

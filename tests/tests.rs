@@ -2,6 +2,7 @@
 //! tests/sysd.sh for the systemd sandbox). A test that cannot reach its rig fails.
 
 mod fault;
+mod hostile;
 mod pull;
 mod systemd;
 mod util;
