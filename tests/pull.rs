@@ -587,3 +587,38 @@ fn sigint_leaves_the_layout_as_it_was() {
     );
     assert_eq!(snapshot(&dest), before);
 }
+
+/// A compromised worker that speaks the proxy protocol but sends every blob
+/// with the right length and the wrong bytes, and reports success: root's own
+/// hashing catches it, and nothing is published.
+#[test]
+fn a_lying_worker_is_caught_by_root() {
+    // Under /run: a worker unit has a private /tmp.
+    let dir = tempfile::Builder::new()
+        .prefix("hostpull-liar-")
+        .tempdir_in("/run")
+        .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let liar = dir.path().join("lying-worker.py");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lying-worker.py"),
+        &liar,
+    )
+    .unwrap();
+    let s = scratch();
+    let dest = s.path().join("layout");
+    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest, None)));
+    c.env("HOSTPULL_SKOPEO", &liar);
+    let r = run(&mut c);
+    r.assert_failure(7);
+    assert!(
+        r.stderr.contains("digest mismatch"),
+        "root's check caught it: {}",
+        r.stderr
+    );
+    assert!(!dest.exists());
+}
