@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::error::{self, Kind};
@@ -57,9 +58,12 @@ pub struct PullOpts {
     /// OS/ARCH[/VARIANT] to choose from a multi-platform image; defaults to this host's
     #[arg(long)]
     pub platform: Option<String>,
-    /// How to isolate the network-facing worker
-    #[arg(long, value_enum, default_value_t = SandboxMode::Auto)]
-    pub sandbox: SandboxMode,
+    /// How to isolate the network-facing worker [default: auto]
+    #[arg(long, value_enum)]
+    pub sandbox: Option<SandboxMode>,
+    /// Read hostpull.d configuration below this root instead of /
+    #[arg(long, value_name = "DIR", default_value = "/", hide = true)]
+    pub config_root: PathBuf,
     /// The worker's MemoryMax= (bytes, or with K, M, G, T) [default: 512M]
     #[arg(long)]
     pub memory_max: Option<String>,
@@ -96,7 +100,7 @@ impl PullOpts {
             cert_dir: self.cert_dir.clone(),
             tls_verify: self.tls_verify,
             platform: self.platform.clone(),
-            sandbox: Some(self.sandbox),
+            sandbox: self.sandbox,
             systemd_booted: std::path::Path::new("/run/systemd/system").is_dir(),
             selinux_enabled: std::path::Path::new("/sys/fs/selinux/enforce").exists(),
             selinux_context: self.worker_selinux_context.clone(),
@@ -111,7 +115,14 @@ impl PullOpts {
 }
 
 async fn run_pull(opts: &PullOpts) -> anyhow::Result<()> {
-    let plan = plan::plan(&opts.request())?;
+    let mut req = opts.request();
+    let root = cap_std_ext::cap_std::fs::Dir::open_ambient_dir(
+        &opts.config_root,
+        cap_std_ext::cap_std::ambient_authority(),
+    )
+    .with_context(|| format!("Opening {}", opts.config_root.display()))?;
+    crate::config::load(&root)?.fill(&mut req);
+    let plan = plan::plan(&req)?;
     if !plan.worker.tls_verify {
         tracing::warn!("TLS verification is off for {}", plan.image.domain);
     }

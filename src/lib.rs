@@ -4,6 +4,7 @@
 //! Data flows cli → plan → sandbox → fetch → verify → store.
 
 pub mod cli;
+pub mod config;
 pub mod error;
 pub mod fetch;
 pub mod manifest;

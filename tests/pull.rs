@@ -622,3 +622,44 @@ fn a_lying_worker_is_caught_by_root() {
     );
     assert!(!dest.exists());
 }
+
+/// hostpull.d configuration is read below the root, and a broken file is a
+/// usage error that names it.
+#[test]
+fn configuration_is_read_and_checked() {
+    let s = scratch();
+    let root = s.path().join("root");
+    std::fs::create_dir_all(root.join("etc/hostpull")).unwrap();
+    let config = root.join("etc/hostpull/config.toml");
+    let pull = |dest: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        c.args([
+            "pull",
+            var("RIG_IMG_SMALL"),
+            "--dest",
+            dest,
+            "--json",
+            "--config-root",
+        ])
+        .arg(&root)
+        .args([
+            "--authfile",
+            var("RIG_AUTHFILE"),
+            "--cert-dir",
+            var("RIG_CERT_DIR"),
+        ]);
+        c
+    };
+    // The sandbox comes from the file (no --sandbox on the command line).
+    std::fs::write(&config, format!("[worker]\nsandbox = \"{}\"\n", sandbox())).unwrap();
+    let r = run(&mut pull(&oci(&s.path().join("a"), None))).json();
+    assert_eq!(r["worker"]["sandbox"], sandbox());
+    std::fs::write(&config, "[worker\nsandbox = 1\n").unwrap();
+    let r = run(&mut pull(&oci(&s.path().join("b"), None)));
+    r.assert_failure(2);
+    assert!(
+        r.stderr.contains("/etc/hostpull/config.toml"),
+        "{}",
+        r.stderr
+    );
+}

@@ -9,7 +9,9 @@
 #   rig.sh restart-registry  stop and start the registry again (same config, port, storage)
 #   rig.sh down              stop the registry
 #
-# Knobs: RIG_DIR (default /tmp/hostpull-rig), RIG_BIG=0 to skip the 8x64 MiB image.
+# Knobs: RIG_DIR (default /tmp/hostpull-rig), RIG_BIG=0 to skip the 8x64 MiB image,
+# RIG_BENCH=1 to add the benchmark images (bench/suite.sh; off by default, needs jq):
+# hostpull/big:v2 (big:v1 with its last layer replaced) and hostpull/huge:v1 (8 x 256 MiB).
 # Built images are cached in $RIG_DIR/images/v$IMAGES_VERSION: bump IMAGES_VERSION when
 # the image recipes below change.  Registry storage is wiped and re-pushed on every `up`.
 set -Eeuo pipefail
@@ -17,10 +19,11 @@ trap 'echo "rig: error at line $LINENO: $BASH_COMMAND" >&2' ERR   # no silent se
 
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 RIG_BIG=${RIG_BIG:-1}
+RIG_BENCH=${RIG_BENCH:-0}
 IMAGES_VERSION=1
 RIG_USER=hostpull
 REGISTRY_BIN=/usr/bin/docker-registry
-PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl)
+PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3)
 
 LOGS=$RIG_DIR/logs
 CONFIG=$RIG_DIR/registry/config.yml
@@ -271,9 +274,59 @@ build_big() {     # 8 layers x 64 MiB of random data
     verify_layout "$d" v1
 }
 
+# ---- benchmark images (RIG_BENCH=1 only)
+build_big2() {    # v2 = big:v1's first 7 layers (the same blobs) + a new random 64 MiB layer
+    local d=$1 b=$IMAGES/big s=$RIG_DIR/tmp/big2 m c f dig
+    mkdir -p "$d"
+    cp -al "$b/blobs" "$d/blobs"               # blobs are immutable: share them
+    cp "$b/oci-layout" "$b/index.json" "$d/"   # rewritten by umoci: real copies
+    # tag base7 = v1 less its last layer: the same manifest and config, one entry shorter
+    m=$(jq -r '.manifests[] | select(.annotations["org.opencontainers.image.ref.name"] == "v1") | .digest' "$d/index.json")
+    c=$(jq -r .config.digest "$d/blobs/sha256/${m#sha256:}")
+    f=$(mktemp "$RIG_DIR/tmp/blob.XXXXXX")
+    jq -c '.rootfs.diff_ids |= .[:-1] | .history |= .[:-1]' "$d/blobs/sha256/${c#sha256:}" >"$f"
+    c=$(sha256sum "$f" | cut -d' ' -f1)
+    jq -c --arg c "sha256:$c" --argjson n "$(stat -c %s "$f")" '.config.digest = $c | .config.size = $n | .layers |= .[:-1]' \
+        "$d/blobs/sha256/${m#sha256:}" >"$f.m"
+    mv "$f" "$d/blobs/sha256/$c"
+    dig=$(sha256sum "$f.m" | cut -d' ' -f1)
+    jq -c --arg m "sha256:$dig" --argjson n "$(stat -c %s "$f.m")" \
+        '.manifests += [{mediaType: "application/vnd.oci.image.manifest.v1+json", digest: $m, size: $n, annotations: {"org.opencontainers.image.ref.name": "base7"}}]' \
+        "$d/index.json" >"$f"
+    mv "$f.m" "$d/blobs/sha256/$dig"
+    mv "$f" "$d/index.json"
+    echo "$m" >"$d/.from"                   # stale once big is rebuilt (ensure_image)
+    rm -rf "$s"; mkdir -p "$s/big"
+    head -c 64M /dev/urandom >"$s/big/layer8-v2.bin"
+    add_layer "$d:base7" "$s" --tag v2
+    umoci rm --image "$d:base7"; umoci rm --image "$d:v1"
+    umoci gc --layout "$d"
+    rm -rf "$s"
+    verify_layout "$d" v2
+    [ "$(skopeo inspect --raw "oci:$d:v2" | jq -r '.layers[:7][].digest')" = \
+      "$(skopeo inspect --raw "oci:$b:v1" | jq -r '.layers[:7][].digest')" ] \
+        || die "big2: v2 does not share big:v1's first 7 layers"
+}
+
+build_huge() {    # 8 layers x 256 MiB of random data (2 GiB)
+    local d=$1 s=$RIG_DIR/tmp/huge i
+    umoci init --layout "$d"; umoci new --image "$d:v1"
+    for i in $(seq 8); do
+        rm -rf "$s"; mkdir -p "$s/huge"
+        head -c 256M /dev/urandom >"$s/huge/layer$i.bin"
+        add_layer "$d:v1" "$s"
+    done
+    umoci gc --layout "$d"
+    rm -rf "$s"
+    verify_layout "$d" v1
+}
+
 # ensure_image NAME: build $IMAGES/NAME once (marker file .built), reuse afterwards
 ensure_image() {
     local name=$1 d=$IMAGES/$1
+    if [ "$name" = big2 ] && [ "$(cat "$d/.from" 2>/dev/null)" != "$(jq -r ".manifests[0].digest" "$IMAGES/big/index.json")" ]; then
+        rm -f "$d/.built"               # made from another build of big: remake
+    fi
     [ -f "$d/.built" ] && return 0
     note "building image $name"
     rm -rf "$d" "$d.tmp"
@@ -298,6 +351,11 @@ cmd_up() {
         command -v "$n" >/dev/null || die "$n missing: run '$0 install'"
     done
     [ "$RIG_BIG" = 0 ] || names+=(big)
+    if [ "$RIG_BENCH" = 1 ]; then
+        [ "$RIG_BIG" != 0 ] || die "RIG_BENCH=1 needs the big image: unset RIG_BIG=0"
+        command -v jq >/dev/null || die "RIG_BENCH=1 needs jq: apt-get install jq"
+        names+=(big2 huge)                 # after big: big2 is made from it
+    fi
 
     stop_registry
     rm -rf "$RIG_DIR/ca" "$RIG_DIR/certs" "$RIG_DIR/certs.d" "$RIG_DIR/registry" "$RIG_DIR/tmp" \
@@ -319,6 +377,10 @@ cmd_up() {
     push "$IMAGES/multi" v1 hostpull/multi --all
     push "$IMAGES/tamper" v1 hostpull/tamper
     [ "$RIG_BIG" = 0 ] || push "$IMAGES/big" v1 hostpull/big
+    if [ "$RIG_BENCH" = 1 ]; then
+        push "$IMAGES/big2" v2 hostpull/big
+        push "$IMAGES/huge" v1 hostpull/huge
+    fi
     skopeo inspect --raw --cert-dir "$RIG_DIR/certs" --authfile "$RIG_DIR/auth.json" \
         "docker://$REGISTRY/hostpull/multi:v1" | grep -q 'image.index.v1+json' \
         || die "registry does not serve hostpull/multi:v1 as an OCI index"
@@ -347,6 +409,10 @@ cmd_up() {
         if [ "$RIG_BIG" != 0 ]; then
             echo "RIG_IMG_BIG=$REGISTRY/hostpull/big:v1"
             echo "RIG_LAYOUT_BIG=$IMAGES/big"
+        fi
+        if [ "$RIG_BENCH" = 1 ]; then
+            echo "RIG_IMG_BIG2=$REGISTRY/hostpull/big:v2"
+            echo "RIG_IMG_HUGE=$REGISTRY/hostpull/huge:v1"
         fi
     } >"$RIG_DIR/env.tmp"
     mv "$RIG_DIR/env.tmp" "$RIG_DIR/env"

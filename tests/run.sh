@@ -1,6 +1,7 @@
 #!/bin/bash
 # tests/run.sh - the whole test suite, rig included, on a fresh Debian 12 machine:
-# installs what is missing, brings up the registry rig, runs every test, tears down.
+# installs what is missing, checks the SELinux module, brings up the registry rig,
+# runs every test (without systemd, then under a real systemd), tears down.
 #
 # Knobs: RIG_DIR (default /tmp/hostpull-rig).
 set -euo pipefail
@@ -8,6 +9,11 @@ cd "$(dirname "$0")/.."
 
 bash tests/rig.sh install
 cargo build --locked --all-targets
+
+# The SELinux module: built and linked against the installed policy, file
+# contexts and an access table checked, and a mutant that must fail.
+echo "== selinux/check.sh" >&2
+bash selinux/check.sh
 
 export RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 trap 'bash tests/rig.sh down' EXIT

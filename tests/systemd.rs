@@ -58,15 +58,21 @@ fn auto_means_systemd_here() {
 fn unit_has_the_configured_properties() {
     let s = scratch();
     let dest = format!("oci:{}", s.path().join("l").display());
+    // Memory and CPU from the configuration; the command line's tasks-max wins over it.
+    let root = s.path().join("root");
+    std::fs::create_dir_all(root.join("etc/hostpull/config.d")).unwrap();
+    std::fs::write(
+        root.join("etc/hostpull/config.toml"),
+        "[worker]\nmemory-max = \"1G\"\ntasks-max = 999\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("etc/hostpull/config.d/50-test.toml"),
+        "[worker]\nmemory-max = \"400M\"\ncpu-quota = \"150%\"\n",
+    )
+    .unwrap();
     let mut c = systemd_pull(var("RIG_IMG_BIG"), &dest);
-    c.args([
-        "--memory-max",
-        "400M",
-        "--tasks-max",
-        "128",
-        "--cpu-quota",
-        "150%",
-    ]);
+    c.args(["--tasks-max", "128", "--config-root"]).arg(&root);
     let child = c
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -27,7 +27,9 @@ use staging::Staging;
 pub use unit::Limits;
 
 /// How the worker is isolated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxMode {
     /// `systemd` when systemd runs the host; otherwise an error naming `none`.
@@ -267,8 +269,13 @@ impl Worker {
             (Some(sig), _) => format!("worker killed by signal {sig}"),
             // systemd's own exit statuses: the unit failed before skopeo ran.
             (None, "exit-code") if (200..=245).contains(&exit.status) => format!(
-                "systemd could not start the worker: exit status {} (systemd.exec(5), \"Process Exit Codes\")",
-                exit.status
+                "systemd could not start the worker: exit status {} (systemd.exec(5), \"Process Exit Codes\"){}",
+                exit.status,
+                if self.spec.selinux_context.is_some() {
+                    "; is the hostpull SELinux module installed (semodule -i hostpull.pp)?"
+                } else {
+                    ""
+                }
             ),
             _ => return Err(e),
         };

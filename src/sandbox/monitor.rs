@@ -273,7 +273,11 @@ pub fn unit_owner(unit: &str) -> Option<u32> {
 }
 
 fn orchestrator_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "hostpull")
+    match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+        Ok(comm) => comm.trim() == "hostpull",
+        // Another domain's process (SELinux): alive, and not ours to judge.
+        Err(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
+    }
 }
 
 /// The real uid of a process, from `/proc/PID/status`.

@@ -1,0 +1,298 @@
+#!/usr/bin/python3
+"""Check access decisions of a linked (kernel binary) SELinux policy that
+contains the hostpull module. No SELinux-enabled kernel is needed.
+
+    /usr/bin/python3 selinux/check-access.py [--table-only] POLICY.33
+
+1. EXPECT below: each row is asked of libsepol through
+   selinux.audit2why.analyze(), one permission at a time. That is the
+   decision the kernel would make with the policy's default booleans:
+   TE rules, constraints (MCS), RBAC and bounds. An invalid context fails.
+   "allow" rows need ALLOW. "deny" rows need a denial that no boolean
+   can lift (TERULE, CONSTRAINT, RBAC or DONTAUDIT; BOOLEAN fails).
+2. A few structural checks with setools, over all rules whatever the
+   booleans: who can enter the worker domain, and that no rule gives the
+   worker a capability (skipped with --table-only, for mutants).
+
+Works on refpolicy (Debian) and Fedora policies: see "a|b" types and
+"deny/refpolicy" rows below.
+
+Run it with /usr/bin/python3: python3-selinux and python3-setools are
+Debian packages. Prints "N passed, N failed" last; exits 1 on a failure.
+"""
+import sys
+
+import selinux.audit2why as a2w
+import setools
+
+# Contexts as the kernel would see them on an MCS policy. PID 1 and the
+# bus daemon run with the full range; services and the worker at s0.
+INIT = "system_u:system_r:init_t:s0-s0:c0.c1023"
+DBUSD = "system_u:system_r:system_dbusd_t:s0-s0:c0.c1023"
+ORCH = "system_u:system_r:hostpull_t:s0"
+WORKER = "system_u:system_r:hostpull_worker_t:s0"
+SHELL = "unconfined_u:unconfined_r:unconfined_t:s0-s0:c0.c1023"
+ALIASES = {"@init": INIT, "@dbusd": DBUSD, "@orch": ORCH, "@worker": WORKER, "@shell": SHELL}
+
+
+def obj(t):
+    """A file or port type as an object context."""
+    return f"system_u:object_r:{t}:s0"
+
+
+# Where refpolicy (Debian) and Fedora name a type differently, a row says
+# "refpolicy_name|fedora_name"; the first one the policy has is used.
+
+
+# (verdict, source, target, class, permissions, why)
+# A target without ":" is an object type (see obj()). A verdict
+# "deny/refpolicy" is only checked on refpolicy: Fedora's base policy
+# grants that access to every domain (DAC still applies).
+EXPECT = [
+    # --- systemd starts skopeo in the worker domain (SELinuxContext=)
+    ("allow", "@init", "@worker", "process", "transition rlimitinh", "setexeccon + execve"),
+    ("allow", "@init", "@worker", "process2", "nnp_transition nosuid_transition", "NoNewPrivileges=yes"),
+    ("allow", "@init", "bin_t", "file", "execute read open map", "PID 1 execs /usr/bin/skopeo"),
+    ("allow", "@worker", "bin_t", "file", "entrypoint read map execute", "skopeo is bin_t"),
+    ("allow", "@worker", "@init", "process", "sigchld", "the worker is PID 1's child"),
+    ("allow", "@worker", "lib_t", "file", "read open map execute", "skopeo is dynamically linked"),
+    ("allow", "@worker", "ld_so_t", "file", "read open map execute", "the dynamic loader"),
+    ("allow", "@worker", "ld_so_cache_t", "file", "read open map", "/etc/ld.so.cache"),
+    ("allow", "@worker", "security_t", "filesystem", "getattr", "libselinux statfs()es selinuxfs"),
+    ("allow", "@worker", "@worker", "process", "signal getsched", "Go runtime"),
+
+    # --- fds from hostpull through D-Bus to PID 1 to the worker (rpm-ostree#3239)
+    ("allow", "@dbusd", "@orch", "fd", "use", "dbus-broker receives systemd-run's fds"),
+    ("allow", "@dbusd", "@orch", "unix_stream_socket", "read write getattr", "the socketpair end"),
+    ("allow", "@dbusd", "@orch", "fifo_file", "read write getattr", "stderr/stdout pipes"),
+    ("allow", "@dbusd", "null_device_t", "chr_file", "read write", "/dev/null stdio"),
+    ("allow", "@init", "@orch", "fd", "use", "PID 1 receives them"),
+    ("allow", "@init", "@orch", "unix_stream_socket", "read write getattr ioctl", "the socketpair end"),
+    ("allow", "@init", "@orch", "fifo_file", "read write getattr ioctl", "pipes"),
+    ("allow", "@worker", "@orch", "fd", "use", "inherited across the transition"),
+    ("allow", "@worker", "@orch", "unix_stream_socket", "read write getattr getopt", "proxy protocol on stdin"),
+    ("allow", "@worker", "@orch", "fifo_file", "write getattr ioctl", "stderr, inspect's stdout"),
+    ("allow", "@worker", "null_device_t", "chr_file", "read write", "/dev/null stdio"),
+    ("allow", "@worker", "@worker", "fifo_file", "read write getattr", "blob pipes"),
+    ("allow", "@orch", "@worker", "fd", "use", "blob pipes come back by SCM_RIGHTS"),
+    ("allow", "@orch", "@worker", "fifo_file", "read getattr", "reading blob pipes"),
+    ("allow", "@orch", "@worker", "file", "read open", "/proc/PID/status of the worker"),
+    # the same when hostpull runs by hand from an unconfined root shell
+    ("allow", "@dbusd", "@shell", "fd", "use", "hand run: dbus-broker"),
+    ("allow", "@dbusd", "@shell", "fifo_file", "read write", "hand run: dbus-broker"),
+    ("allow", "@worker", "@shell", "fd", "use", "hand run: worker stdio"),
+    ("allow", "@worker", "@shell", "unix_stream_socket", "read write getattr getopt", "hand run: socketpair"),
+    ("allow", "@worker", "@shell", "fifo_file", "write getattr", "hand run: stderr"),
+    ("allow", "@shell", "@worker", "fd", "use", "hand run: blob pipes"),
+    ("allow", "@shell", "@worker", "fifo_file", "read", "hand run: blob pipes"),
+
+    # --- the worker's network: registries on any port, DNS
+    ("allow", "@worker", "@worker", "tcp_socket", "create connect read write getopt setopt getattr shutdown", "TCP client"),
+    ("allow", "@worker", "@worker", "udp_socket", "create connect read write", "DNS over UDP"),
+    ("allow", "@worker", "http_port_t", "tcp_socket", "name_connect", "registries on 443/80"),
+    ("allow", "@worker", "commplex_main_port_t", "tcp_socket", "name_connect", "registries on 5000"),
+    ("allow", "@worker", "unreserved_port_t", "tcp_socket", "name_connect", "registries on test ports"),
+    ("allow", "@worker", "dns_port_t", "tcp_socket", "name_connect", "DNS over TCP"),
+    ("allow", "@worker", "net_conf_t", "file", "read open getattr", "/etc/resolv.conf, /etc/hosts"),
+    ("allow", "@worker", "@worker", "unix_stream_socket", "create connect read write", "NSS clients"),
+
+    # --- configuration, CA certificates, credentials, private /tmp
+    ("allow", "@worker", "etc_t", "file", "read open getattr", "/etc/containers/*"),
+    ("allow", "@worker", "etc_t", "dir", "read search open getattr", "registries.conf.d"),
+    ("allow", "@worker", "cert_t", "file", "read open getattr", "/etc/ssl, /etc/pki"),
+    ("allow", "@worker", "cert_t", "dir", "read search", "/etc/ssl/certs"),
+    ("allow", "@worker", "cert_t", "lnk_file", "read", "/etc/ssl/certs/*.pem"),
+    ("allow", "@worker", "usr_t", "file", "read open", "/usr/share/ca-certificates"),
+    ("allow", "@worker", "locale_t", "file", "read open", "/etc/localtime"),
+    ("allow", "@worker", "sysfs_t", "file", "read open", "Go reads the THP size"),
+    ("allow", "@worker", "cgroup_t", "file", "read open", "Go 1.25 reads cpu.max"),
+    ("allow", "@worker", "var_run_t", "dir", "search read", "/run/credentials/<unit>"),
+    ("allow", "@worker", "init_runtime_t|init_var_run_t", "dir", "search read", "/run/credentials/<unit>"),
+    ("allow", "@worker", "init_runtime_t|init_var_run_t", "file", "read open getattr", "credential files"),
+    ("allow", "@worker", "tmp_t", "dir", "search write add_name remove_name", "private /tmp"),
+    ("allow", "@worker", "hostpull_worker_tmp_t", "dir", "create write add_name remove_name rmdir search", "cache dirs"),
+    ("allow", "@worker", "hostpull_worker_tmp_t", "file", "create open read write lock unlink rename getattr map", "blob-info cache"),
+
+    # --- what the worker must never do
+    ("deny", "@worker", "@worker", "capability", "dac_override dac_read_search setuid setgid chown fowner net_bind_service net_raw sys_admin sys_ptrace", "no capabilities"),
+    ("deny", "@worker", "@worker", "cap_userns", "sys_admin setuid net_admin", "none in a user namespace either"),
+    ("deny", "@worker", "@worker", "capability2", "bpf perfmon", "no capabilities"),
+    ("deny", "@worker", "hostpull_var_lib_t", "dir", "write add_name remove_name rmdir search read", "the verified state"),
+    ("deny", "@worker", "hostpull_var_lib_t", "file", "write append create unlink rename setattr read", "the verified state"),
+    ("deny", "@worker", "var_lib_t", "dir", "write add_name", "/var/lib"),
+    ("deny", "@worker", "hostpull_runtime_t", "dir", "read", "staged secrets of all pulls"),
+    ("deny/refpolicy", "@worker", "hostpull_runtime_t", "dir", "search", "Fedora: pidfile dirs"),
+    ("deny", "@worker", "hostpull_runtime_t", "file", "read open", "staged secrets of all pulls"),
+    ("deny", "@worker", "shadow_t", "file", "read", "/etc/shadow"),
+    ("deny/refpolicy", "@worker", "tls_privkey_t", "file", "read", "/etc/ssl/private (cert_t on Fedora)"),
+    ("deny", "@worker", "user_home_t", "file", "read", "home directories"),
+    ("deny", "@worker", "default_t", "file", "read", "unlabelled files"),
+    ("deny", "@worker", "user_home_dir_t", "dir", "search", "/home/*"),
+    ("deny", "@worker", "bin_t", "file", "execute_no_trans", "runs no other program"),
+    ("deny", "@worker", "shell_exec_t", "file", "execute", "no shell"),
+    ("deny", "@worker", "hostpull_exec_t", "file", "execute", "never runs hostpull"),
+    ("deny", "@worker", "@orch", "process", "ptrace transition dyntransition signal sigkill", "never reaches the orchestrator"),
+    ("deny", "@worker", "@init", "process", "ptrace", "never reaches PID 1"),
+    ("deny", "@worker", "@worker", "process", "setexec setcurrent dyntransition", "cannot change its own domain"),
+    ("deny", "@worker", "@worker", "tcp_socket", "listen accept", "client only"),
+    ("deny", "@worker", "http_port_t", "tcp_socket", "name_bind", "client only"),
+    ("deny", "@worker", "unreserved_port_t", "tcp_socket", "name_bind", "client only"),
+    ("deny/refpolicy", "@worker", "system_dbusd_runtime_t", "sock_file", "write", "not on the system bus"),
+    ("deny/refpolicy", "@worker", "@dbusd", "unix_stream_socket", "connectto", "Fedora: DNS interface"),
+    ("deny", "@worker", "@init", "dbus", "send_msg", "cannot talk to systemd over the bus"),
+    ("deny", "@init", "@worker", "dbus", "send_msg", "cannot talk to systemd over the bus"),
+    ("deny", "@worker", "@init", "unix_stream_socket", "connectto", "not on /run/systemd/private"),
+    ("deny", "@worker", "user_tmp_t", "file", "write", "other users' /tmp files"),
+    ("deny/refpolicy", "@worker", "user_tmp_t", "file", "read", "Fedora: every domain reads tmp files"),
+
+    # --- the orchestrator
+    ("allow", "@init", "hostpull_exec_t", "file", "execute read open map", "a unit runs /usr/bin/hostpull"),
+    ("allow", "@init", "@orch", "process", "transition", "into hostpull_t"),
+    ("allow", "@orch", "hostpull_exec_t", "file", "entrypoint", "into hostpull_t"),
+    ("allow", "@orch", "@init", "fd", "use", "journal stream from PID 1"),
+    ("allow", "@orch", "@init", "unix_stream_socket", "write getattr", "journal stream from PID 1"),
+    ("allow", "@orch", "var_lib_t", "dir", "search write add_name", "creating /var/lib/hostpull"),
+    ("allow", "@orch", "hostpull_var_lib_t", "dir", "create write add_name remove_name rmdir read search setattr", "OCI layouts"),
+    ("allow", "@orch", "hostpull_var_lib_t", "file", "create write read open rename link unlink setattr lock", "OCI layouts"),
+    ("allow", "@orch", "var_run_t", "dir", "search write add_name", "creating /run/hostpull"),
+    ("allow", "@orch", "hostpull_runtime_t", "dir", "create write add_name remove_name rmdir search", "staging"),
+    ("allow", "@orch", "hostpull_runtime_t", "file", "create write open unlink", "staging"),
+    ("allow", "@init", "hostpull_runtime_t", "dir", "search", "LoadCredential="),
+    ("allow", "@init", "hostpull_runtime_t", "file", "read open getattr", "LoadCredential="),
+    ("allow", "@orch", "etc_t", "file", "read open", "--authfile under /etc"),
+    ("allow", "@orch", "cert_t", "file", "read open", "--cert-dir under /etc/pki"),
+    ("allow", "@orch", "bin_t", "file", "execute execute_no_trans read open map", "runs systemd-run"),
+    ("allow", "@orch", "proc_t", "file", "read open", "systemd-run reads /proc/cmdline"),
+    ("allow", "@orch", "cgroup_t", "file", "read open", "memory.peak of the worker unit"),
+    ("allow", "@orch", "@orch", "unix_stream_socket", "create connect read write getopt", "socketpair, D-Bus"),
+    ("allow", "@orch", "@orch", "process", "signal sigkill sigchld", "kills/reaps systemd-run"),
+    ("allow", "@orch", "null_device_t", "chr_file", "read write open", "Stdio::null()"),
+    ("allow", "@orch", "system_dbusd_runtime_t|system_dbusd_var_run_t", "sock_file", "write", "system bus socket"),
+    ("allow", "@orch", "@dbusd", "unix_stream_socket", "connectto", "system bus"),
+    ("allow", "@orch", "@dbusd", "dbus", "send_msg", "Hello, AddMatch"),
+    ("allow", "@orch", "@init", "dbus", "send_msg", "calls to systemd"),
+    ("allow", "@init", "@orch", "dbus", "send_msg", "replies and signals"),
+    ("allow", "@orch", "@init", "system", "start status", "StartTransientUnit, ListUnitsByPatterns"),
+    ("allow", "@orch", "systemd_transient_unit_t|systemd_unit_file_t", "service", "start stop status reload",
+     "the transient worker unit"),
+    ("allow", "@orch", "init_runtime_t|init_var_run_t", "dir", "search", "/run/systemd"),
+    ("deny", "@orch", "@worker", "process", "transition dyntransition", "the worker is entered only through systemd"),
+    ("deny", "@orch", "http_port_t", "tcp_socket", "name_connect", "root never talks to the network"),
+    ("deny", "@orch", "@orch", "tcp_socket", "create", "root never talks to the network"),
+    ("deny", "@orch", "@orch", "capability", "dac_override sys_admin", "needs no capability"),
+    ("deny", "@orch", "user_home_t", "file", "write", "writes only its own state"),
+    ("deny", "@orch", "@init", "file", "read", "PID 1's /proc (sampled, silently denied)"),
+]
+
+
+class Checker:
+    def __init__(self, path):
+        self.p = setools.SELinuxPolicy(path)
+        a2w.init(path)
+        self.names = {getattr(a2w, n): n for n in dir(a2w) if n.isupper()}
+        self.types = {str(t) for t in self.p.types()}
+        self.flavor = "fedora" if "init_var_run_t" in self.types else "refpolicy"
+        self.passed = self.failed = self.skipped = 0
+
+    def result(self, ok, msg):
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+            print(f"FAIL {msg}")
+
+    def pick(self, names):
+        """The first of "a|b" that this policy has (or a, to fail visibly)."""
+        choices = names.split("|")
+        return next((n for n in choices if n in self.types), choices[0])
+
+    def access(self, verdict, src, tgt, tclass, perms, why):
+        verdict, _, only = verdict.partition("/")
+        if only and only != self.flavor:
+            self.skipped += 1
+            return
+        s = ALIASES.get(src, src)
+        t = ALIASES.get(tgt) or (tgt if ":" in tgt else obj(self.pick(tgt)))
+        bad = []
+        if verdict == "allow" and self.names.get(a2w.analyze(s, t, tclass, perms.split())[0]) == "ALLOW":
+            perms = ""  # all allowed at once; otherwise ask one by one for the details
+        for perm in perms.split():
+            rc, bools = a2w.analyze(s, t, tclass, [perm])
+            name = self.names.get(rc, str(rc))
+            if verdict == "allow":
+                ok = name == "ALLOW"
+            else:
+                ok = name in ("TERULE", "CONSTRAINT", "RBAC", "DONTAUDIT")
+            if not ok:
+                bad.append(f"{perm}={name}" + (f" bools={bools}" if bools else ""))
+        label = f"{verdict} {src} {tgt} {tclass} ({why})"
+        self.result(not bad, f"{label}: {', '.join(bad)}")
+
+    def valid_context(self, ctx):
+        rc, _ = a2w.analyze(ctx, ctx, "process", ["signull"])
+        name = self.names.get(rc, str(rc))
+        self.result(name not in ("BADSCON", "BADTCON"), f"context {ctx} is not valid ({name})")
+
+    def structure(self):
+        """Over all rules, whatever the booleans (one pass over the policy):
+        - only init_t may transition into the worker, apart from unconfined
+          domains (which may transition anywhere);
+        - no type_transition lands in the worker: that would pull other
+          programs into it (what init_daemon_domain() on bin_t would do);
+        - init_t enters hostpull_t through hostpull_exec_t;
+        - no allow rule names the worker on a capability class."""
+        unconfined = {str(t) for t in self.p.lookup_typeattr("unconfined_domain_type").expand()}
+        caps = {"capability", "capability2", "cap_userns", "cap2_userns"}
+        entering, auto, cap_rules, orch_entry = set(), [], [], False
+        worker = self.p.lookup_type("hostpull_worker_t")
+        for r in self.p.terules():
+            tclass = str(r.tclass)
+            if tclass == "process" and r.ruletype == setools.TERuletype.type_transition:
+                if r.default == worker:
+                    auto.append(str(r))
+                elif (str(r.default) == "hostpull_t" and str(r.target) == "hostpull_exec_t"
+                      and "init_t" in {str(t) for t in r.source.expand()}):
+                    orch_entry = True
+            elif r.ruletype != setools.TERuletype.allow:
+                continue
+            elif tclass == "process" and worker in r.target.expand() and \
+                    r.perms & {"transition", "dyntransition"}:
+                entering |= {str(t) for t in r.source.expand()}
+            elif tclass in caps and worker in r.source.expand():
+                cap_rules.append(str(r))
+        extra = entering - unconfined - {"init_t"}
+        self.result("init_t" in entering and not extra,
+                    f"domains that may enter hostpull_worker_t: {sorted(entering - unconfined)}, "
+                    "expected only init_t")
+        self.result(not auto, f"type_transition rules into hostpull_worker_t: {auto[:5]}")
+        self.result(orch_entry, "no type_transition init_t hostpull_exec_t:process hostpull_t")
+        self.result(not cap_rules, f"capability rules for hostpull_worker_t: {cap_rules[:5]}")
+
+    def not_permissive(self):
+        perm = [str(t) for t in self.p.types() if t.ispermissive and str(t).startswith("hostpull")]
+        self.result(not perm, f"permissive hostpull types: {perm}")
+
+
+def main():
+    args = sys.argv[1:]
+    table_only = "--table-only" in args
+    if table_only:
+        args.remove("--table-only")
+    if len(args) != 1:
+        sys.exit(f"usage: {sys.argv[0]} [--table-only] POLICY")
+    c = Checker(args[0])
+    c.valid_context(WORKER)
+    c.valid_context(ORCH)
+    for row in EXPECT:
+        c.access(*row)
+    if not table_only:
+        c.structure()
+        c.not_permissive()
+    if c.skipped:
+        print(f"({c.skipped} rows are for refpolicy only; this is a {c.flavor} policy)")
+    print(f"access: {c.passed} passed, {c.failed} failed")
+    sys.exit(1 if c.failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+//! `hostpull.d` configuration: `config.toml` and `config.d/*.toml` drop-ins under
+//! /usr/lib/hostpull, /etc/hostpull and /run/hostpull, read in that order, later
+//! keys overriding earlier ones; the command line overrides them all.
+//! [`parse`] is pure; [`load`] reads through a cap-std `Dir` for the root, so
+//! tests point it at a temp dir.
+
+use std::path::Path;
+
+use anyhow::Context;
+use cap_std_ext::cap_std::fs::Dir;
+use cap_std_ext::dirext::CapStdExtDirExt;
+use serde::Deserialize;
+
+use crate::error::{Failure, Kind};
+use crate::plan::Request;
+use crate::sandbox::SandboxMode;
+
+/// The directories read, lowest precedence first, relative to the root.
+pub const DIRS: &[&str] = &["usr/lib/hostpull", "etc/hostpull", "run/hostpull"];
+
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Config {
+    #[serde(default)]
+    pub worker: WorkerConfig,
+    #[serde(default)]
+    pub pull: PullConfig,
+}
+
+/// `[worker]`: how the worker runs (the same as the command line's options).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct WorkerConfig {
+    pub sandbox: Option<SandboxMode>,
+    pub memory_max: Option<String>,
+    pub cpu_quota: Option<String>,
+    pub tasks_max: Option<u32>,
+    pub io_weight: Option<u32>,
+    pub selinux_context: Option<String>,
+}
+
+/// `[pull]`: time limits, in seconds.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PullConfig {
+    pub timeout: Option<u64>,
+    pub stall_timeout: Option<u64>,
+}
+
+/// Parse one file. Unknown keys are warned about, not fatal: a newer file must
+/// not break an older hostpull.
+pub fn parse(name: &str, text: &str) -> anyhow::Result<Config> {
+    let de = toml::Deserializer::new(text);
+    let mut unknown = Vec::new();
+    let config: Config = serde_ignored::deserialize(de, |path| unknown.push(path.to_string()))
+        .map_err(|e| {
+            Failure::new(
+                Kind::Usage,
+                format!(
+                    "invalid configuration {name}: {}",
+                    crate::error::one_line(e.message())
+                ),
+            )
+        })?;
+    for key in unknown {
+        tracing::warn!("{name}: unknown key {key}, ignored");
+    }
+    Ok(config)
+}
+
+impl Config {
+    /// Keys set in `later` override ours.
+    fn merge(&mut self, later: Config) {
+        let w = later.worker;
+        let p = later.pull;
+        macro_rules! take {
+            ($($dst:expr => $src:expr),* $(,)?) => { $( if $src.is_some() { $dst = $src; } )* };
+        }
+        take!(
+            self.worker.sandbox => w.sandbox,
+            self.worker.memory_max => w.memory_max,
+            self.worker.cpu_quota => w.cpu_quota,
+            self.worker.tasks_max => w.tasks_max,
+            self.worker.io_weight => w.io_weight,
+            self.worker.selinux_context => w.selinux_context,
+            self.pull.timeout => p.timeout,
+            self.pull.stall_timeout => p.stall_timeout,
+        );
+    }
+
+    /// Fill what the command line left unset.
+    pub fn fill(&self, req: &mut Request) {
+        let w = &self.worker;
+        req.sandbox = req.sandbox.or(w.sandbox);
+        req.memory_max = req.memory_max.take().or_else(|| w.memory_max.clone());
+        req.cpu_quota = req.cpu_quota.take().or_else(|| w.cpu_quota.clone());
+        req.tasks_max = req.tasks_max.or(w.tasks_max);
+        req.io_weight = req.io_weight.or(w.io_weight);
+        req.selinux_context = req
+            .selinux_context
+            .take()
+            .or_else(|| w.selinux_context.clone());
+        req.timeout = req.timeout.or(self.pull.timeout);
+        req.stall_timeout = req.stall_timeout.or(self.pull.stall_timeout);
+    }
+}
+
+/// Read every configuration file under `root`, in precedence order.
+pub fn load(root: &Dir) -> anyhow::Result<Config> {
+    let mut config = Config::default();
+    for dir in DIRS {
+        let mut files = vec![Path::new(dir).join("config.toml")];
+        if let Some(d) = root.open_dir_optional(Path::new(dir).join("config.d"))? {
+            let mut names: Vec<String> = d
+                .entries()?
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".toml"))
+                .collect();
+            names.sort();
+            files.extend(
+                names
+                    .into_iter()
+                    .map(|n| Path::new(dir).join("config.d").join(n)),
+            );
+        }
+        for f in files {
+            let Some(text) = root.open_optional(&f)? else {
+                continue;
+            };
+            let text = std::io::read_to_string(text)
+                .with_context(|| format!("Reading /{}", f.display()))?;
+            config.merge(parse(&format!("/{}", f.display()), &text)?);
+        }
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cap_std_ext::cap_std::ambient_authority;
+
+    #[test]
+    fn parse_table() {
+        let c = parse(
+            "t",
+            r#"
+[worker]
+sandbox = "systemd"
+memory-max = "256M"
+tasks-max = 64
+[pull]
+stall-timeout = 30
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.worker.sandbox, Some(SandboxMode::Systemd));
+        assert_eq!(c.worker.memory_max.as_deref(), Some("256M"));
+        assert_eq!(c.worker.tasks_max, Some(64));
+        assert_eq!(c.pull.stall_timeout, Some(30));
+        assert_eq!(parse("t", "").unwrap(), Config::default());
+        assert_eq!(
+            parse("t", "[worker]\nbogus = 1\n[other]\n").unwrap(),
+            Config::default(),
+            "unknown keys warn"
+        );
+        for bad in [
+            "[worker",
+            "[worker]\ntasks-max = \"x\"",
+            "[worker]\nsandbox = \"chroot\"",
+            "worker = 3",
+        ] {
+            let e = parse("t", bad).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn precedence() {
+        let td = tempfile::tempdir().unwrap();
+        let w = |p: &str, s: &str| {
+            let p = td.path().join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, s).unwrap();
+        };
+        w(
+            "usr/lib/hostpull/config.toml",
+            "[worker]\nmemory-max = \"1G\"\ntasks-max = 10\nio-weight = 5\n",
+        );
+        w(
+            "etc/hostpull/config.toml",
+            "[worker]\nmemory-max = \"2G\"\n",
+        );
+        w(
+            "etc/hostpull/config.d/10-a.toml",
+            "[worker]\ntasks-max = 20\n",
+        );
+        w(
+            "etc/hostpull/config.d/20-b.toml",
+            "[worker]\ntasks-max = 30\n",
+        );
+        w("etc/hostpull/config.d/README", "not toml");
+        w("run/hostpull/config.d/x.toml", "[pull]\ntimeout = 99\n");
+        let root = Dir::open_ambient_dir(td.path(), ambient_authority()).unwrap();
+        let c = load(&root).unwrap();
+        assert_eq!(c.worker.memory_max.as_deref(), Some("2G"));
+        assert_eq!(c.worker.tasks_max, Some(30));
+        assert_eq!(c.worker.io_weight, Some(5));
+        assert_eq!(c.pull.timeout, Some(99));
+        // The command line wins; config fills the rest.
+        let mut req = Request {
+            tasks_max: Some(7),
+            ..Default::default()
+        };
+        c.fill(&mut req);
+        assert_eq!(
+            (req.tasks_max, req.memory_max.as_deref(), req.timeout),
+            (Some(7), Some("2G"), Some(99))
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let root = Dir::open_ambient_dir(empty.path(), ambient_authority()).unwrap();
+        assert_eq!(load(&root).unwrap(), Config::default());
+    }
+}
