@@ -61,9 +61,21 @@ pub struct PullOpts {
     /// How to isolate the network-facing worker [default: auto]
     #[arg(long, value_enum)]
     pub sandbox: Option<SandboxMode>,
-    /// Read hostpull.d configuration below this root instead of /
+    /// Read hostpull.d configuration and certs.d below this root instead of /
     #[arg(long, value_name = "DIR", default_value = "/", hide = true)]
     pub config_root: PathBuf,
+    /// Trust the CA certificates in FILE for HOST[:PORT] only (repeatable)
+    #[arg(long = "ca", value_name = "HOST[:PORT]=FILE")]
+    pub cas: Vec<String>,
+    /// A name server for the worker only (repeatable; needs --sandbox systemd)
+    #[arg(long, value_name = "IP")]
+    pub dns: Vec<String>,
+    /// A search domain for the worker only (repeatable)
+    #[arg(long, value_name = "DOMAIN")]
+    pub dns_search: Vec<String>,
+    /// An /etc/hosts entry for the worker only (repeatable)
+    #[arg(long = "add-host", value_name = "NAME:IP")]
+    pub add_hosts: Vec<String>,
     /// The worker's MemoryMax= (bytes, or with K, M, G, T) [default: 512M]
     #[arg(long)]
     pub memory_max: Option<String>,
@@ -110,6 +122,11 @@ impl PullOpts {
             io_weight: self.io_weight,
             timeout: self.timeout,
             stall_timeout: self.stall_timeout,
+            cas: self.cas.clone(),
+            dns: self.dns.clone(),
+            dns_search: self.dns_search.clone(),
+            add_hosts: self.add_hosts.clone(),
+            root: self.config_root.clone(),
         }
     }
 }

@@ -109,12 +109,17 @@ struct Progress {
 /// fetches only what is still missing: verified blobs are kept.
 async fn pull_with(worker: &Worker, plan: &Plan) -> anyhow::Result<(Resolved, Vec<Descriptor>)> {
     let mut progress = Progress::default();
+    let last_error = std::sync::Mutex::new(None::<String>);
     let retrying = async {
         let mut stalls = 0;
         for attempt in 1.. {
             let Err(e) = try_pull(worker, plan, &mut progress).await else {
                 break;
             };
+            let detail = failure(&e)
+                .and_then(|f| f.detail.as_deref())
+                .unwrap_or_default();
+            *last_error.lock().unwrap() = Some(crate::error::one_line(&format!("{e:#}: {detail}")));
             let stalled = failure(&e).is_some_and(|f| f.message.starts_with(STALLED));
             stalls += u32::from(stalled);
             let transient = failure(&e).is_some_and(|f| f.kind == Kind::Network);
@@ -132,17 +137,20 @@ async fn pull_with(worker: &Worker, plan: &Plan) -> anyhow::Result<(Resolved, Ve
         }
         Ok(())
     };
-    match tokio::time::timeout(plan.retry.timeout, retrying).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return fail(
-                Kind::Network,
-                format!(
-                    "timed out: the pull took longer than --timeout {}s",
-                    plan.retry.timeout.as_secs()
-                ),
-            );
+    if let Ok(r) = tokio::time::timeout(plan.retry.timeout, retrying).await {
+        r?;
+    } else {
+        // Say what kept failing, not only that time ran out.
+        let timeout = plan.retry.timeout.as_secs();
+        let f = Failure::new(
+            Kind::Network,
+            format!("timed out: the pull took longer than --timeout {timeout}s"),
+        );
+        return Err(match last_error.into_inner().unwrap() {
+            Some(last) => f.with_detail(format!("last attempt: {last}")),
+            None => f,
         }
+        .into());
     }
     let Progress {
         resolved, missing, ..
@@ -290,7 +298,7 @@ async fn fetch_blobs(
     todo: &[Descriptor],
     stall: Duration,
 ) -> anyhow::Result<()> {
-    let (config, unit) = worker.proxy_config();
+    let (config, unit) = worker.proxy_config()?;
     let watchdog = Watchdog::new();
     let session = async {
         let started = Instant::now();

@@ -663,3 +663,27 @@ fn configuration_is_read_and_checked() {
         r.stderr
     );
 }
+
+/// `--ca HOST[:PORT]=FILE` trusts a CA for that host alone, without the
+/// global `--cert-dir`; the same CA named for another host does not help.
+#[test]
+fn ca_for_one_host() {
+    let s = scratch();
+    let host = format!("localhost:{}", var("RIG_PORT"));
+    let image = format!("{host}/hostpull/small:v1");
+    let auth = authfile_for(&host, s.path());
+    let pull = |ca_host: &str, dest: &str| {
+        let mut c = pull_cmd(&image, &oci(&s.path().join(dest), None));
+        c.arg("--authfile")
+            .arg(&auth)
+            .args(["--ca", &format!("{ca_host}={}", var("RIG_CA"))]);
+        c.args(["--timeout", "10", "--config-root"]).arg(s.path());
+        c
+    };
+    run(&mut pull(&host, "ok")).json();
+    run(&mut pull(
+        &format!("127.0.0.1:{}", var("RIG_PORT")),
+        "other",
+    ))
+    .assert_failure(5);
+}

@@ -22,8 +22,11 @@ RIG_BIG=${RIG_BIG:-1}
 RIG_BENCH=${RIG_BENCH:-0}
 IMAGES_VERSION=1
 RIG_USER=hostpull
+# A name only a worker's own /etc/hosts or DNS resolves (tests: --add-host, --dns);
+# the server certificate carries it, as an in-cluster registry's would.
+CLUSTER_NAME=image-registry.openshift-image-registry.svc
 REGISTRY_BIN=/usr/bin/docker-registry
-PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3)
+PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 dnsmasq-base)
 
 LOGS=$RIG_DIR/logs
 CONFIG=$RIG_DIR/registry/config.yml
@@ -114,7 +117,7 @@ make_certs() {
         -subj "/CN=hostpull test rig CA" -keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
     openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
         -subj "/CN=localhost" -keyout "$d/server.key" -out "$d/server.csr" 2>/dev/null
-    printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost" "basicConstraints=CA:FALSE" \
+    printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:$CLUSTER_NAME" "basicConstraints=CA:FALSE" \
         "keyUsage=digitalSignature" "extendedKeyUsage=serverAuth" >"$d/server.ext"
     openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
         -days 7 -extfile "$d/server.ext" -out "$d/server.crt" 2>/dev/null
@@ -391,6 +394,7 @@ cmd_up() {
     {
         echo "RIG_DIR=$RIG_DIR"
         echo "RIG_REGISTRY=$REGISTRY"
+        echo "RIG_CLUSTER_NAME=$CLUSTER_NAME"
         echo "RIG_PORT=$port"
         echo "RIG_CA=$RIG_DIR/ca/ca.crt"
         echo "RIG_CERT_DIR=$RIG_DIR/certs"

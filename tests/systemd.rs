@@ -362,3 +362,97 @@ fn worker_that_cannot_start_is_a_sandbox_failure() {
         r.stderr
     );
 }
+
+/// An in-cluster registry: a name only cluster DNS knows, a certificate from
+/// the cluster's CA. `--add-host` (or `--dns`) and `--ca` reach it from the
+/// worker alone; the host's /etc/hosts and /etc/resolv.conf never change.
+#[test]
+fn in_cluster_registry_by_name() {
+    let s = scratch();
+    let name = var("RIG_CLUSTER_NAME");
+    let host = format!("{name}:{}", var("RIG_PORT"));
+    let image = format!("{host}/hostpull/small:v1");
+    let auth = authfile_for(&host, s.path());
+    let host_files = || {
+        (
+            std::fs::read("/etc/hosts").unwrap(),
+            std::fs::read("/etc/resolv.conf").unwrap(),
+        )
+    };
+    let before = host_files();
+    let pull = |dest: &str, extra: &[&str]| {
+        let mut c = pull_cmd(&image, &oci_path(&s.path().join(dest)));
+        c.args(["--sandbox", "systemd", "--timeout", "8", "--config-root"])
+            .arg(s.path())
+            .arg("--authfile")
+            .arg(&auth)
+            .args(extra);
+        run(&mut c)
+    };
+    let add_host = format!("{name}:127.0.0.1");
+    let ca = format!("{host}={}", var("RIG_CA"));
+    pull("ok", &["--add-host", &add_host, "--ca", &ca]).json();
+    // No CA for it: TLS refuses (the rig's CA is in no system store).
+    pull("no-ca", &["--add-host", &add_host]).assert_failure(5);
+    // The CA given for another host does not count for this one.
+    let other = format!("127.0.0.1:{}={}", var("RIG_PORT"), var("RIG_CA"));
+    pull("other-ca", &["--add-host", &add_host, "--ca", &other]).assert_failure(5);
+    // Without the name, a resolution error, and after the deadline it is still named.
+    let r = pull("no-name", &["--ca", &ca]);
+    r.assert_failure(6);
+    assert!(r.stderr.contains("no such host"), "{}", r.stderr);
+    // The CA from certs.d below the root, as MCO writes /etc/docker/certs.d.
+    let root = s.path().join("root");
+    let certs_d = root.join("etc/docker/certs.d").join(&host);
+    std::fs::create_dir_all(&certs_d).unwrap();
+    std::fs::copy(var("RIG_CA"), certs_d.join("ca.crt")).unwrap();
+    let mut c = pull_cmd(&image, &oci_path(&s.path().join("certs-d")));
+    c.args([
+        "--sandbox",
+        "systemd",
+        "--add-host",
+        &add_host,
+        "--config-root",
+    ])
+    .arg(&root)
+    .arg("--authfile")
+    .arg(&auth);
+    run(&mut c).json();
+    assert_eq!(
+        host_files(),
+        before,
+        "the host's resolver files are untouched"
+    );
+
+    // Through a real DNS server on a loopback address.
+    let dnsmasq = Command::new("dnsmasq")
+        .args([
+            "--no-daemon",
+            "--port=53",
+            "--listen-address=127.0.0.77",
+            "--bind-interfaces",
+        ])
+        .args([
+            "--no-resolv",
+            "--no-hosts",
+            &format!("--address=/{name}/127.0.0.1"),
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dnsmasq (tests/rig.sh install brings dnsmasq-base)");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _dnsmasq = Kill(dnsmasq);
+    std::thread::sleep(Duration::from_millis(300));
+    pull("dns", &["--dns", "127.0.0.77", "--ca", &ca]).json();
+    assert_eq!(host_files(), before);
+}
+
+fn oci_path(p: &Path) -> String {
+    format!("oci:{}", p.display())
+}

@@ -271,10 +271,7 @@ impl Forwarder {
 
     /// An authfile with the rig's credentials for this forwarder's address.
     pub fn authfile(&self, dir: &Path) -> PathBuf {
-        let rig = std::fs::read_to_string(var("RIG_AUTHFILE")).unwrap();
-        let path = dir.join("forwarder-auth.json");
-        std::fs::write(&path, rig.replace(var("RIG_REGISTRY"), &self.addr)).unwrap();
-        path
+        authfile_for(&self.addr, dir)
     }
 }
 
@@ -336,4 +333,13 @@ pub fn workers_of(pid: u32, marker: &str) -> Vec<String> {
         .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
         .filter(|c| c.contains("skopeo") && (c.contains(&unit) || c.contains(marker)))
         .collect()
+}
+
+/// An authfile with the rig's credentials keyed for `host_port` instead of the
+/// rig's `127.0.0.1:PORT` (entries are keyed by the exact host:port).
+pub fn authfile_for(host_port: &str, dir: &Path) -> PathBuf {
+    let rig = std::fs::read_to_string(var("RIG_AUTHFILE")).unwrap();
+    let path = dir.join(format!("auth-{host_port}.json"));
+    std::fs::write(&path, rig.replace(var("RIG_REGISTRY"), host_port)).unwrap();
+    path
 }

@@ -235,7 +235,7 @@ fn valid_path_component(c: &str) -> bool {
 }
 
 /// A DNS name or IPv4 address, or a bracketed IPv6 address, optionally with `:port`.
-fn valid_domain(d: &str) -> bool {
+pub fn valid_domain(d: &str) -> bool {
     let (host_ok, port) = match d.strip_prefix('[') {
         Some(rest) => match rest.split_once(']') {
             Some((v6, port)) => (v6.parse::<std::net::Ipv6Addr>().is_ok(), port),

@@ -1,6 +1,8 @@
 //! Decides everything a pull may use. Pure data: no network, no spawning.
 
+pub mod dns;
 pub mod imgref;
+pub mod trust;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -66,6 +68,14 @@ pub struct Request {
     pub timeout: Option<u64>,
     /// Seconds.
     pub stall_timeout: Option<u64>,
+    /// `--ca HOST[:PORT]=FILE`, repeated.
+    pub cas: Vec<String>,
+    pub dns: Vec<String>,
+    pub dns_search: Vec<String>,
+    /// `--add-host NAME:IP`, repeated.
+    pub add_hosts: Vec<String>,
+    /// Where certs.d directories are looked for (`/` but in tests).
+    pub root: PathBuf,
 }
 
 pub fn plan(req: &Request) -> anyhow::Result<Plan> {
@@ -107,6 +117,30 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         m => m,
     };
     let limits = limits(req)?;
+    let cas = req
+        .cas
+        .iter()
+        .map(|c| trust::parse_ca(c))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if req.cert_dir.is_some() && !cas.is_empty() {
+        return fail(
+            Kind::Usage,
+            "--cert-dir trusts its CAs for every host; it cannot go with --ca",
+        );
+    }
+    // The hosts this pull may contact: the image's registry (mirrors will join).
+    let hosts = [image.domain.clone()];
+    let trust = match &req.cert_dir {
+        Some(_) => Vec::new(),
+        None => trust::resolve(&hosts, &cas, &req.root)?,
+    };
+    let dns = dns::Dns::parse(&req.dns, &req.dns_search, &req.add_hosts)?;
+    if mode == SandboxMode::None && !dns.is_empty() {
+        return fail(
+            Kind::Usage,
+            "--dns, --dns-search and --add-host need --sandbox systemd: without it the worker shares the host's resolver",
+        );
+    }
     Ok(Plan {
         image,
         dest_dir: dest.dir,
@@ -119,6 +153,8 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             cert_dir: req.cert_dir.clone(),
             tls_verify: req.tls_verify,
             limits,
+            trust,
+            dns,
             selinux_context: req.selinux_enabled.then(|| {
                 req.selinux_context
                     .clone()
@@ -193,8 +229,39 @@ mod tests {
             dest: dest.into(),
             tls_verify: true,
             sandbox: Some(SandboxMode::None),
+            root: "/nonexistent-root".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn trust_and_dns_rules() {
+        let td = tempfile::tempdir().unwrap();
+        let ca = td.path().join("ca.crt");
+        std::fs::write(&ca, "pem").unwrap();
+        let mut r = req("reg.svc:5000/a:v1", "oci:/d");
+        r.cas = vec![
+            format!("reg.svc:5000={}", ca.display()),
+            format!("other:1={}", ca.display()),
+        ];
+        let p = plan(&r).unwrap();
+        assert_eq!(p.worker.trust.len(), 1, "only the hosts of this pull");
+        assert_eq!(p.worker.trust[0].host, "reg.svc:5000");
+        r.cert_dir = Some(td.path().into());
+        assert_eq!(
+            crate::error::exit_code(&plan(&r).unwrap_err()),
+            2,
+            "--cert-dir with --ca"
+        );
+        let mut r = req("reg.svc:5000/a:v1", "oci:/d");
+        r.add_hosts = vec!["reg.svc:127.0.0.1".into()];
+        assert_eq!(
+            crate::error::exit_code(&plan(&r).unwrap_err()),
+            2,
+            "DNS needs systemd"
+        );
+        r.sandbox = Some(SandboxMode::Systemd);
+        assert_eq!(plan(&r).unwrap().worker.dns.hosts.len(), 1);
     }
 
     #[test]

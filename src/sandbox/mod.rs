@@ -21,7 +21,9 @@ use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
 use crate::error::{Failure, Kind, classify_worker_text, fail};
+use crate::plan::dns::Dns;
 use crate::plan::imgref::ImageRef;
+use crate::plan::trust::HostTrust;
 use monitor::{Observed, Systemd};
 use staging::Staging;
 pub use unit::Limits;
@@ -62,6 +64,10 @@ pub struct WorkerSpec {
     pub limits: Limits,
     /// `SELinuxContext=` of the worker unit; set where SELinux is enabled.
     pub selinux_context: Option<String>,
+    /// Per-host CAs and client certificates (without `--cert-dir`).
+    pub trust: Vec<HostTrust>,
+    /// The worker's own resolver settings and /etc/hosts entries.
+    pub dns: Dns,
 }
 
 impl WorkerSpec {
@@ -98,6 +104,8 @@ pub struct Worker {
     staging: Option<Staging>,
     /// The worker's HOME without systemd: empty and private.
     home: Option<PathBuf>,
+    /// Without systemd: the image host's staged CA directory, as `--cert-dir`.
+    host_cert_dir: Option<PathBuf>,
     mounts: unit::Mounts,
     systemd: Option<Systemd>,
     seq: AtomicU32,
@@ -114,6 +122,7 @@ impl Worker {
             id,
             staging: None,
             home: None,
+            host_cert_dir: None,
             mounts: Default::default(),
             systemd: None,
             seq: AtomicU32::new(0),
@@ -139,6 +148,23 @@ impl Worker {
                         w.mounts.credentials.push((name, staged));
                     }
                 }
+                for (i, t) in spec.trust.iter().enumerate() {
+                    if let Some((_, key)) = &t.client {
+                        // The key stays root-only; the unit gets it as a credential.
+                        let name = client_key_name(i);
+                        let staged = staging.copy(&name, key)?;
+                        w.mounts.credentials.push((name, staged));
+                    }
+                }
+                let host_file = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+                if let Some(conf) = spec.dns.resolv_conf(&host_file("/etc/resolv.conf")) {
+                    let staged = staging.write_public("resolv.conf", conf.as_bytes())?;
+                    w.mounts.binds.push((staged, "/etc/resolv.conf".into()));
+                }
+                if let Some(hosts) = spec.dns.hosts_file(&host_file("/etc/hosts")) {
+                    let staged = staging.write_public("hosts", hosts.as_bytes())?;
+                    w.mounts.binds.push((staged, "/etc/hosts".into()));
+                }
                 w.staging = Some(staging);
                 w.systemd = Some(systemd);
             }
@@ -147,6 +173,20 @@ impl Worker {
                     Staging::create(&std::env::temp_dir(), &format!("hostpull-{}", w.id))?;
                 let home = staging.path().join("home");
                 std::fs::create_dir(&home).context("Creating the worker's HOME")?;
+                // Without mounts, trust can only be given as one --cert-dir; the
+                // plan allows that only for the image's own host.
+                if let Some(t) = spec.trust.first() {
+                    let dir = format!("certs.d/{}", t.host);
+                    for (j, ca) in t.cas.iter().enumerate() {
+                        staging.write_public(&format!("{dir}/ca-{j}.crt"), &std::fs::read(ca)?)?;
+                    }
+                    if let Some((cert, key)) = &t.client {
+                        staging
+                            .write_public(&format!("{dir}/client.cert"), &std::fs::read(cert)?)?;
+                        staging.copy(&format!("{dir}/client.key"), key)?;
+                    }
+                    w.host_cert_dir = Some(staging.path().join(dir));
+                }
                 w.home = Some(home);
                 w.staging = Some(staging);
             }
@@ -163,8 +203,35 @@ impl Worker {
 
     /// The CA directory as skopeo sees it; in a unit, its credentials directory.
     fn cert_dir_for(&self, unit: Option<&str>) -> Option<PathBuf> {
-        let d = self.spec.cert_dir.as_ref()?;
+        let Some(d) = self.spec.cert_dir.as_ref() else {
+            return self.host_cert_dir.clone();
+        };
         Some(unit.map_or_else(|| d.clone(), unit::credentials_dir))
+    }
+
+    /// A unit's certs.d tree, bound over /etc/containers/certs.d: each host's
+    /// CAs and client certificate, and its client key as a link into the unit's
+    /// credentials, so that the key itself never leaves root-only storage.
+    fn stage_certs_d(&self, n: u32, unit: &str) -> anyhow::Result<Option<PathBuf>> {
+        let Some(staging) = &self.staging else {
+            return Ok(None);
+        };
+        if self.spec.trust.is_empty() {
+            return Ok(None);
+        }
+        let tree = format!("certs.d-{n}");
+        for (i, t) in self.spec.trust.iter().enumerate() {
+            let dir = format!("{tree}/{}", t.host);
+            for (j, ca) in t.cas.iter().enumerate() {
+                staging.write_public(&format!("{dir}/ca-{j}.crt"), &std::fs::read(ca)?)?;
+            }
+            if let Some((cert, _)) = &t.client {
+                staging.write_public(&format!("{dir}/client.cert"), &std::fs::read(cert)?)?;
+                let key = unit::credentials_dir(unit).join(client_key_name(i));
+                staging.symlink(&format!("{dir}/client.key"), &key)?;
+            }
+        }
+        Ok(Some(staging.path().join(tree)))
     }
 
     /// The options skopeo's image commands share, after the subcommand. Never
@@ -186,23 +253,27 @@ impl Worker {
     }
 
     /// The command up to and including the skopeo binary.
-    fn launch(&self) -> Launch {
+    fn launch(&self) -> anyhow::Result<Launch> {
         match &self.systemd {
             Some(_) => {
                 let n = self.seq.fetch_add(1, Ordering::Relaxed);
                 let unit = format!("{}{}-{n}.service", unit::UNIT_PREFIX, self.id);
+                let mut mounts = self.mounts.clone();
+                if let Some(tree) = self.stage_certs_d(n, &unit)? {
+                    mounts.binds.push((tree, "/etc/containers/certs.d".into()));
+                }
                 self.units.lock().unwrap().push(unit.clone());
                 let cmd = unit::systemd_run(
                     &unit,
                     &self.spec.limits,
-                    &self.mounts,
+                    &mounts,
                     self.spec.selinux_context.as_deref(),
                     &self.spec.skopeo,
                 );
-                Launch {
+                Ok(Launch {
                     cmd,
                     unit: Some(unit),
-                }
+                })
             }
             None => {
                 // A direct child with a clean environment and a parent-death signal.
@@ -219,14 +290,14 @@ impl Worker {
                     .env("HOME", home)
                     .current_dir(home);
                 pdeathsig(&mut c);
-                Launch { cmd: c, unit: None }
+                Ok(Launch { cmd: c, unit: None })
             }
         }
     }
 
     /// The configuration for one `containers-image-proxy` session, and its unit.
-    pub fn proxy_config(&self) -> (ImageProxyConfig, Option<String>) {
-        let Launch { cmd, unit } = self.launch();
+    pub fn proxy_config(&self) -> anyhow::Result<(ImageProxyConfig, Option<String>)> {
+        let Launch { cmd, unit } = self.launch()?;
         // The crate spells these options itself; they mean what client_args says.
         let mut cfg = ImageProxyConfig::default();
         cfg.authfile = self.authfile_for(unit.as_deref());
@@ -234,7 +305,7 @@ impl Worker {
         cfg.certificate_directory = self.cert_dir_for(unit.as_deref());
         cfg.insecure_skip_tls_verification = Some(!self.spec.tls_verify);
         cfg.skopeo_cmd = Some(cmd);
-        (cfg, unit)
+        Ok((cfg, unit))
     }
 
     /// Run `fut`, which drives the worker running as `unit`, and watch the unit
@@ -288,7 +359,7 @@ impl Worker {
     /// that root can hash them. The proxy of skopeo 1.9.3 converts Docker manifests
     /// to OCI and resolves indexes itself, which would hide both from root.
     pub async fn inspect_raw(&self, image: &ImageRef, limit: u64) -> anyhow::Result<Vec<u8>> {
-        let Launch { mut cmd, unit } = self.launch();
+        let Launch { mut cmd, unit } = self.launch()?;
         cmd.arg("inspect")
             .arg("--raw")
             .args(self.client_args(unit.as_deref()))
@@ -428,6 +499,11 @@ fn cert_files(dir: &Path) -> anyhow::Result<Vec<String>> {
     Ok(names)
 }
 
+/// A client key's name among a unit's credentials.
+fn client_key_name(host_index: usize) -> String {
+    format!("client-{host_index}.key")
+}
+
 pub(crate) fn rand_u32() -> u32 {
     let mut b = [0u8; 4];
     // getrandom(2) cannot fail for 4 bytes once the pool is initialized.
@@ -485,6 +561,8 @@ mod tests {
             tls_verify: true,
             limits: Limits::default(),
             selinux_context: None,
+            trust: Vec::new(),
+            dns: Dns::default(),
         }
     }
 
@@ -527,7 +605,7 @@ mod tests {
     #[tokio::test]
     async fn none_mode_command_is_clean() {
         let w = Worker::prepare(&spec(SandboxMode::None)).await.unwrap();
-        let (cfg, unit) = w.proxy_config();
+        let (cfg, unit) = w.proxy_config().unwrap();
         assert_eq!(unit, None);
         let cmd = Command::try_from(cfg).unwrap();
         assert_eq!(cmd.get_program(), "/usr/bin/skopeo");

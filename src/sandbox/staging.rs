@@ -54,6 +54,39 @@ impl Staging {
         self.write(name, &bytes)
     }
 
+    /// Write a file that the worker may read (0644, parents 0755) at `rel`:
+    /// generated configuration, bound read-only into the unit. Never a secret.
+    pub fn write_public(&self, rel: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
+        let path = self.dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(parent)?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&path)
+            .with_context(|| format!("Staging {rel}"))?;
+        f.write_all(bytes)
+            .with_context(|| format!("Staging {rel}"))?;
+        Ok(path)
+    }
+
+    /// A symbolic link at `rel` (parents 0755) pointing at `target`.
+    pub fn symlink(&self, rel: &str, target: &Path) -> anyhow::Result<()> {
+        let path = self.dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(parent)?;
+        }
+        std::os::unix::fs::symlink(target, &path).with_context(|| format!("Staging {rel}"))
+    }
+
     pub fn remove(self) {
         if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             tracing::warn!("removing {}: {e}", self.dir.display());
@@ -77,6 +110,14 @@ mod tests {
         assert_eq!(mode(s.path()), 0o700);
         assert_eq!(mode(&root), 0o700);
         assert!(s.write("auth.json", b"again").is_err(), "never overwrite");
+        let conf = s.write_public("certs.d-0/reg:5000/ca.crt", b"pem").unwrap();
+        assert_eq!(mode(&conf), 0o644);
+        assert_eq!(mode(conf.parent().unwrap()), 0o755);
+        s.symlink(
+            "certs.d-0/reg:5000/client.key",
+            Path::new("/run/credentials/u/k"),
+        )
+        .unwrap();
         let dir = s.path().to_owned();
         s.remove();
         assert!(!dir.exists());
