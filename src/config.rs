@@ -25,6 +25,26 @@ pub struct Config {
     pub worker: WorkerConfig,
     #[serde(default)]
     pub pull: PullConfig,
+    #[serde(default)]
+    pub cluster: ClusterConfig,
+}
+
+/// `[cluster]`: how the worker reaches in-cluster registries, set once for all
+/// pulls (the same as `--dns`, `--dns-search`, `--add-host` and `--ca`, which add
+/// to these).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ClusterConfig {
+    #[serde(default)]
+    pub dns: Vec<String>,
+    #[serde(default)]
+    pub dns_search: Vec<String>,
+    /// `NAME:IP` entries.
+    #[serde(default)]
+    pub add_host: Vec<String>,
+    /// `HOST[:PORT]=FILE` entries.
+    #[serde(default)]
+    pub ca: Vec<String>,
 }
 
 /// `[worker]`: how the worker runs (the same as the command line's options).
@@ -73,6 +93,11 @@ impl Config {
     fn merge(&mut self, later: Config) {
         let w = later.worker;
         let p = later.pull;
+        let c = later.cluster;
+        self.cluster.dns.extend(c.dns);
+        self.cluster.dns_search.extend(c.dns_search);
+        self.cluster.add_host.extend(c.add_host);
+        self.cluster.ca.extend(c.ca);
         macro_rules! take {
             ($($dst:expr => $src:expr),* $(,)?) => { $( if $src.is_some() { $dst = $src; } )* };
         }
@@ -102,6 +127,16 @@ impl Config {
             .or_else(|| w.selinux_context.clone());
         req.timeout = req.timeout.or(self.pull.timeout);
         req.stall_timeout = req.stall_timeout.or(self.pull.stall_timeout);
+        let c = &self.cluster;
+        let prepend = |cli: &mut Vec<String>, conf: &[String]| {
+            let mut all = conf.to_vec();
+            all.append(cli);
+            *cli = all;
+        };
+        prepend(&mut req.dns, &c.dns);
+        prepend(&mut req.dns_search, &c.dns_search);
+        prepend(&mut req.add_hosts, &c.add_host);
+        prepend(&mut req.cas, &c.ca);
     }
 }
 
@@ -201,7 +236,14 @@ stall-timeout = 30
             "[worker]\ntasks-max = 30\n",
         );
         w("etc/hostpull/config.d/README", "not toml");
-        w("run/hostpull/config.d/x.toml", "[pull]\ntimeout = 99\n");
+        w(
+            "run/hostpull/config.d/x.toml",
+            "[pull]\ntimeout = 99\n[cluster]\ndns = [\"10.0.0.10\"]\n",
+        );
+        w(
+            "etc/hostpull/config.d/30-c.toml",
+            "[cluster]\nadd-host = [\"reg.svc:10.0.0.5\"]\ndns = [\"10.0.0.9\"]\n",
+        );
         let root = Dir::open_ambient_dir(td.path(), ambient_authority()).unwrap();
         let c = load(&root).unwrap();
         assert_eq!(c.worker.memory_max.as_deref(), Some("2G"));

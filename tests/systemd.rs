@@ -401,22 +401,23 @@ fn in_cluster_registry_by_name() {
     let r = pull("no-name", &["--ca", &ca]);
     r.assert_failure(6);
     assert!(r.stderr.contains("no such host"), "{}", r.stderr);
-    // The CA from certs.d below the root, as MCO writes /etc/docker/certs.d.
+    // The CA from certs.d below the root, as MCO writes /etc/docker/certs.d, and
+    // the name from the configuration's [cluster] section.
     let root = s.path().join("root");
     let certs_d = root.join("etc/docker/certs.d").join(&host);
     std::fs::create_dir_all(&certs_d).unwrap();
     std::fs::copy(var("RIG_CA"), certs_d.join("ca.crt")).unwrap();
+    std::fs::create_dir_all(root.join("etc/hostpull")).unwrap();
+    std::fs::write(
+        root.join("etc/hostpull/config.toml"),
+        format!("[cluster]\nadd-host = [\"{add_host}\"]\n"),
+    )
+    .unwrap();
     let mut c = pull_cmd(&image, &oci_path(&s.path().join("certs-d")));
-    c.args([
-        "--sandbox",
-        "systemd",
-        "--add-host",
-        &add_host,
-        "--config-root",
-    ])
-    .arg(&root)
-    .arg("--authfile")
-    .arg(&auth);
+    c.args(["--sandbox", "systemd", "--config-root"])
+        .arg(&root)
+        .arg("--authfile")
+        .arg(&auth);
     run(&mut c).json();
     assert_eq!(
         host_files(),
