@@ -687,3 +687,74 @@ fn ca_for_one_host() {
     ))
     .assert_failure(5);
 }
+
+/// A registry that requires a client certificate: the pair comes from certs.d,
+/// the key (0600 root) is never in a file anyone else could read during the
+/// pull, and without the pair TLS refuses (exit 5).
+#[test]
+fn client_certificate_with_a_private_key() {
+    let s = scratch();
+    let host = var("RIG_MTLS_REGISTRY");
+    let image = format!("{host}/hostpull/big:v1");
+    let auth = authfile_for(host, s.path());
+    let root = s.path().join("root");
+    let certs_d = root.join("etc/containers/certs.d").join(host);
+    std::fs::create_dir_all(&certs_d).unwrap();
+    std::fs::copy(var("RIG_CA"), certs_d.join("ca.crt")).unwrap();
+    let key = std::fs::read_to_string(var("RIG_CLIENT_KEY")).unwrap();
+    let key_body = key
+        .lines()
+        .find(|l| l.len() > 40)
+        .expect("a PEM body line")
+        .to_owned();
+    let pull = |dest: &str| {
+        let mut c = pull_cmd(&image, &oci(&s.path().join(dest), None));
+        c.arg("--authfile")
+            .arg(&auth)
+            .args(["--timeout", "10", "--config-root"])
+            .arg(&root);
+        c
+    };
+    // Only the CA: the registry wants a certificate.
+    run(&mut pull("refused")).assert_failure(5);
+
+    std::fs::copy(var("RIG_CLIENT_CERT"), certs_d.join("client.cert")).unwrap();
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(certs_d.join("client.key"))
+            .unwrap();
+        std::io::Write::write_all(&mut f, key.as_bytes()).unwrap();
+    }
+    let since = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+    let mut child = pull("ok")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut scans = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        for root in [Path::new("/tmp"), Path::new("/run"), Path::new("/var/tmp")] {
+            for (path, bytes) in world_readable_files(root, since) {
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains(&key_body),
+                    "the client key in {}",
+                    path.display()
+                );
+            }
+        }
+        scans += 1;
+    };
+    assert!(
+        status.success(),
+        "{:?}",
+        child.stderr.take().map(std::io::read_to_string)
+    );
+    assert!(scans > 0);
+}

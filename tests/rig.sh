@@ -31,6 +31,8 @@ PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 dnsmas
 LOGS=$RIG_DIR/logs
 CONFIG=$RIG_DIR/registry/config.yml
 PIDFILE=$RIG_DIR/registry.pid
+PORTFILE=$RIG_DIR/port
+CURL_CLIENT=()   # client certificate options for the readiness check
 IMAGES=$RIG_DIR/images/v$IMAGES_VERSION
 
 die() { echo "rig: $*" >&2; exit 1; }
@@ -89,7 +91,7 @@ stop_registry() {
 
 start_registry() {
     local port user pass i code= log=$LOGS/registry.log lines
-    port=$(cat "$RIG_DIR/port") || die "no port recorded; run 'up' first"
+    port=$(cat "$PORTFILE") || die "no port recorded; run 'up' first"
     user=$RIG_USER; pass=$(cat "$RIG_DIR/password")
     lines=0; [ -f "$log" ] && lines=$(wc -l <"$log")   # on failure show only this start's lines
     # env -i: distribution reads every REGISTRY_* variable as a config override.
@@ -97,7 +99,7 @@ start_registry() {
     setsid env -i "$REGISTRY_BIN" serve "$CONFIG" >>"$log" 2>&1 </dev/null &
     echo $! >"$PIDFILE"
     for i in $(seq 200); do   # ~20 s
-        code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$RIG_DIR/ca/ca.crt" \
+        code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$RIG_DIR/ca/ca.crt" "${CURL_CLIENT[@]}" \
             -u "$user:$pass" "https://127.0.0.1:$port/v2/" 2>/dev/null || true)
         [ "$code" = 200 ] && return 0
         kill -0 "$(cat "$PIDFILE")" 2>/dev/null || break   # (may not have exec'd yet)
@@ -107,6 +109,15 @@ start_registry() {
     tail -n "+$((lines + 1))" "$log" | tail -n 30 >&2
     stop_registry
     exit 1
+}
+
+# with_mtls CMD...: run a registry function on the second registry, which shares
+# the storage and requires a client certificate (http.tls.clientcas).
+with_mtls() {
+    local CONFIG=$RIG_DIR/registry/config-mtls.yml PIDFILE=$RIG_DIR/registry-mtls.pid \
+        PORTFILE=$RIG_DIR/port-mtls
+    local CURL_CLIENT=(--cert "$RIG_DIR/client/client.cert" --key "$RIG_DIR/client/client.key")
+    "$@"
 }
 
 # ---------------------------------------------------------------- setup pieces
@@ -122,6 +133,18 @@ make_certs() {
     openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
         -days 7 -extfile "$d/server.ext" -out "$d/server.crt" 2>/dev/null
     chmod 600 "$d/ca.key" "$d/server.key"
+    # A client CA and a client certificate for the mTLS registry; the key is root-only.
+    mkdir -p "$RIG_DIR/client"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 7 \
+        -subj "/CN=hostpull test client CA" -keyout "$RIG_DIR/client/ca.key" \
+        -out "$RIG_DIR/client/ca.crt" 2>/dev/null
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=hostpull-node" \
+        -keyout "$RIG_DIR/client/client.key" -out "$RIG_DIR/client/client.csr" 2>/dev/null
+    printf '%s\n' "extendedKeyUsage=clientAuth" >"$RIG_DIR/client/client.ext"
+    openssl x509 -req -in "$RIG_DIR/client/client.csr" -CA "$RIG_DIR/client/ca.crt" \
+        -CAkey "$RIG_DIR/client/ca.key" -CAcreateserial -days 7 \
+        -extfile "$RIG_DIR/client/client.ext" -out "$RIG_DIR/client/client.cert" 2>/dev/null
+    chmod 600 "$RIG_DIR/client/ca.key" "$RIG_DIR/client/client.key"
     cp "$d/ca.crt" "$RIG_DIR/certs/ca.crt"                      # skopeo --cert-dir
     cp "$d/ca.crt" "$RIG_DIR/certs.d/127.0.0.1:$port/ca.crt"    # containers-certs.d layout
 }
@@ -151,8 +174,9 @@ free_port() {
     die "no free port found"
 }
 
-write_config() {
-    local port=$1
+write_config() {   # write_config PORT [CLIENT-CA]
+    local port=$1 clientcas=
+    [ -n "${2:-}" ] && clientcas=$(printf '    clientcas:\n      - %s' "$2")
     # No blobdescriptor cache: tests tamper with the storage and must see the result.
     cat >"$CONFIG" <<EOF
 version: 0.1
@@ -171,6 +195,7 @@ http:
   tls:
     certificate: $RIG_DIR/ca/server.crt
     key: $RIG_DIR/ca/server.key
+$clientcas
 auth:
   htpasswd:
     realm: hostpull-rig
@@ -347,7 +372,7 @@ push() {   # push LAYOUT TAG REPO [skopeo args]
 
 # ---------------------------------------------------------------- commands
 cmd_up() {
-    local port t0 names=(small multi tamper) n tamper_layer
+    local port mtls_port t0 names=(small multi tamper) n tamper_layer
     t0=$(date +%s.%N)
     case $RIG_DIR in *[[:space:]]*) die "RIG_DIR must not contain whitespace" ;; esac
     for n in skopeo umoci openssl htpasswd curl "$REGISTRY_BIN"; do
@@ -361,8 +386,9 @@ cmd_up() {
     fi
 
     stop_registry
+    with_mtls stop_registry
     rm -rf "$RIG_DIR/ca" "$RIG_DIR/certs" "$RIG_DIR/certs.d" "$RIG_DIR/registry" "$RIG_DIR/tmp" \
-        "$RIG_DIR/env" "$LOGS"
+        "$RIG_DIR/client" "$RIG_DIR/env" "$LOGS"
     mkdir -p "$RIG_DIR/registry/data" "$RIG_DIR/tmp" "$LOGS" "$IMAGES"
 
     for n in "${names[@]}"; do ensure_image "$n"; done
@@ -373,6 +399,10 @@ cmd_up() {
     make_auth "$port"
     write_config "$port"
     start_registry
+    # The same storage again, behind a client-certificate check.
+    mtls_port=$(free_port); echo "$mtls_port" >"$RIG_DIR/port-mtls"
+    with_mtls write_config "$mtls_port" "$RIG_DIR/client/ca.crt"
+    with_mtls start_registry
 
     note "pushing images to $REGISTRY"
     push "$IMAGES/small" v1 hostpull/small
@@ -395,6 +425,9 @@ cmd_up() {
         echo "RIG_DIR=$RIG_DIR"
         echo "RIG_REGISTRY=$REGISTRY"
         echo "RIG_CLUSTER_NAME=$CLUSTER_NAME"
+        echo "RIG_MTLS_REGISTRY=127.0.0.1:$mtls_port"
+        echo "RIG_CLIENT_CERT=$RIG_DIR/client/client.cert"
+        echo "RIG_CLIENT_KEY=$RIG_DIR/client/client.key"
         echo "RIG_PORT=$port"
         echo "RIG_CA=$RIG_DIR/ca/ca.crt"
         echo "RIG_CERT_DIR=$RIG_DIR/certs"
@@ -438,6 +471,7 @@ cmd_restart_registry() {
 
 cmd_down() {
     stop_registry
+    with_mtls stop_registry
     note "down"
 }
 
