@@ -593,22 +593,7 @@ fn sigint_leaves_the_layout_as_it_was() {
 /// hashing catches it, and nothing is published.
 #[test]
 fn a_lying_worker_is_caught_by_root() {
-    // Under /run: a worker unit has a private /tmp.
-    let dir = tempfile::Builder::new()
-        .prefix("hostpull-liar-")
-        .tempdir_in("/run")
-        .unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let liar = dir.path().join("lying-worker.py");
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lying-worker.py"),
-        &liar,
-    )
-    .unwrap();
+    let (_dir, liar) = script_under_run("lying-worker.py");
     let s = scratch();
     let dest = s.path().join("layout");
     let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest, None)));
@@ -719,16 +704,7 @@ fn client_certificate_with_a_private_key() {
     run(&mut pull("refused")).assert_failure(5);
 
     std::fs::copy(var("RIG_CLIENT_CERT"), certs_d.join("client.cert")).unwrap();
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(certs_d.join("client.key"))
-            .unwrap();
-        std::io::Write::write_all(&mut f, key.as_bytes()).unwrap();
-    }
+    write_private(&certs_d.join("client.key"), key.as_bytes());
     let since = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
     let mut child = pull("ok")
         .stdout(std::process::Stdio::null())

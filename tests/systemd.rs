@@ -129,33 +129,9 @@ fn unit_has_the_configured_properties() {
 
 #[test]
 fn worker_cannot_read_root_secrets() {
-    // The probe and its secret go under /run: the unit has a private /tmp, and
-    // the checkout may well be below /tmp.
-    let dir = tempfile::Builder::new()
-        .prefix("hostpull-probe-")
-        .tempdir_in("/run")
-        .unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let probe = dir.path().join("probe-worker.sh");
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/probe-worker.sh"),
-        &probe,
-    )
-    .unwrap();
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(dir.path().join("secret"))
-            .unwrap();
-        std::io::Write::write_all(&mut f, b"root-only").unwrap();
-    }
+    // The probe reads the secret beside itself.
+    let (dir, probe) = script_under_run("probe-worker.sh");
+    write_private(&dir.path().join("secret"), b"root-only");
     let s = scratch();
     let mut c = systemd_pull(
         var("RIG_IMG_SMALL"),

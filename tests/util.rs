@@ -343,3 +343,35 @@ pub fn authfile_for(host_port: &str, dir: &Path) -> PathBuf {
     std::fs::write(&path, rig.replace(var("RIG_REGISTRY"), host_port)).unwrap();
     path
 }
+
+/// A copy of the test script `tests/NAME` in a fresh directory under /run
+/// (0755): a worker unit has a private /tmp, and the checkout may be below /tmp.
+pub fn script_under_run(name: &str) -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("hostpull-test-")
+        .tempdir_in("/run")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = dir.path().join(name);
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests")
+            .join(name),
+        &script,
+    )
+    .unwrap();
+    (dir, script)
+}
+
+/// Write a root-only (0600) file.
+pub fn write_private(path: &Path, bytes: &[u8]) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    std::io::Write::write_all(&mut f, bytes).unwrap();
+}

@@ -34,56 +34,54 @@ impl Staging {
         &self.dir
     }
 
-    /// Write a root-only (0600) file and return its path.
-    pub fn write(&self, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
-        let path = self.dir.join(name);
+    /// Write a root-only (0600) file at `rel` and return its path.
+    pub fn write(&self, rel: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
+        self.put(rel, bytes, 0o600)
+    }
+
+    /// Copy a file the orchestrator may read into the staging directory, root-only.
+    pub fn copy(&self, rel: &str, from: &Path) -> anyhow::Result<PathBuf> {
+        let bytes = std::fs::read(from).with_context(|| format!("Reading {}", from.display()))?;
+        self.write(rel, &bytes)
+    }
+
+    /// Write a file that the worker may read (0644) at `rel`: generated
+    /// configuration, bound read-only into the unit. Never a secret.
+    pub fn write_public(&self, rel: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
+        self.put(rel, bytes, 0o644)
+    }
+
+    /// A new file at `rel` with `mode`.
+    fn put(&self, rel: &str, bytes: &[u8], mode: u32) -> anyhow::Result<PathBuf> {
+        let path = self.parents(rel)?;
+        let staging = || format!("Staging {rel}");
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(mode)
             .open(&path)
-            .with_context(|| format!("Staging {name}"))?;
-        f.write_all(bytes)
-            .with_context(|| format!("Staging {name}"))?;
+            .with_context(staging)?;
+        f.write_all(bytes).with_context(staging)?;
         Ok(path)
     }
 
-    /// Copy a file the orchestrator may read into the staging directory.
-    pub fn copy(&self, name: &str, from: &Path) -> anyhow::Result<PathBuf> {
-        let bytes = std::fs::read(from).with_context(|| format!("Reading {}", from.display()))?;
-        self.write(name, &bytes)
-    }
-
-    /// Write a file that the worker may read (0644, parents 0755) at `rel`:
-    /// generated configuration, bound read-only into the unit. Never a secret.
-    pub fn write_public(&self, rel: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
+    /// The path of `rel`, with its parents made 0755 (the staging directory
+    /// itself stays 0700, so only a bind mount reaches them).
+    fn parents(&self, rel: &str) -> anyhow::Result<PathBuf> {
         let path = self.dir.join(rel);
         if let Some(parent) = path.parent() {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o755)
-                .create(parent)?;
+                .create(parent)
+                .with_context(|| format!("Staging {rel}"))?;
         }
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&path)
-            .with_context(|| format!("Staging {rel}"))?;
-        f.write_all(bytes)
-            .with_context(|| format!("Staging {rel}"))?;
         Ok(path)
     }
 
     /// A symbolic link at `rel` (parents 0755) pointing at `target`.
     pub fn symlink(&self, rel: &str, target: &Path) -> anyhow::Result<()> {
-        let path = self.dir.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o755)
-                .create(parent)?;
-        }
+        let path = self.parents(rel)?;
         std::os::unix::fs::symlink(target, &path).with_context(|| format!("Staging {rel}"))
     }
 
