@@ -46,9 +46,24 @@ pub struct PullOpts {
     /// oci:DIR[:TAG]; TAG defaults to the image's tag
     #[arg(long)]
     pub dest: String,
-    /// containers-auth.json(5) file with credentials for this pull
+    /// containers-auth.json(5) file to take credentials from (repeatable;
+    /// REGISTRY_AUTH_FILE is read after them)
     #[arg(long)]
-    pub authfile: Option<PathBuf>,
+    pub authfile: Vec<PathBuf>,
+    /// Kubernetes pull secret (dockerconfigjson or dockercfg, YAML or JSON, or
+    /// the bare content) to take credentials from (repeatable)
+    #[arg(long, value_name = "FILE")]
+    pub pull_secret: Vec<PathBuf>,
+    /// A token file for HOST[:PORT][/PATH], re-read on every pull (repeatable)
+    #[arg(long, value_name = "HOST[:PORT][/PATH]=FILE")]
+    pub registry_token: Vec<String>,
+    /// The user name that goes with --registry-token [default: serviceaccount]
+    #[arg(long, value_name = "NAME")]
+    pub registry_token_user: Option<String>,
+    /// Without any source, do not read the host's default credential files
+    /// (/run, /etc, /usr/lib ostree/auth.json, /var/lib/kubelet/config.json)
+    #[arg(long)]
+    pub no_default_creds: bool,
     /// Directory of CA certificates (*.crt) trusted for the registry
     #[arg(long)]
     pub cert_dir: Option<PathBuf>,
@@ -108,7 +123,16 @@ impl PullOpts {
         plan::Request {
             image: self.image.clone(),
             dest: self.dest.clone(),
-            authfile: self.authfile.clone(),
+            authfiles: self
+                .authfile
+                .iter()
+                .cloned()
+                .chain(std::env::var_os("REGISTRY_AUTH_FILE").map(PathBuf::from))
+                .collect(),
+            pull_secrets: self.pull_secret.clone(),
+            tokens: self.registry_token.clone(),
+            token_user: self.registry_token_user.clone(),
+            no_default_creds: self.no_default_creds,
             cert_dir: self.cert_dir.clone(),
             tls_verify: self.tls_verify,
             platform: self.platform.clone(),

@@ -91,6 +91,16 @@ pub async fn pull(plan: &Plan) -> anyhow::Result<Report> {
         layers_reused: total - fetched_layers,
         bytes_fetched: fetched.iter().map(|d| d.size).sum(),
         elapsed_ms: start.elapsed().as_millis(),
+        credentials: plan
+            .worker
+            .credentials
+            .iter()
+            .map(|c| crate::progress::CredentialReport {
+                host: c.host.clone(),
+                source: c.source.clone(),
+                key: c.key.clone(),
+            })
+            .collect(),
         worker: report,
     })
 }

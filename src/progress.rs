@@ -22,7 +22,16 @@ pub struct Report {
     pub layers_reused: usize,
     pub bytes_fetched: u64,
     pub elapsed_ms: u128,
+    /// For each host, where its credential came from (never the secret).
+    pub credentials: Vec<CredentialReport>,
     pub worker: WorkerReport,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CredentialReport {
+    pub host: String,
+    pub source: String,
+    pub key: String,
 }
 
 impl Report {

@@ -54,6 +54,12 @@ impl Layout {
         // A pull that failed on a layout it created removes the directory while it
         // holds the lock; whoever waited on that lock then finds an unlinked
         // directory and starts over.
+        if path.exists() && !path.is_dir() {
+            return fail(
+                Kind::Usage,
+                format!("{} exists and is not a directory", path.display()),
+            );
+        }
         loop {
             let created = match std::fs::create_dir(path) {
                 Ok(()) => true,
@@ -448,6 +454,12 @@ mod tests {
     #[test]
     fn refuses_foreign_directory() {
         let td = tempfile::tempdir().unwrap();
+        let file = td.path().join("a-file");
+        std::fs::write(&file, "x").unwrap();
+        assert_eq!(
+            crate::error::exit_code(&Layout::open_locked(&file).unwrap_err()),
+            2
+        );
         std::fs::write(td.path().join("precious"), "x").unwrap();
         let e = Layout::open_locked(td.path()).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);

@@ -459,7 +459,7 @@ fn secret_leak_scan() {
 
 /// A pull's root-only staging: `/run/hostpull/<pid>-*` with systemd,
 /// `$TMPDIR/hostpull-<pid>-*` without.
-fn staging_dirs(pid: u32) -> Vec<std::path::PathBuf> {
+pub fn staging_dirs(pid: u32) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     for (dir, prefix) in [
         ("/run/hostpull", format!("{pid}-")),
@@ -570,7 +570,7 @@ fn sigint_leaves_the_layout_as_it_was() {
         "a blob in flight",
         std::time::Duration::from_secs(30),
         || {
-            !workers_of(pid, var("RIG_AUTHFILE"))
+            !workers_of(pid)
                 .iter()
                 .all(|c| !c.contains("experimental-image-proxy"))
         },
@@ -583,7 +583,7 @@ fn sigint_leaves_the_layout_as_it_was() {
     wait_for(
         "the workers to go",
         std::time::Duration::from_secs(2),
-        || workers_of(pid, var("RIG_AUTHFILE")).is_empty(),
+        || workers_of(pid).is_empty(),
     );
     assert_eq!(snapshot(&dest), before);
 }

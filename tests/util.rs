@@ -322,16 +322,20 @@ pub fn wait_for(what: &str, timeout: std::time::Duration, mut f: impl FnMut() ->
     }
 }
 
-/// Processes that are a worker of the hostpull with this pid: its children
-/// without systemd, its units' processes with systemd.
-pub fn workers_of(pid: u32, marker: &str) -> Vec<String> {
-    let unit = format!("hostpull-worker-{pid}-");
+/// The skopeo processes of the hostpull with this pid: with systemd its units'
+/// (the unit name holds the pid), without systemd its children, whose
+/// authfile lies in the pull's staging directory (`hostpull-<pid>-…`).
+pub fn workers_of(pid: u32) -> Vec<String> {
+    let markers = [
+        format!("hostpull-worker-{pid}-"),
+        format!("/hostpull-{pid}-"),
+    ];
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
         .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains("skopeo") && (c.contains(&unit) || c.contains(marker)))
+        .filter(|c| c.contains("skopeo") && markers.iter().any(|m| c.contains(m.as_str())))
         .collect()
 }
 

@@ -1,5 +1,6 @@
 //! Decides everything a pull may use. Pure data: no network, no spawning.
 
+pub mod auth;
 pub mod dns;
 pub mod imgref;
 pub mod trust;
@@ -49,7 +50,16 @@ impl Default for RetryPolicy {
 pub struct Request {
     pub image: String,
     pub dest: String,
-    pub authfile: Option<PathBuf>,
+    /// `--authfile`, repeated; `REGISTRY_AUTH_FILE` comes after them.
+    pub authfiles: Vec<PathBuf>,
+    /// `--pull-secret`, repeated.
+    pub pull_secrets: Vec<PathBuf>,
+    /// `--registry-token HOST[:PORT][/PATH]=FILE`, repeated.
+    pub tokens: Vec<String>,
+    /// The user name a token goes with (`serviceaccount` if unset).
+    pub token_user: Option<String>,
+    /// No source given: the host's default files are not read either.
+    pub no_default_creds: bool,
     pub cert_dir: Option<PathBuf>,
     pub tls_verify: bool,
     pub platform: Option<String>,
@@ -95,10 +105,10 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         Some(p) => Platform::parse(p)?,
         None => Platform::host(),
     };
-    for (what, p) in [("--authfile", &req.authfile), ("--cert-dir", &req.cert_dir)] {
-        if let Some(p) = p
-            && !p.exists()
-        {
+    let files = req.authfiles.iter().map(|f| ("--authfile", f));
+    let files = files.chain(req.pull_secrets.iter().map(|f| ("--pull-secret", f)));
+    for (what, p) in files.chain(req.cert_dir.iter().map(|d| ("--cert-dir", d))) {
+        if !p.exists() {
             return fail(
                 Kind::Usage,
                 format!("{what} {}: no such file or directory", p.display()),
@@ -117,6 +127,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         m => m,
     };
     let limits = limits(req)?;
+    let credentials = credentials(req, &image)?.into_iter().collect();
     let cas = req
         .cas
         .iter()
@@ -149,7 +160,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         worker: WorkerSpec {
             mode,
             skopeo: WorkerSpec::skopeo_from_env(),
-            authfile: req.authfile.clone(),
+            credentials,
             cert_dir: req.cert_dir.clone(),
             tls_verify: req.tls_verify,
             limits,
@@ -163,6 +174,40 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         },
         retry: retry(req)?,
     })
+}
+
+/// The credential for the image's registry: the given sources in order, or
+/// the host's default files when none is given.
+fn credentials(req: &Request, image: &ImageRef) -> anyhow::Result<Option<auth::Chosen>> {
+    use auth::{Matching, Source};
+    let user = req.token_user.as_deref().unwrap_or("serviceaccount");
+    let mut sources: Vec<(Source, Matching)> = Vec::new();
+    sources.extend(
+        req.authfiles
+            .iter()
+            .map(|f| (Source::Authfile(f.clone()), Matching::Containers)),
+    );
+    sources.extend(
+        req.pull_secrets
+            .iter()
+            .map(|f| (Source::PullSecret(f.clone()), Matching::Kubelet)),
+    );
+    for t in &req.tokens {
+        sources.push((auth::parse_token(t, user)?, Matching::Containers));
+    }
+    if sources.is_empty() && !req.no_default_creds {
+        for (path, matching) in auth::DEFAULT_SOURCES {
+            let path = req.root.join(path);
+            if path.is_file() {
+                let source = match matching {
+                    Matching::Containers => Source::Authfile(path),
+                    Matching::Kubelet => Source::PullSecret(path),
+                };
+                sources.push((source, *matching));
+            }
+        }
+    }
+    auth::resolve(&sources, image)
 }
 
 fn retry(req: &Request) -> anyhow::Result<RetryPolicy> {
@@ -293,7 +338,7 @@ mod tests {
     #[test]
     fn missing_inputs_are_usage_errors() {
         let mut r = req("h.io/a:v1", "oci:/d");
-        r.authfile = Some("/nonexistent/auth.json".into());
+        r.authfiles = vec!["/nonexistent/auth.json".into()];
         assert_eq!(crate::error::exit_code(&plan(&r).unwrap_err()), 2);
         let mut r = req("h.io/a:v1", "oci:/d");
         r.platform = Some("linux".into());

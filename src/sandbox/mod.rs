@@ -21,6 +21,7 @@ use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
 use crate::error::{Failure, Kind, classify_worker_text, fail};
+use crate::plan::auth::{self, Chosen};
 use crate::plan::dns::Dns;
 use crate::plan::imgref::ImageRef;
 use crate::plan::trust::HostTrust;
@@ -56,8 +57,9 @@ pub struct WorkerSpec {
     pub mode: SandboxMode,
     /// The skopeo binary: `skopeo` on PATH unless `HOSTPULL_SKOPEO` names another.
     pub skopeo: PathBuf,
-    /// The authfile the worker gets; `None` means `--no-creds`.
-    pub authfile: Option<PathBuf>,
+    /// The credentials this pull may use, one per host; none means `--no-creds`.
+    /// The worker gets an authfile with exactly these entries.
+    pub credentials: Vec<Chosen>,
     /// One CA directory for every host (skopeo's `--cert-dir`).
     pub cert_dir: Option<PathBuf>,
     pub tls_verify: bool,
@@ -106,6 +108,8 @@ pub struct Worker {
     home: Option<PathBuf>,
     /// Without systemd: the image host's staged CA directory, as `--cert-dir`.
     host_cert_dir: Option<PathBuf>,
+    /// Without systemd: the staged least-privilege authfile.
+    staged_authfile: Option<PathBuf>,
     mounts: unit::Mounts,
     systemd: Option<Systemd>,
     seq: AtomicU32,
@@ -123,6 +127,7 @@ impl Worker {
             staging: None,
             home: None,
             host_cert_dir: None,
+            staged_authfile: None,
             mounts: Default::default(),
             systemd: None,
             seq: AtomicU32::new(0),
@@ -138,8 +143,9 @@ impl Worker {
                 })?;
                 systemd.stop_leftovers().await?;
                 let staging = Staging::create(Path::new(staging::RUN_DIR), &w.id)?;
-                if let Some(auth) = &spec.authfile {
-                    let staged = staging.copy(AUTHFILE, auth)?;
+                if !spec.credentials.is_empty() {
+                    let staged =
+                        staging.write(AUTHFILE, &auth::minimal_authfile(&spec.credentials))?;
                     w.mounts.credentials.push((AUTHFILE.into(), staged));
                 }
                 if let Some(dir) = &spec.cert_dir {
@@ -173,6 +179,10 @@ impl Worker {
                     Staging::create(&std::env::temp_dir(), &format!("hostpull-{}", w.id))?;
                 let home = staging.path().join("home");
                 std::fs::create_dir(&home).context("Creating the worker's HOME")?;
+                if !spec.credentials.is_empty() {
+                    let authfile = auth::minimal_authfile(&spec.credentials);
+                    w.staged_authfile = Some(staging.write(AUTHFILE, &authfile)?);
+                }
                 // Without mounts, trust can only be given as one --cert-dir; the
                 // plan allows that only for the image's own host.
                 if let Some(t) = spec.trust.first() {
@@ -197,8 +207,13 @@ impl Worker {
     /// The authfile as skopeo sees it: ours without systemd, the unit's
     /// credential with it.
     fn authfile_for(&self, unit: Option<&str>) -> Option<PathBuf> {
-        let f = self.spec.authfile.as_ref()?;
-        Some(unit.map_or_else(|| f.clone(), |u| unit::credentials_dir(u).join(AUTHFILE)))
+        if self.spec.credentials.is_empty() {
+            return None;
+        }
+        match unit {
+            Some(u) => Some(unit::credentials_dir(u).join(AUTHFILE)),
+            None => self.staged_authfile.clone(),
+        }
     }
 
     /// The CA directory as skopeo sees it; in a unit, its credentials directory.
@@ -556,7 +571,7 @@ mod tests {
         WorkerSpec {
             mode,
             skopeo: "/usr/bin/skopeo".into(),
-            authfile: None,
+            credentials: Vec::new(),
             cert_dir: None,
             tls_verify: true,
             limits: Limits::default(),
@@ -571,22 +586,32 @@ mod tests {
         let w = Worker::prepare(&spec(SandboxMode::None)).await.unwrap();
         assert_eq!(w.client_args(None), ["--no-creds"]);
         let w = Worker::prepare(&WorkerSpec {
-            authfile: Some("/a.json".into()),
+            credentials: vec![Chosen {
+                host: "reg.io".into(),
+                auth: "dTpw".into(),
+                source: "/a.json".into(),
+                key: "reg.io".into(),
+            }],
             cert_dir: Some("/certs".into()),
             tls_verify: false,
             ..spec(SandboxMode::None)
         })
         .await
         .unwrap();
+        // The worker's authfile is a staged, root-only one with just that entry.
+        let args = w.client_args(None);
+        let staged = PathBuf::from(&args[1]);
+        assert_eq!(args[0], "--authfile");
+        assert_eq!(args[2..], ["--cert-dir", "/certs", "--tls-verify=false"]);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&staged).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+        let content: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&staged).unwrap()).unwrap();
         assert_eq!(
-            w.client_args(None),
-            [
-                "--authfile",
-                "/a.json",
-                "--cert-dir",
-                "/certs",
-                "--tls-verify=false"
-            ]
+            content,
+            serde_json::json!({"auths": {"reg.io": {"auth": "dTpw"}}})
         );
         // Inside a unit, both come from its credentials directory.
         assert_eq!(

@@ -1,0 +1,201 @@
+//! Credential sources, the least-privilege authfile, and bad files.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+
+use crate::pull::staging_dirs;
+use crate::util::*;
+
+fn rig_auth() -> String {
+    B64.encode(format!("{}:{}", var("RIG_USER"), password()))
+}
+
+/// `hostpull pull` of the small image with the rig's CA, the suite's sandbox,
+/// an empty root (no host default files) and the given credential options.
+fn pull_with(s: &Path, dest: &str, creds: &[&str]) -> Command {
+    let mut c = pull_cmd(
+        var("RIG_IMG_SMALL"),
+        &format!("oci:{}/dest-{dest}", s.display()),
+    );
+    c.args(["--cert-dir", var("RIG_CERT_DIR"), "--config-root"])
+        .arg(s)
+        .args(creds);
+    c
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    write_private(&p, text.as_bytes());
+    p.display().to_string()
+}
+
+#[test]
+fn every_kind_of_source_works() {
+    let s = scratch();
+    let reg = var("RIG_REGISTRY");
+    let auth = rig_auth();
+    let cfgjson = format!(r#"{{"auths":{{"{reg}":{{"auth":"{auth}"}}}}}}"#);
+    let cfg = format!(r#"{{"{reg}":{{"auth":"{auth}"}}}}"#);
+    let yaml_secret = write(
+        s.path(),
+        "secret.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Secret\ntype: kubernetes.io/dockerconfigjson\ndata:\n  .dockerconfigjson: {}\n",
+            B64.encode(&cfgjson)
+        ),
+    );
+    let json_secret = write(
+        s.path(),
+        "secret.json",
+        &format!(
+            r#"{{"kind":"Secret","type":"kubernetes.io/dockercfg","data":{{".dockercfg":"{}"}}}}"#,
+            B64.encode(&cfg)
+        ),
+    );
+    let token = write(s.path(), "token", &format!("{}\n", password()));
+    let token_arg = format!("{reg}/hostpull={token}");
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("authfile", vec!["--authfile", var("RIG_AUTHFILE")]),
+        (
+            "dockerconfigjson secret",
+            vec!["--pull-secret", &yaml_secret],
+        ),
+        ("dockercfg secret", vec!["--pull-secret", &json_secret]),
+        (
+            "token",
+            vec![
+                "--registry-token",
+                &token_arg,
+                "--registry-token-user",
+                var("RIG_USER"),
+            ],
+        ),
+    ];
+    for (name, args) in cases {
+        let r = run(&mut pull_with(s.path(), name, &args)).json();
+        assert_eq!(r["credentials"][0]["host"], reg, "{name}");
+    }
+    // The host's defaults, below the root: kubelet's config.json, then ostree's auth.json first.
+    std::fs::create_dir_all(s.path().join("var/lib/kubelet")).unwrap();
+    write(s.path(), "var/lib/kubelet/config.json", &cfgjson);
+    let r = run(&mut pull_with(s.path(), "kubelet", &[])).json();
+    assert!(
+        r["credentials"][0]["source"]
+            .as_str()
+            .unwrap()
+            .ends_with("var/lib/kubelet/config.json")
+    );
+    std::fs::create_dir_all(s.path().join("etc/ostree")).unwrap();
+    write(s.path(), "etc/ostree/auth.json", &cfgjson);
+    let r = run(&mut pull_with(s.path(), "ostree", &[])).json();
+    assert!(
+        r["credentials"][0]["source"]
+            .as_str()
+            .unwrap()
+            .ends_with("etc/ostree/auth.json")
+    );
+    // --no-default-creds: no credential, so the registry refuses.
+    run(&mut pull_with(s.path(), "none", &["--no-default-creds"])).assert_failure(3);
+}
+
+/// The worker's authfile holds the image's registry and nothing else, though
+/// the source has more.
+#[test]
+fn only_the_needed_entry_reaches_the_worker() {
+    let s = scratch();
+    let reg = var("RIG_REGISTRY");
+    let auth = rig_auth();
+    let many = write(
+        s.path(),
+        "many.json",
+        &format!(
+            r#"{{"auths":{{"{reg}":{{"auth":"{auth}"}},"quay.io":{{"auth":"{}"}},"127.0.0.2:5000":{{"auth":"{}"}}}}}}"#,
+            B64.encode("decoy:one"),
+            B64.encode("decoy:two")
+        ),
+    );
+    let mut c = pull_cmd(
+        var("RIG_IMG_BIG"),
+        &format!("oci:{}", s.path().join("l").display()),
+    );
+    c.args([
+        "--cert-dir",
+        var("RIG_CERT_DIR"),
+        "--authfile",
+        &many,
+        "--config-root",
+    ])
+    .arg(s.path());
+    let mut child = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut seen = None;
+    while child.try_wait().unwrap().is_none() && seen.is_none() {
+        seen = staging_dirs(pid)
+            .into_iter()
+            .filter_map(|d| std::fs::read(d.join("auth.json")).ok())
+            .find_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    }
+    assert!(child.wait().unwrap().success());
+    let staged = seen.expect("saw the staged authfile");
+    assert_eq!(staged, serde_json::json!({"auths": {reg: {"auth": auth}}}));
+}
+
+#[test]
+fn a_rotated_token_is_read_again() {
+    let s = scratch();
+    let token = s.path().join("token");
+    write_private(&token, b"old-and-wrong");
+    let arg = format!("{}={}", var("RIG_REGISTRY"), token.display());
+    let args = [
+        "--registry-token",
+        &arg,
+        "--registry-token-user",
+        var("RIG_USER"),
+    ];
+    run(&mut pull_with(s.path(), "a", &args)).assert_failure(3);
+    std::fs::write(&token, password()).unwrap();
+    run(&mut pull_with(s.path(), "b", &args)).json();
+}
+
+#[test]
+fn bad_credential_files_are_usage_errors_that_echo_nothing() {
+    let s = scratch();
+    let marker = "do-not-echo-this-secret";
+    let cases = [
+        ("--authfile", format!("{{\"auths\": {{\"x\": \"{marker}\"")),
+        (
+            "--pull-secret",
+            format!(
+                "kind: Secret\ntype: kubernetes.io/dockercfg\ndata:\n  .dockercfg: '{marker}!'\n"
+            ),
+        ),
+        (
+            "--pull-secret",
+            format!("kind: Secret\ntype: Opaque\ndata: {{a: {marker}}}\n"),
+        ),
+    ];
+    for (i, (flag, text)) in cases.iter().enumerate() {
+        let f = write(s.path(), &format!("bad{i}"), text);
+        let r = run(&mut pull_with(s.path(), &format!("d{i}"), &[flag, &f]));
+        r.assert_failure(2);
+        assert!(r.stderr.contains(&f), "names the file: {}", r.stderr);
+        assert!(
+            !r.stderr.contains(marker),
+            "echoes nothing of it: {}",
+            r.stderr
+        );
+    }
+    let r = run(&mut pull_with(
+        s.path(),
+        "t",
+        &["--registry-token", "not a host=/x"],
+    ));
+    r.assert_failure(2);
+}
