@@ -46,11 +46,7 @@ fn killed_registry_mid_blob_is_retried_to_an_identical_result() {
 
     // The same bytes as a pull that nothing disturbed.
     let clean = s.path().join("clean");
-    run(&mut with_rig_creds(pull_cmd(
-        var("RIG_IMG_BIG"),
-        &format!("oci:{}", clean.display()),
-    )))
-    .json();
+    pulled(var("RIG_IMG_BIG"), &format!("oci:{}", clean.display()));
     assert_eq!(snapshot(&dest), snapshot(&clean));
 }
 
@@ -117,11 +113,7 @@ fn after_kill_9_the_next_pull_reuses_verified_blobs() {
         || workers_of(child.id()).is_empty(),
     );
 
-    let r = run(&mut with_rig_creds(pull_cmd(
-        var("RIG_IMG_BIG"),
-        &format!("oci:{}", dest.display()),
-    )))
-    .json();
+    let r = pulled(var("RIG_IMG_BIG"), &format!("oci:{}", dest.display()));
     assert!(r["layers_reused"].as_u64().unwrap() >= 1, "{r}");
     assert_eq!(
         r["layers_reused"].as_u64().unwrap() + r["layers_fetched"].as_u64().unwrap(),

@@ -17,11 +17,7 @@ fn authenticated_pull_then_reuse() {
     let s = scratch();
     let dest = s.path().join("layout");
     let image = var("RIG_IMG_SMALL");
-    let first = run(&mut with_rig_creds(pull_cmd(
-        &format!("docker://{image}"),
-        &oci(&dest, None),
-    )))
-    .json();
+    let first = pulled(&format!("docker://{image}"), &oci(&dest, None));
     assert_eq!(first["manifest_digest"], registry_digest(image));
     assert_eq!(first["source_digest"], first["manifest_digest"]);
     assert_eq!(first["tag"], "v1");
@@ -45,7 +41,7 @@ fn authenticated_pull_then_reuse() {
     ]);
 
     // Pull again: nothing is fetched; without docker:// too.
-    let again = run(&mut with_rig_creds(pull_cmd(image, &oci(&dest, None)))).json();
+    let again = pulled(image, &oci(&dest, None));
     assert_eq!(again["layers_fetched"], 0);
     assert_eq!(again["layers_reused"], 3);
     assert_eq!(again["bytes_fetched"], 0);
@@ -56,16 +52,8 @@ fn authenticated_pull_then_reuse() {
 fn second_tag_shares_layers_and_index_keeps_both() {
     let s = scratch();
     let dest = s.path().join("layout");
-    run(&mut with_rig_creds(pull_cmd(
-        var("RIG_IMG_SMALL"),
-        &oci(&dest, None),
-    )))
-    .json();
-    let v2 = run(&mut with_rig_creds(pull_cmd(
-        var("RIG_IMG_SMALL2"),
-        &oci(&dest, None),
-    )))
-    .json();
+    pulled(var("RIG_IMG_SMALL"), &oci(&dest, None));
+    let v2 = pulled(var("RIG_IMG_SMALL2"), &oci(&dest, None));
     assert_eq!(v2["layers_fetched"], 1, "v2 differs from v1 in one layer");
     assert_eq!(v2["layers_reused"], 2);
     let index: serde_json::Value =
@@ -135,11 +123,7 @@ fn platform_is_chosen_from_the_index() {
     }
     // The default is this host's platform.
     let s = scratch();
-    let r = run(&mut with_rig_creds(pull_cmd(
-        image,
-        &oci(&s.path().join("l"), None),
-    )))
-    .json();
+    let r = pulled(image, &oci(&s.path().join("l"), None));
     assert_eq!(r["manifest_digest"], digest_for("amd64"));
     // A platform the index lacks is "not found".
     let mut c = with_rig_creds(pull_cmd(image, &oci(&s.path().join("none"), None)));
@@ -155,11 +139,7 @@ fn pull_by_digest() {
     let repo = image.rsplit_once(':').unwrap().0;
     let s = scratch();
     let dest = s.path().join("layout");
-    let r = run(&mut with_rig_creds(pull_cmd(
-        &format!("{repo}@{digest}"),
-        &oci(&dest, Some("pinned")),
-    )))
-    .json();
+    let r = pulled(&format!("{repo}@{digest}"), &oci(&dest, Some("pinned")));
     assert_eq!(r["manifest_digest"], digest);
     assert_eq!(r["tag"], "pinned");
     // A digest the registry does not have.
@@ -200,7 +180,7 @@ fn docker_schema2_image_is_stored_as_oci() {
     ]);
     let s = scratch();
     let dest = s.path().join("layout");
-    let r = run(&mut with_rig_creds(pull_cmd(&dst, &oci(&dest, None)))).json();
+    let r = pulled(&dst, &oci(&dest, None));
     // Verified against the registry's digest, stored in OCI form as skopeo copy does.
     assert_eq!(r["source_digest"], registry_digest(&dst));
     assert_ne!(r["manifest_digest"], r["source_digest"]);
@@ -325,11 +305,7 @@ fn tampered_blob_is_refused_and_nothing_is_published() {
 
     // An existing layout is left exactly as it was.
     let existing = s.path().join("existing");
-    run(&mut with_rig_creds(pull_cmd(
-        var("RIG_IMG_SMALL"),
-        &oci(&existing, None),
-    )))
-    .json();
+    pulled(var("RIG_IMG_SMALL"), &oci(&existing, None));
     let before = snapshot(&existing);
     run(&mut with_rig_creds(pull_cmd(
         image,
@@ -514,16 +490,8 @@ fn prune_removes_only_unreferenced_blobs() {
     let s = scratch();
     let dest = s.path().join("layout");
     // Tag t is v1, then moves to v2: v1's manifest, config and last layer go stale.
-    run(&mut with_rig_creds(pull_cmd(
-        var("RIG_IMG_SMALL"),
-        &oci(&dest, Some("t")),
-    )))
-    .json();
-    let v2 = run(&mut with_rig_creds(pull_cmd(
-        var("RIG_IMG_SMALL2"),
-        &oci(&dest, Some("t")),
-    )))
-    .json();
+    pulled(var("RIG_IMG_SMALL"), &oci(&dest, Some("t")));
+    let v2 = pulled(var("RIG_IMG_SMALL2"), &oci(&dest, Some("t")));
     let prune = || {
         let r = run(Command::new(env!("CARGO_BIN_EXE_hostpull"))
             .args(["prune", "--json"])
@@ -554,11 +522,7 @@ fn prune_removes_only_unreferenced_blobs() {
 fn sigint_leaves_the_layout_as_it_was() {
     let s = scratch();
     let dest = s.path().join("layout");
-    run(&mut with_rig_creds(pull_cmd(
-        var("RIG_IMG_SMALL"),
-        &oci(&dest, None),
-    )))
-    .json();
+    pulled(var("RIG_IMG_SMALL"), &oci(&dest, None));
     let before = snapshot(&dest);
     let mut child = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &oci(&dest, Some("big"))))
         .stdout(std::process::Stdio::null())

@@ -379,3 +379,8 @@ pub fn write_private(path: &Path, bytes: &[u8]) {
         .unwrap();
     std::io::Write::write_all(&mut f, bytes).unwrap();
 }
+
+/// Pull `image` into `dest` with the rig's credentials and CA; it must succeed.
+pub fn pulled(image: &str, dest: &str) -> serde_json::Value {
+    run(&mut with_rig_creds(pull_cmd(image, dest))).json()
+}
