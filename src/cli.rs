@@ -25,6 +25,9 @@ pub struct Cli {
 pub enum Cmd {
     /// Pull an image from a registry into an OCI image layout.
     Pull(Box<PullOpts>),
+    /// Show what a pull with the same options would use, per host: credential
+    /// source and key (never the secret), CAs, DNS, sandbox. No network, no worker.
+    Plan(Box<PullOpts>),
     /// Remove the blobs of an OCI image layout that no tag references.
     Prune(PruneOpts),
 }
@@ -155,7 +158,8 @@ impl PullOpts {
     }
 }
 
-async fn run_pull(opts: &PullOpts) -> anyhow::Result<()> {
+/// The plan for these options, with the hostpull.d configuration applied.
+fn plan_for(opts: &PullOpts) -> anyhow::Result<plan::Plan> {
     let mut req = opts.request();
     let root = cap_std_ext::cap_std::fs::Dir::open_ambient_dir(
         &opts.config_root,
@@ -163,18 +167,37 @@ async fn run_pull(opts: &PullOpts) -> anyhow::Result<()> {
     )
     .with_context(|| format!("Opening {}", opts.config_root.display()))?;
     crate::config::load(&root)?.fill(&mut req);
-    let plan = plan::plan(&req)?;
+    plan::plan(&req)
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+async fn run_pull(opts: &PullOpts) -> anyhow::Result<()> {
+    let plan = plan_for(opts)?;
     if !plan.worker.tls_verify {
         tracing::warn!("TLS verification is off for {}", plan.image.domain);
     }
     let report = crate::fetch::pull(&plan).await?;
     eprintln!("{}", report.summary());
     if opts.json {
-        let mut out = std::io::stdout().lock();
-        serde_json::to_writer(&mut out, &report)?;
-        writeln!(out)?;
+        print_json(&report)?;
     }
     Ok(())
+}
+
+fn run_plan(opts: &PullOpts) -> anyhow::Result<()> {
+    let summary = plan_for(opts)?.summary();
+    if opts.json {
+        print_json(&summary)
+    } else {
+        print!("{}", summary.text());
+        Ok(())
+    }
 }
 
 fn run_prune(opts: &PruneOpts) -> anyhow::Result<()> {
@@ -238,6 +261,7 @@ pub fn run_main() -> i32 {
     let r = rt.block_on(async {
         match &cli.cmd {
             Cmd::Pull(o) => run_pull(o).await,
+            Cmd::Plan(o) => run_plan(o),
             Cmd::Prune(o) => tokio::task::block_in_place(|| run_prune(o)),
         }
     });

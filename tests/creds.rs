@@ -199,3 +199,49 @@ fn bad_credential_files_are_usage_errors_that_echo_nothing() {
     ));
     r.assert_failure(2);
 }
+
+/// `hostpull plan` names each host's credential source and key, never the
+/// secret, and contacts nothing: it works against a registry that is not there.
+#[test]
+fn plan_shows_sources_and_never_secrets() {
+    let s = scratch();
+    let dead = "127.0.0.1:1";
+    let secret = write(
+        s.path(),
+        "secret.json",
+        &format!(r#"{{"auths":{{"{dead}":{{"auth":"{}"}}}}}}"#, rig_auth()),
+    );
+    let dest = s.path().join("never");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.args([
+        "plan",
+        &format!("{dead}/hostpull/small:v1"),
+        "--dest",
+        &format!("oci:{}", dest.display()),
+    ])
+    .args(["--sandbox", &sandbox(), "--pull-secret", &secret])
+    .args([
+        "--ca",
+        &format!("{dead}={}", var("RIG_CA")),
+        "--config-root",
+    ])
+    .arg(s.path());
+    let r = run(&mut c);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains(&format!("credential  {secret} (key {dead})")),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains(var("RIG_CA")), "{}", r.stdout);
+    assert!(!r.stdout.contains(&password()) && !r.stdout.contains(&rig_auth()));
+    assert!(!dest.exists());
+    let r = run(c.arg("--json"));
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["hosts"][0]["role"], "primary");
+    assert_eq!(
+        v["hosts"][0]["credential"],
+        format!("{secret} (key {dead})")
+    );
+}

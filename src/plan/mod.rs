@@ -210,6 +210,128 @@ fn credentials(req: &Request, image: &ImageRef) -> anyhow::Result<Option<auth::C
     auth::resolve(&sources, image)
 }
 
+/// What `hostpull plan` shows: everything the pull may use, per host, with
+/// the credential's source and key but never the secret.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    pub image: String,
+    pub platform: String,
+    pub dest: String,
+    pub tag: String,
+    pub sandbox: SandboxMode,
+    pub memory_max: String,
+    pub tasks_max: u32,
+    pub hosts: Vec<HostSummary>,
+    pub dns: Vec<String>,
+    pub dns_search: Vec<String>,
+    pub add_hosts: Vec<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HostSummary {
+    pub host: String,
+    /// `primary`; mirrors will be `mirror`.
+    pub role: &'static str,
+    /// `SOURCE (key KEY)`, or none.
+    pub credential: Option<String>,
+    pub cas: Vec<String>,
+    pub client_cert: Option<String>,
+    pub tls_verify: bool,
+}
+
+impl Plan {
+    pub fn summary(&self) -> Summary {
+        let w = &self.worker;
+        let host = &self.image.domain;
+        let trust = w.trust.iter().find(|t| &t.host == host);
+        let cas = match &w.cert_dir {
+            Some(d) => vec![format!("{} (--cert-dir, every host)", d.display())],
+            None => trust
+                .map(|t| t.cas.iter().map(|c| c.display().to_string()).collect())
+                .unwrap_or_default(),
+        };
+        Summary {
+            image: self.image.to_string(),
+            platform: self.platform.to_string(),
+            dest: self.dest_dir.display().to_string(),
+            tag: self.tag.clone(),
+            sandbox: w.mode,
+            memory_max: w.limits.memory_max.clone(),
+            tasks_max: w.limits.tasks_max,
+            hosts: vec![HostSummary {
+                host: host.clone(),
+                role: "primary",
+                credential: w
+                    .credentials
+                    .iter()
+                    .find(|c| &c.host == host)
+                    .map(|c| format!("{} (key {})", c.source, c.key)),
+                cas,
+                client_cert: trust
+                    .and_then(|t| t.client.as_ref())
+                    .map(|(c, _)| c.display().to_string()),
+                tls_verify: w.tls_verify,
+            }],
+            dns: w.dns.servers.iter().map(|s| s.to_string()).collect(),
+            dns_search: w.dns.search.clone(),
+            add_hosts: w
+                .dns
+                .hosts
+                .iter()
+                .map(|(n, ip)| format!("{n}:{ip}"))
+                .collect(),
+        }
+    }
+}
+
+impl Summary {
+    /// The summary for a terminal.
+    pub fn text(&self) -> String {
+        let mut t = format!(
+            "image     {} ({})\ndest      oci:{}:{}\nsandbox   {:?}, MemoryMax={}, TasksMax={}\n",
+            self.image,
+            self.platform,
+            self.dest,
+            self.tag,
+            self.sandbox,
+            self.memory_max,
+            self.tasks_max
+        );
+        for h in &self.hosts {
+            t += &format!("host      {} ({})\n", h.host, h.role);
+            t += &format!(
+                "  credential  {}\n",
+                h.credential.as_deref().unwrap_or("none (--no-creds)")
+            );
+            let cas = if h.cas.is_empty() {
+                "the system's".to_owned()
+            } else {
+                h.cas.join(", ")
+            };
+            t += &format!(
+                "  CAs         {cas}{}\n",
+                if h.tls_verify {
+                    ""
+                } else {
+                    " (TLS verification off)"
+                }
+            );
+            if let Some(c) = &h.client_cert {
+                t += &format!("  client cert {c}\n");
+            }
+        }
+        if !(self.dns.is_empty() && self.dns_search.is_empty() && self.add_hosts.is_empty()) {
+            t += &format!(
+                "worker DNS  servers [{}] search [{}] hosts [{}]\n",
+                self.dns.join(" "),
+                self.dns_search.join(" "),
+                self.add_hosts.join(" ")
+            );
+        }
+        t
+    }
+}
+
 fn retry(req: &Request) -> anyhow::Result<RetryPolicy> {
     let mut r = RetryPolicy::default();
     for (flag, value, field) in [
