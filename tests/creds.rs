@@ -245,3 +245,51 @@ fn plan_shows_sources_and_never_secrets() {
         format!("{secret} (key {dead})")
     );
 }
+
+/// An authfile's credHelpers: `docker-credential-NAME get` runs as root with
+/// the registry on stdin, and its answer is the credential.
+#[test]
+fn credential_helper() {
+    let s = scratch();
+    let reg = var("RIG_REGISTRY");
+    let bin = s.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let helper = |name: &str, body: &str| {
+        let p = bin.join(format!("docker-credential-{name}"));
+        write_private(&p, format!("#!/bin/sh\n{body}\n").as_bytes());
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    };
+    helper(
+        "hostpull-test",
+        &format!(
+            "read host\n[ \"$1\" = get ] && [ \"$host\" = {reg} ] || exit 1\necho '{{\"ServerURL\":\"{reg}\",\"Username\":\"{}\",\"Secret\":\"{}\"}}'",
+            var("RIG_USER"),
+            password()
+        ),
+    );
+    helper("broken", "exit 1");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    for (name, helper, code) in [("ok", "hostpull-test", 0), ("broken", "broken", 3)] {
+        let authfile = write(
+            s.path(),
+            &format!("{name}.json"),
+            &format!(r#"{{"auths":{{}},"credHelpers":{{"{reg}":"{helper}"}}}}"#),
+        );
+        let mut c = pull_with(s.path(), name, &["--authfile", &authfile]);
+        c.env("PATH", &path);
+        let r = run(&mut c);
+        if code == 0 {
+            assert_eq!(
+                r.json()["credentials"][0]["key"],
+                format!("credHelpers.{reg}")
+            );
+        } else {
+            r.assert_failure(code);
+            assert!(
+                r.stderr.contains("docker-credential-broken"),
+                "{}",
+                r.stderr
+            );
+        }
+    }
+}

@@ -115,9 +115,17 @@ fn bad(name: &Path, why: impl std::fmt::Display) -> anyhow::Error {
     .into()
 }
 
-/// The `{key: entry}` map of an authfile, dockerconfigjson or dockercfg, bare
-/// or inside a Kubernetes Secret (YAML or JSON).
-fn entries(name: &Path, text: &str) -> anyhow::Result<BTreeMap<String, Entry>> {
+/// What one credentials file holds: `{key: entry}` and, in an authfile, the
+/// `credHelpers` named per registry host.
+#[derive(Debug, Default)]
+struct FileCreds {
+    entries: BTreeMap<String, Entry>,
+    helpers: BTreeMap<String, String>,
+}
+
+/// Read an authfile, dockerconfigjson or dockercfg, bare or inside a Kubernetes
+/// Secret (YAML or JSON).
+fn read_creds(name: &Path, text: &str) -> anyhow::Result<FileCreds> {
     // YAML is a superset of JSON: one parser reads both. Errors never echo
     // the file, which holds secrets.
     let v: Value = serde_yaml::from_str(text).map_err(|_| bad(name, "not JSON or YAML"))?;
@@ -153,14 +161,78 @@ fn entries(name: &Path, text: &str) -> anyhow::Result<BTreeMap<String, Entry>> {
     let Some(obj) = map.as_object() else {
         return Err(bad(name, "no auths map"));
     };
-    obj.iter()
+    let entries = obj
+        .iter()
         .filter(|(k, _)| v.get("auths").is_some() || k.as_str() != "credHelpers")
         .map(|(k, e)| {
             serde_json::from_value(e.clone())
                 .map(|e| (k.clone(), e))
                 .map_err(|_| bad(name, format!("entry {k:?} is malformed")))
         })
-        .collect()
+        .collect::<anyhow::Result<_>>()?;
+    let helpers = match v.get("credHelpers") {
+        None => BTreeMap::new(),
+        Some(h) => {
+            serde_json::from_value(h.clone()).map_err(|_| bad(name, "credHelpers is malformed"))?
+        }
+    };
+    Ok(FileCreds { entries, helpers })
+}
+
+/// How long a credential helper may take.
+const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Run `docker-credential-<helper> get` as root for `host`, as containers/image
+/// does, with a timeout. Its answer is `{"Username": …, "Secret": …}`.
+fn run_helper(helper: &str, host: &str) -> anyhow::Result<String> {
+    use std::io::Write as _;
+    let program = format!("docker-credential-{helper}");
+    let failed = |why: String| {
+        Failure::new(
+            Kind::Auth,
+            format!("credential helper {program} for {host}: {why}"),
+        )
+    };
+    let mut child = std::process::Command::new(&program)
+        .arg("get")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| failed(e.to_string()))?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(host.as_bytes())
+        .map_err(|e| failed(e.to_string()))?;
+    let start = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if start.elapsed() > HELPER_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(failed(format!("no answer in {}s", HELPER_TIMEOUT.as_secs())).into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        return Err(failed(format!("it exited with {}", out.status)).into());
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Answer {
+        username: String,
+        secret: String,
+    }
+    // Never echo the answer: it is the secret.
+    let a: Answer = serde_json::from_slice(&out.stdout).map_err(|_| {
+        Failure::new(
+            Kind::Usage,
+            format!("credential helper {program}: malformed answer"),
+        )
+    })?;
+    Ok(B64.encode(format!("{}:{}", a.username, a.secret)))
 }
 
 /// `docker.io`'s other spellings, as containers/image normalizes them.
@@ -290,12 +362,18 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
                 let text = std::fs::read_to_string(path).map_err(|e| {
                     Failure::new(Kind::Usage, format!("reading {}: {e}", path.display()))
                 })?;
-                let entries = entries(path, &text)?;
-                let hit = match matching {
-                    Matching::Containers => match_containers(&entries, image),
-                    Matching::Kubelet => match_kubelet(&entries, image),
-                };
-                (path, hit.and_then(|(k, e)| Some((k.clone(), e.auth()?))))
+                let creds = read_creds(path, &text)?;
+                if let Some(helper) = creds.helpers.get(&image.domain) {
+                    // A helper named for this registry answers for it.
+                    let auth = run_helper(helper, &image.domain)?;
+                    (path, Some((format!("credHelpers.{}", image.domain), auth)))
+                } else {
+                    let hit = match matching {
+                        Matching::Containers => match_containers(&creds.entries, image),
+                        Matching::Kubelet => match_kubelet(&creds.entries, image),
+                    };
+                    (path, hit.and_then(|(k, e)| Some((k.clone(), e.auth()?))))
+                }
             }
         };
         if let Some((key, auth)) = found {
