@@ -63,6 +63,12 @@ pub struct PullOpts {
     /// The user name that goes with --registry-token [default: serviceaccount]
     #[arg(long, value_name = "NAME")]
     pub registry_token_user: Option<String>,
+    /// kubelet's CredentialProviderConfig: exec plugins asked for credentials
+    #[arg(long, value_name = "FILE")]
+    pub credential_provider_config: Option<PathBuf>,
+    /// The directory of the credential provider plugins
+    #[arg(long, value_name = "DIR")]
+    pub credential_provider_bin_dir: Option<PathBuf>,
     /// Without any source, do not read the host's default credential files
     /// (/run, /etc, /usr/lib ostree/auth.json, /var/lib/kubelet/config.json)
     #[arg(long)]
@@ -136,6 +142,8 @@ impl PullOpts {
             tokens: self.registry_token.clone(),
             token_user: self.registry_token_user.clone(),
             no_default_creds: self.no_default_creds,
+            provider_config: self.credential_provider_config.clone(),
+            provider_bin_dir: self.credential_provider_bin_dir.clone(),
             cert_dir: self.cert_dir.clone(),
             tls_verify: self.tls_verify,
             platform: self.platform.clone(),

@@ -293,3 +293,82 @@ fn credential_helper() {
         }
     }
 }
+
+/// kubelet's exec credential provider plugins, speaking the real JSON protocol:
+/// args and env from the config, the earlier provider winning, and the answer
+/// cached root-only for as long as it says.
+#[test]
+fn credential_provider_plugins() {
+    let s = scratch();
+    let reg = var("RIG_REGISTRY");
+    let bin = s.path().join("plugins");
+    std::fs::create_dir(&bin).unwrap();
+    let calls = s.path().join("calls");
+    let plugin = |name: &str, user: &str, pass: &str| {
+        let p = bin.join(name);
+        let script = format!(
+            r#"#!/usr/bin/python3
+import json, os, sys
+req = json.load(sys.stdin)
+assert req["apiVersion"] == "credentialprovider.kubelet.k8s.io/v1", req
+assert req["kind"] == "CredentialProviderRequest" and req["image"], req
+assert os.environ.get("HOSTPULL_TEST") == "from-config" and sys.argv[1:] == ["--flag"], sys.argv
+open({calls:?}, "a").write("{name}\n")
+json.dump({{"apiVersion": "credentialprovider.kubelet.k8s.io/v1", "kind": "CredentialProviderResponse",
+           "cacheKeyType": "Registry", "cacheDuration": "1h",
+           "auth": {{{reg:?}: {{"username": {user:?}, "password": {pass:?}}}}}}}, sys.stdout)
+"#,
+            calls = calls.display().to_string(),
+        );
+        write_private(&p, script.as_bytes());
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    };
+    plugin("first", var("RIG_USER"), &password());
+    plugin("second", "wrong", "wrong");
+    let provider = |name: &str| {
+        format!(
+            "- name: {name}\n  matchImages: [\"127.0.0.1:{}\"]\n  defaultCacheDuration: 10m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  args: [\"--flag\"]\n  env: [{{name: HOSTPULL_TEST, value: from-config}}]\n",
+            var("RIG_PORT")
+        )
+    };
+    let config = write(
+        s.path(),
+        "providers.yaml",
+        &format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n{}{}",
+            provider("first"),
+            provider("second")
+        ),
+    );
+    let args = [
+        "--credential-provider-config",
+        &config,
+        "--credential-provider-bin-dir",
+        bin.to_str().unwrap(),
+    ];
+    let r = run(&mut pull_with(s.path(), "a", &args)).json();
+    assert_eq!(r["credentials"][0]["source"], "credential provider first");
+    assert_eq!(r["credentials"][0]["key"], reg);
+    // Again: the answer comes from the root-only cache, the plugin is not run.
+    run(&mut pull_with(s.path(), "b", &args)).json();
+    assert_eq!(std::fs::read_to_string(&calls).unwrap(), "first\n");
+    for e in std::fs::read_dir(s.path().join("var/cache/hostpull/credential-providers")).unwrap() {
+        let mode =
+            std::os::unix::fs::PermissionsExt::mode(&e.unwrap().metadata().unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    // A broken configuration is a usage error naming the file.
+    let broken = write(s.path(), "broken.yaml", "kind: Nonsense\n");
+    let r = run(&mut pull_with(
+        s.path(),
+        "c",
+        &[
+            "--credential-provider-config",
+            &broken,
+            "--credential-provider-bin-dir",
+            "/",
+        ],
+    ));
+    r.assert_failure(2);
+    assert!(r.stderr.contains(&broken), "{}", r.stderr);
+}

@@ -388,6 +388,11 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
     Ok(None)
 }
 
+/// `user:password` as auth.json's `auth` holds it.
+pub fn basic(user: &str, password: &str) -> String {
+    B64.encode(format!("{user}:{password}"))
+}
+
 /// The worker's authfile: exact keys for exactly the chosen hosts.
 pub fn minimal_authfile(chosen: &[Chosen]) -> Vec<u8> {
     let auths: serde_json::Map<String, Value> = chosen

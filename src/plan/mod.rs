@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod dns;
 pub mod imgref;
+pub mod provider;
 pub mod trust;
 
 use std::path::PathBuf;
@@ -60,6 +61,9 @@ pub struct Request {
     pub token_user: Option<String>,
     /// No source given: the host's default files are not read either.
     pub no_default_creds: bool,
+    /// kubelet's `CredentialProviderConfig`, and the directory of its plugins.
+    pub provider_config: Option<PathBuf>,
+    pub provider_bin_dir: Option<PathBuf>,
     pub cert_dir: Option<PathBuf>,
     pub tls_verify: bool,
     pub platform: Option<String>,
@@ -176,8 +180,12 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
     })
 }
 
-/// The credential for the image's registry: the given sources in order, or
-/// the host's default files when none is given.
+/// Where credential provider answers are cached, root-only, below the root.
+pub const PROVIDER_CACHE: &str = "var/cache/hostpull/credential-providers";
+
+/// The credential for the image's registry. Explicit sources first, in the
+/// order given; then credential provider plugins; then, if neither was given,
+/// the host's default files. The first match wins.
 fn credentials(req: &Request, image: &ImageRef) -> anyhow::Result<Option<auth::Chosen>> {
     use auth::{Matching, Source};
     let user = req.token_user.as_deref().unwrap_or("serviceaccount");
@@ -195,19 +203,42 @@ fn credentials(req: &Request, image: &ImageRef) -> anyhow::Result<Option<auth::C
     for t in &req.tokens {
         sources.push((auth::parse_token(t, user)?, Matching::Containers));
     }
-    if sources.is_empty() && !req.no_default_creds {
-        for (path, matching) in auth::DEFAULT_SOURCES {
-            let path = req.root.join(path);
-            if path.is_file() {
-                let source = match matching {
-                    Matching::Containers => Source::Authfile(path),
-                    Matching::Kubelet => Source::PullSecret(path),
-                };
-                sources.push((source, *matching));
-            }
+    if let Some(chosen) = auth::resolve(&sources, image)? {
+        return Ok(Some(chosen));
+    }
+    if let Some(config) = &req.provider_config {
+        let Some(bin_dir) = &req.provider_bin_dir else {
+            return fail(
+                Kind::Usage,
+                "--credential-provider-config needs --credential-provider-bin-dir",
+            );
+        };
+        let config = provider::load_config(config)?;
+        let cache = req.root.join(PROVIDER_CACHE);
+        if let Some((name, key, username, password)) =
+            provider::credentials(&config, bin_dir, &cache, image)?
+        {
+            return Ok(Some(auth::Chosen {
+                host: image.domain.clone(),
+                auth: auth::basic(&username, &password),
+                source: format!("credential provider {name}"),
+                key,
+            }));
         }
     }
-    auth::resolve(&sources, image)
+    if !sources.is_empty() || req.provider_config.is_some() || req.no_default_creds {
+        return Ok(None);
+    }
+    let defaults: Vec<(Source, Matching)> = auth::DEFAULT_SOURCES
+        .iter()
+        .map(|(path, matching)| (req.root.join(path), *matching))
+        .filter(|(path, _)| path.is_file())
+        .map(|(path, matching)| match matching {
+            Matching::Containers => (Source::Authfile(path), matching),
+            Matching::Kubelet => (Source::PullSecret(path), matching),
+        })
+        .collect();
+    auth::resolve(&defaults, image)
 }
 
 /// What `hostpull plan` shows: everything the pull may use, per host, with

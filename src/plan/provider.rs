@@ -1,0 +1,340 @@
+//! kubelet's credential provider exec plugins (`credentialprovider.kubelet.k8s.io/v1`):
+//! run as root, with the configured args and env and a timeout, for the images
+//! their `matchImages` cover; their answers are cached root-only on disk for as
+//! long as they say (`cacheKeyType`, `cacheDuration`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::error::{Failure, Kind};
+use crate::plan::auth::match_kubelet;
+use crate::plan::imgref::ImageRef;
+
+const REQUEST_API: &str = "credentialprovider.kubelet.k8s.io/v1";
+/// How long a plugin may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderConfig {
+    pub providers: Vec<Provider>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Provider {
+    pub name: String,
+    pub match_images: Vec<String>,
+    #[serde(default)]
+    pub default_cache_duration: Option<String>,
+    pub api_version: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<EnvVar>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Response {
+    #[serde(default)]
+    cache_key_type: Option<String>,
+    #[serde(default)]
+    cache_duration: Option<String>,
+    #[serde(default)]
+    auth: BTreeMap<String, AuthConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct AuthConfig {
+    username: String,
+    password: String,
+}
+
+fn bad(name: &Path, why: impl std::fmt::Display) -> anyhow::Error {
+    Failure::new(
+        Kind::Usage,
+        format!(
+            "invalid credential provider config {}: {why}",
+            name.display()
+        ),
+    )
+    .into()
+}
+
+pub fn load_config(path: &Path) -> anyhow::Result<ProviderConfig> {
+    let text = std::fs::read_to_string(path).map_err(|e| bad(path, e))?;
+    let v: serde_json::Value =
+        serde_yaml::from_str(&text).map_err(|_| bad(path, "not JSON or YAML"))?;
+    if v["kind"] != "CredentialProviderConfig" {
+        return Err(bad(path, "kind is not CredentialProviderConfig"));
+    }
+    let c: ProviderConfig = serde_json::from_value(v).map_err(|e| bad(path, e))?;
+    for p in &c.providers {
+        if p.api_version != REQUEST_API {
+            return Err(bad(
+                path,
+                format!(
+                    "provider {}: apiVersion {} is not {REQUEST_API}",
+                    p.name, p.api_version
+                ),
+            ));
+        }
+        if p.name.contains('/') || p.name.is_empty() {
+            return Err(bad(
+                path,
+                format!("provider name {:?} is not a file name", p.name),
+            ));
+        }
+    }
+    Ok(c)
+}
+
+/// A Go duration such as `12h`, `5m30s` or `0`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    let (mut total, mut rest) = (0f64, s);
+    while !rest.is_empty() {
+        let n = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let value: f64 = rest[..n].parse().ok()?;
+        rest = &rest[n..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            _ => return None,
+        };
+        total += value * scale;
+        rest = &rest[unit_len..];
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+/// `(provider, key, username, password)` for `image`: every provider whose
+/// `matchImages` covers it, in order, the earlier winning; each answer from the
+/// cache while it is fresh.
+pub fn credentials(
+    config: &ProviderConfig,
+    bin_dir: &Path,
+    cache_dir: &Path,
+    image: &ImageRef,
+) -> anyhow::Result<Option<(String, String, String, String)>> {
+    let image_str = image.to_string();
+    for p in &config.providers {
+        let patterns: BTreeMap<String, ()> =
+            p.match_images.iter().map(|m| (m.clone(), ())).collect();
+        if match_kubelet(&patterns, image).is_none() {
+            continue;
+        }
+        let response = match cached(cache_dir, p, image) {
+            Some(r) => r,
+            None => {
+                let r = exec(p, bin_dir, &image_str)?;
+                store(cache_dir, p, image, &r)?;
+                r
+            }
+        };
+        if let Some((key, a)) = match_kubelet(&response.auth, image) {
+            return Ok(Some((
+                p.name.clone(),
+                key.clone(),
+                a.username.clone(),
+                a.password.clone(),
+            )));
+        }
+    }
+    Ok(None)
+}
+
+fn exec(p: &Provider, bin_dir: &Path, image: &str) -> anyhow::Result<Response> {
+    use std::io::Write as _;
+    let program = bin_dir.join(&p.name);
+    let failed =
+        |why: String| Failure::new(Kind::Auth, format!("credential provider {}: {why}", p.name));
+    let mut c = std::process::Command::new(&program);
+    c.args(&p.args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    c.stderr(std::process::Stdio::null());
+    for e in &p.env {
+        c.env(&e.name, &e.value);
+    }
+    let mut child = c
+        .spawn()
+        .map_err(|e| failed(format!("{}: {e}", program.display())))?;
+    let request =
+        json!({"apiVersion": REQUEST_API, "kind": "CredentialProviderRequest", "image": image});
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(request.to_string().as_bytes())?;
+    let start = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if start.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(failed(format!("no answer in {}s", TIMEOUT.as_secs())).into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        return Err(failed(format!("it exited with {}", out.status)).into());
+    }
+    // Never echo the answer: it holds the secret.
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
+        Failure::new(
+            Kind::Usage,
+            format!("credential provider {}: malformed response", p.name),
+        )
+    })?;
+    if v["kind"] != "CredentialProviderResponse" {
+        return Err(Failure::new(
+            Kind::Usage,
+            format!(
+                "credential provider {}: not a CredentialProviderResponse",
+                p.name
+            ),
+        )
+        .into());
+    }
+    serde_json::from_value(v).map_err(|_| {
+        Failure::new(
+            Kind::Usage,
+            format!("credential provider {}: malformed response", p.name),
+        )
+        .into()
+    })
+}
+
+/// The cache entry's file: per provider and per key (the image, its registry,
+/// or one for all, as the provider's `cacheKeyType` said).
+fn cache_files(cache_dir: &Path, p: &Provider, image: &ImageRef) -> [(PathBuf, &'static str); 3] {
+    let name = |key: &str| cache_dir.join(format!("{}-{}.json", p.name, hex::encode(key)));
+    [
+        (name(&format!("image:{image}")), "Image"),
+        (name(&format!("registry:{}", image.domain)), "Registry"),
+        (name("global"), "Global"),
+    ]
+}
+
+#[derive(Serialize, Deserialize)]
+struct CacheEntry {
+    expires: u64,
+    response: Response,
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn cached(cache_dir: &Path, p: &Provider, image: &ImageRef) -> Option<Response> {
+    cache_files(cache_dir, p, image)
+        .into_iter()
+        .find_map(|(f, _)| {
+            let e: CacheEntry = serde_json::from_slice(&std::fs::read(f).ok()?).ok()?;
+            (e.expires > now()).then_some(e.response)
+        })
+}
+
+fn store(cache_dir: &Path, p: &Provider, image: &ImageRef, r: &Response) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let ttl = r
+        .cache_duration
+        .as_deref()
+        .or(p.default_cache_duration.as_deref())
+        .and_then(parse_duration)
+        .unwrap_or(Duration::ZERO);
+    if ttl.is_zero() {
+        return Ok(());
+    }
+    let kind = r.cache_key_type.as_deref().unwrap_or("Image");
+    let Some((file, _)) = cache_files(cache_dir, p, image)
+        .into_iter()
+        .find(|(_, k)| *k == kind)
+    else {
+        return Ok(());
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(cache_dir)?;
+    let entry = CacheEntry {
+        expires: now() + ttl.as_secs(),
+        response: r.clone(),
+    };
+    let tmp = file.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    std::io::Write::write_all(&mut f, &serde_json::to_vec(&entry)?)?;
+    std::fs::rename(tmp, file)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        for (s, want) in [
+            ("0", Some(0.0)),
+            ("12h", Some(43200.0)),
+            ("5m30s", Some(330.0)),
+            ("1.5h", Some(5400.0)),
+            ("500ms", Some(0.5)),
+            ("x", None),
+            ("5d", None),
+        ] {
+            assert_eq!(parse_duration(s).map(|d| d.as_secs_f64()), want, "{s}");
+        }
+    }
+
+    #[test]
+    fn config_checks() {
+        let td = tempfile::tempdir().unwrap();
+        let f = td.path().join("c.yaml");
+        let ok = "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: p\n  matchImages: [\"*.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n";
+        std::fs::write(&f, ok).unwrap();
+        assert_eq!(load_config(&f).unwrap().providers[0].name, "p");
+        for bad in [
+            "kind: Other\n",
+            &ok.replace(
+                "credentialprovider.kubelet.k8s.io/v1",
+                "credentialprovider.kubelet.k8s.io/v1alpha1",
+            ),
+            &ok.replace("name: p", "name: ../p"),
+            "{",
+        ] {
+            std::fs::write(&f, bad).unwrap();
+            assert_eq!(
+                crate::error::exit_code(&load_config(&f).unwrap_err()),
+                2,
+                "{bad}"
+            );
+        }
+    }
+}
