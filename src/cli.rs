@@ -63,6 +63,9 @@ pub struct PullOpts {
     /// The user name that goes with --registry-token [default: serviceaccount]
     #[arg(long, value_name = "NAME")]
     pub registry_token_user: Option<String>,
+    /// containers-registries.conf(5) to use instead of /etc/containers/registries.conf{,.d}
+    #[arg(long, value_name = "FILE")]
+    pub registries_conf: Option<PathBuf>,
     /// kubelet's CredentialProviderConfig: exec plugins asked for credentials
     #[arg(long, value_name = "FILE")]
     pub credential_provider_config: Option<PathBuf>,
@@ -143,6 +146,7 @@ impl PullOpts {
             token_user: self.registry_token_user.clone(),
             no_default_creds: self.no_default_creds,
             provider_config: self.credential_provider_config.clone(),
+            registries_conf: self.registries_conf.clone(),
             provider_bin_dir: self.credential_provider_bin_dir.clone(),
             cert_dir: self.cert_dir.clone(),
             tls_verify: self.tls_verify,

@@ -33,6 +33,9 @@ CONFIG=$RIG_DIR/registry/config.yml
 PIDFILE=$RIG_DIR/registry.pid
 PORTFILE=$RIG_DIR/port
 CURL_CLIENT=()   # client certificate options for the readiness check
+STORAGE=$RIG_DIR/registry/data
+HTPASSWD=$RIG_DIR/registry/htpasswd
+CURL_USER=       # user:password for the readiness check; the rig's by default
 IMAGES=$RIG_DIR/images/v$IMAGES_VERSION
 
 die() { echo "rig: $*" >&2; exit 1; }
@@ -93,6 +96,7 @@ start_registry() {
     local port user pass i code= log=$LOGS/registry.log lines
     port=$(cat "$PORTFILE") || die "no port recorded; run 'up' first"
     user=$RIG_USER; pass=$(cat "$RIG_DIR/password")
+    if [ -n "$CURL_USER" ]; then user=${CURL_USER%%:*}; pass=${CURL_USER#*:}; fi
     lines=0; [ -f "$log" ] && lines=$(wc -l <"$log")   # on failure show only this start's lines
     # env -i: distribution reads every REGISTRY_* variable as a config override.
     # setsid: own session, so a ^C in the caller's terminal does not kill it.
@@ -118,6 +122,28 @@ with_mtls() {
         PORTFILE=$RIG_DIR/port-mtls
     local CURL_CLIENT=(--cert "$RIG_DIR/client/client.cert" --key "$RIG_DIR/client/client.key")
     "$@"
+}
+
+# with_mirror CMD...: run a registry function on the mirror: its own storage,
+# filled by skopeo copy from the primary, and its own user and password.
+with_mirror() {
+    local CONFIG=$RIG_DIR/registry/config-mirror.yml PIDFILE=$RIG_DIR/registry-mirror.pid \
+        PORTFILE=$RIG_DIR/port-mirror STORAGE=$RIG_DIR/registry/mirror-data \
+        HTPASSWD=$RIG_DIR/registry/htpasswd-mirror
+    local CURL_USER
+    CURL_USER=mirror:$(cat "$RIG_DIR/mirror-password" 2>/dev/null || true)
+    "$@"
+}
+
+# make_mirror_auth PORT: the mirror's user, and an authfile holding only it.
+make_mirror_auth() {
+    local port=$1 pass
+    pass=$(openssl rand -hex 16)
+    (umask 077
+     printf '%s' "$pass" >"$RIG_DIR/mirror-password"
+     htpasswd -Bbn mirror "$pass" >"$RIG_DIR/registry/htpasswd-mirror"
+     printf '{"auths":{"127.0.0.1:%s":{"auth":"%s"}}}\n' "$port" \
+         "$(printf 'mirror:%s' "$pass" | base64 -w0)" >"$RIG_DIR/mirror-auth.json")
 }
 
 # ---------------------------------------------------------------- setup pieces
@@ -186,7 +212,7 @@ log:
     disabled: true
 storage:
   filesystem:
-    rootdirectory: $RIG_DIR/registry/data
+    rootdirectory: $STORAGE
   delete:
     enabled: true
 http:
@@ -199,7 +225,7 @@ $clientcas
 auth:
   htpasswd:
     realm: hostpull-rig
-    path: $RIG_DIR/registry/htpasswd
+    path: $HTPASSWD
 EOF
 }
 
@@ -372,7 +398,7 @@ push() {   # push LAYOUT TAG REPO [skopeo args]
 
 # ---------------------------------------------------------------- commands
 cmd_up() {
-    local port mtls_port t0 names=(small multi tamper) n tamper_layer
+    local port mtls_port mirror_port t0 names=(small multi tamper) n tamper_layer
     t0=$(date +%s.%N)
     case $RIG_DIR in *[[:space:]]*) die "RIG_DIR must not contain whitespace" ;; esac
     for n in skopeo umoci openssl htpasswd curl "$REGISTRY_BIN"; do
@@ -387,6 +413,7 @@ cmd_up() {
 
     stop_registry
     with_mtls stop_registry
+    with_mirror stop_registry
     rm -rf "$RIG_DIR/ca" "$RIG_DIR/certs" "$RIG_DIR/certs.d" "$RIG_DIR/registry" "$RIG_DIR/tmp" \
         "$RIG_DIR/client" "$RIG_DIR/env" "$LOGS"
     mkdir -p "$RIG_DIR/registry/data" "$RIG_DIR/tmp" "$LOGS" "$IMAGES"
@@ -399,6 +426,12 @@ cmd_up() {
     make_auth "$port"
     write_config "$port"
     start_registry
+    # A mirror with its own credentials; it gets the small image below.
+    mirror_port=$(free_port); echo "$mirror_port" >"$RIG_DIR/port-mirror"
+    mkdir -p "$RIG_DIR/registry/mirror-data"
+    make_mirror_auth "$mirror_port"
+    with_mirror write_config "$mirror_port"
+    with_mirror start_registry
     # The same storage again, behind a client-certificate check.
     mtls_port=$(free_port); echo "$mtls_port" >"$RIG_DIR/port-mtls"
     with_mtls write_config "$mtls_port" "$RIG_DIR/client/ca.crt"
@@ -409,6 +442,11 @@ cmd_up() {
     push "$IMAGES/small" v2 hostpull/small
     push "$IMAGES/multi" v1 hostpull/multi --all
     push "$IMAGES/tamper" v1 hostpull/tamper
+    note "copying hostpull/small:v1 to the mirror 127.0.0.1:$mirror_port"
+    run_logged "$LOGS/push.log" skopeo copy --quiet --preserve-digests \
+        --src-cert-dir "$RIG_DIR/certs" --src-authfile "$RIG_DIR/auth.json" \
+        --dest-cert-dir "$RIG_DIR/certs" --dest-authfile "$RIG_DIR/mirror-auth.json" \
+        "docker://$REGISTRY/hostpull/small:v1" "docker://127.0.0.1:$mirror_port/hostpull/small:v1"
     [ "$RIG_BIG" = 0 ] || push "$IMAGES/big" v1 hostpull/big
     if [ "$RIG_BENCH" = 1 ]; then
         push "$IMAGES/big2" v2 hostpull/big
@@ -426,6 +464,8 @@ cmd_up() {
         echo "RIG_REGISTRY=$REGISTRY"
         echo "RIG_CLUSTER_NAME=$CLUSTER_NAME"
         echo "RIG_MTLS_REGISTRY=127.0.0.1:$mtls_port"
+        echo "RIG_MIRROR_REGISTRY=127.0.0.1:$mirror_port"
+        echo "RIG_MIRROR_AUTHFILE=$RIG_DIR/mirror-auth.json"
         echo "RIG_CLIENT_CERT=$RIG_DIR/client/client.cert"
         echo "RIG_CLIENT_KEY=$RIG_DIR/client/client.key"
         echo "RIG_PORT=$port"
@@ -472,6 +512,7 @@ cmd_restart_registry() {
 cmd_down() {
     stop_registry
     with_mtls stop_registry
+    with_mirror stop_registry
     note "down"
 }
 

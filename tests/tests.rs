@@ -4,6 +4,7 @@
 mod creds;
 mod fault;
 mod hostile;
+mod mirrors;
 mod pull;
 mod systemd;
 mod util;

@@ -4,6 +4,7 @@ pub mod auth;
 pub mod dns;
 pub mod imgref;
 pub mod provider;
+pub mod registries;
 pub mod trust;
 
 use std::path::PathBuf;
@@ -26,6 +27,9 @@ pub struct Plan {
     pub platform: Platform,
     pub worker: WorkerSpec,
     pub retry: RetryPolicy,
+    /// Where the image may come from, in the order tried: the eligible
+    /// mirrors, then the primary (after any `location` rewrite).
+    pub sources: Vec<ImageRef>,
 }
 
 /// How long a pull may take, and how long it may go without a byte.
@@ -61,6 +65,8 @@ pub struct Request {
     pub token_user: Option<String>,
     /// No source given: the host's default files are not read either.
     pub no_default_creds: bool,
+    /// `--registries-conf`: instead of /etc/containers/registries.conf{,.d}.
+    pub registries_conf: Option<PathBuf>,
     /// kubelet's `CredentialProviderConfig`, and the directory of its plugins.
     pub provider_config: Option<PathBuf>,
     pub provider_bin_dir: Option<PathBuf>,
@@ -131,7 +137,16 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         m => m,
     };
     let limits = limits(req)?;
-    let credentials = credentials(req, &image)?.into_iter().collect();
+    let tables = registries::load(&req.root, req.registries_conf.as_deref())?;
+    let route = registries::route(&tables, &image)?;
+    let sources = route.hosts(&image);
+    // Each host gets the credential chosen for it; the first source per host wins.
+    let mut credentials: Vec<auth::Chosen> = Vec::new();
+    for r in &sources {
+        if !credentials.iter().any(|c| c.host == r.domain) {
+            credentials.extend(credentials_for(req, r)?);
+        }
+    }
     let cas = req
         .cas
         .iter()
@@ -143,8 +158,13 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             "--cert-dir trusts its CAs for every host; it cannot go with --ca",
         );
     }
-    // The hosts this pull may contact: the image's registry (mirrors will join).
-    let hosts = [image.domain.clone()];
+    // The hosts this pull may contact: the mirrors and the primary.
+    let mut hosts: Vec<String> = Vec::new();
+    for r in &sources {
+        if !hosts.contains(&r.domain) {
+            hosts.push(r.domain.clone());
+        }
+    }
     let trust = match &req.cert_dir {
         Some(_) => Vec::new(),
         None => trust::resolve(&hosts, &cas, &req.root)?,
@@ -170,6 +190,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             limits,
             trust,
             dns,
+            registries_conf: registries::worker_conf(&route),
             selinux_context: req.selinux_enabled.then(|| {
                 req.selinux_context
                     .clone()
@@ -177,6 +198,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             }),
         },
         retry: retry(req)?,
+        sources,
     })
 }
 
@@ -186,7 +208,7 @@ pub const PROVIDER_CACHE: &str = "var/cache/hostpull/credential-providers";
 /// The credential for the image's registry. Explicit sources first, in the
 /// order given; then credential provider plugins; then, if neither was given,
 /// the host's default files. The first match wins.
-fn credentials(req: &Request, image: &ImageRef) -> anyhow::Result<Option<auth::Chosen>> {
+fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Option<auth::Chosen>> {
     use auth::{Matching, Source};
     let user = req.token_user.as_deref().unwrap_or("serviceaccount");
     let mut sources: Vec<(Source, Matching)> = Vec::new();
@@ -273,14 +295,6 @@ pub struct HostSummary {
 impl Plan {
     pub fn summary(&self) -> Summary {
         let w = &self.worker;
-        let host = &self.image.domain;
-        let trust = w.trust.iter().find(|t| &t.host == host);
-        let cas = match &w.cert_dir {
-            Some(d) => vec![format!("{} (--cert-dir, every host)", d.display())],
-            None => trust
-                .map(|t| t.cas.iter().map(|c| c.display().to_string()).collect())
-                .unwrap_or_default(),
-        };
         Summary {
             image: self.image.to_string(),
             platform: self.platform.to_string(),
@@ -289,20 +303,39 @@ impl Plan {
             sandbox: w.mode,
             memory_max: w.limits.memory_max.clone(),
             tasks_max: w.limits.tasks_max,
-            hosts: vec![HostSummary {
-                host: host.clone(),
-                role: "primary",
-                credential: w
-                    .credentials
-                    .iter()
-                    .find(|c| &c.host == host)
-                    .map(|c| format!("{} (key {})", c.source, c.key)),
-                cas,
-                client_cert: trust
-                    .and_then(|t| t.client.as_ref())
-                    .map(|(c, _)| c.display().to_string()),
-                tls_verify: w.tls_verify,
-            }],
+            hosts: self
+                .sources
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let host = &r.domain;
+                    let trust = w.trust.iter().find(|t| &t.host == host);
+                    let cas = match &w.cert_dir {
+                        Some(d) => vec![format!("{} (--cert-dir, every host)", d.display())],
+                        None => trust
+                            .map(|t| t.cas.iter().map(|c| c.display().to_string()).collect())
+                            .unwrap_or_default(),
+                    };
+                    HostSummary {
+                        host: host.clone(),
+                        role: if i + 1 == self.sources.len() {
+                            "primary"
+                        } else {
+                            "mirror"
+                        },
+                        credential: w
+                            .credentials
+                            .iter()
+                            .find(|c| &c.host == host)
+                            .map(|c| format!("{} (key {})", c.source, c.key)),
+                        cas,
+                        client_cert: trust
+                            .and_then(|t| t.client.as_ref())
+                            .map(|(c, _)| c.display().to_string()),
+                        tls_verify: w.tls_verify,
+                    }
+                })
+                .collect(),
             dns: w.dns.servers.iter().map(|s| s.to_string()).collect(),
             dns_search: w.dns.search.clone(),
             add_hosts: w

@@ -9,6 +9,7 @@ pub mod staging;
 pub mod unit;
 
 use std::ffi::OsString;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -47,6 +48,8 @@ pub enum SandboxMode {
 pub const SKOPEO_ENV: &str = "HOSTPULL_SKOPEO";
 /// The authfile's name among the worker's credentials.
 const AUTHFILE: &str = "auth.json";
+/// The registries.conf's name among the worker's credentials.
+const REGISTRIES_CONF: &str = "registries.conf";
 /// How long a unit may take to stop before hostpull gives up on it.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -70,6 +73,8 @@ pub struct WorkerSpec {
     pub trust: Vec<HostTrust>,
     /// The worker's own resolver settings and /etc/hosts entries.
     pub dns: Dns,
+    /// The worker's registries.conf: this image's table only.
+    pub registries_conf: String,
 }
 
 impl WorkerSpec {
@@ -110,6 +115,8 @@ pub struct Worker {
     host_cert_dir: Option<PathBuf>,
     /// Without systemd: the staged least-privilege authfile.
     staged_authfile: Option<PathBuf>,
+    /// Without systemd: the staged registries.conf.
+    staged_registries: Option<PathBuf>,
     mounts: unit::Mounts,
     systemd: Option<Systemd>,
     seq: AtomicU32,
@@ -128,6 +135,7 @@ impl Worker {
             home: None,
             host_cert_dir: None,
             staged_authfile: None,
+            staged_registries: None,
             mounts: Default::default(),
             systemd: None,
             seq: AtomicU32::new(0),
@@ -147,6 +155,16 @@ impl Worker {
                     let staged =
                         staging.write(AUTHFILE, &auth::minimal_authfile(&spec.credentials))?;
                     w.mounts.credentials.push((AUTHFILE.into(), staged));
+                }
+                let staged = staging.write(REGISTRIES_CONF, spec.registries_conf.as_bytes())?;
+                w.mounts.credentials.push((REGISTRIES_CONF.into(), staged));
+                // --registries-conf does not stop skopeo from reading the host's
+                // drop-ins: hide them behind an empty directory.
+                let host_dropins = Path::new("/etc/containers/registries.conf.d");
+                if host_dropins.is_dir() {
+                    let empty = staging.path().join("registries.conf.d");
+                    std::fs::DirBuilder::new().mode(0o755).create(&empty)?;
+                    w.mounts.binds.push((empty, host_dropins.into()));
                 }
                 if let Some(dir) = &spec.cert_dir {
                     for name in cert_files(dir)? {
@@ -183,6 +201,8 @@ impl Worker {
                     let authfile = auth::minimal_authfile(&spec.credentials);
                     w.staged_authfile = Some(staging.write(AUTHFILE, &authfile)?);
                 }
+                let conf = spec.registries_conf.as_bytes();
+                w.staged_registries = Some(staging.write(REGISTRIES_CONF, conf)?);
                 // Without mounts, trust can only be given as one --cert-dir; the
                 // plan allows that only for the image's own host.
                 if let Some(t) = spec.trust.first() {
@@ -278,13 +298,15 @@ impl Worker {
                     mounts.binds.push((tree, "/etc/containers/certs.d".into()));
                 }
                 self.units.lock().unwrap().push(unit.clone());
-                let cmd = unit::systemd_run(
+                let mut cmd = unit::systemd_run(
                     &unit,
                     &self.spec.limits,
                     &mounts,
                     self.spec.selinux_context.as_deref(),
                     &self.spec.skopeo,
                 );
+                let conf = unit::credentials_dir(&unit).join(REGISTRIES_CONF);
+                cmd.arg("--registries-conf").arg(conf);
                 Ok(Launch {
                     cmd,
                     unit: Some(unit),
@@ -305,6 +327,9 @@ impl Worker {
                     .env("HOME", home)
                     .current_dir(home);
                 pdeathsig(&mut c);
+                if let Some(conf) = &self.staged_registries {
+                    c.arg("--registries-conf").arg(conf);
+                }
                 Ok(Launch { cmd: c, unit: None })
             }
         }
@@ -578,6 +603,7 @@ mod tests {
             selinux_context: None,
             trust: Vec::new(),
             dns: Dns::default(),
+            registries_conf: String::new(),
         }
     }
 
@@ -652,7 +678,8 @@ mod tests {
             "HOME is empty"
         );
         let args: Vec<_> = cmd.get_args().map(|a| a.to_str().unwrap()).collect();
-        assert_eq!(args, ["experimental-image-proxy", "--no-creds"]);
+        assert_eq!(args[0], "--registries-conf", "this pull's, not the host's");
+        assert_eq!(args[2..], ["experimental-image-proxy", "--no-creds"]);
         let staging = home.parent().unwrap().to_owned();
         w.shutdown().await;
         assert!(!staging.exists(), "staging removed");
