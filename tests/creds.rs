@@ -357,6 +357,39 @@ json.dump({{"apiVersion": "credentialprovider.kubelet.k8s.io/v1", "kind": "Crede
             std::os::unix::fs::PermissionsExt::mode(&e.unwrap().metadata().unwrap().permissions());
         assert_eq!(mode & 0o777, 0o600);
     }
+    // A plugin whose answer is not a CredentialProviderResponse: exit 2, nothing echoed.
+    let garbage = bin.join("garbage");
+    write_private(&garbage, b"#!/bin/sh\necho not-json-secret-ish\n");
+    std::fs::set_permissions(
+        &garbage,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let bad_config = write(
+        s.path(),
+        "garbage.yaml",
+        &format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: garbage\n  matchImages: [\"127.0.0.1:{}\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+            var("RIG_PORT")
+        ),
+    );
+    let bin_dir = bin.to_str().unwrap();
+    let r = run(&mut pull_with(
+        s.path(),
+        "g",
+        &[
+            "--credential-provider-config",
+            &bad_config,
+            "--credential-provider-bin-dir",
+            bin_dir,
+        ],
+    ));
+    r.assert_failure(2);
+    assert!(
+        r.stderr.contains("credential provider garbage") && !r.stderr.contains("not-json"),
+        "{}",
+        r.stderr
+    );
     // A broken configuration is a usage error naming the file.
     let broken = write(s.path(), "broken.yaml", "kind: Nonsense\n");
     let r = run(&mut pull_with(

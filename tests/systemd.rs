@@ -401,6 +401,29 @@ fn in_cluster_registry_by_name() {
         "the host's resolver files are untouched"
     );
 
+    // A kubelet wildcard key (`*` globs one label) from a pull secret.
+    let secret = s.path().join("wildcard-secret.json");
+    let rig_auth = std::fs::read_to_string(var("RIG_AUTHFILE")).unwrap();
+    let wildcard = format!("*.openshift-image-registry.svc:{}", var("RIG_PORT"));
+    write_private(
+        &secret,
+        rig_auth.replace(var("RIG_REGISTRY"), &wildcard).as_bytes(),
+    );
+    let mut c = pull_cmd(&image, &oci_path(&s.path().join("wildcard-ok")));
+    c.args([
+        "--sandbox",
+        "systemd",
+        "--add-host",
+        &add_host,
+        "--ca",
+        &ca,
+        "--pull-secret",
+    ])
+    .arg(&secret)
+    .arg("--config-root")
+    .arg(s.path());
+    assert_eq!(run(&mut c).json()["credentials"][0]["key"], wildcard);
+
     // Through a real DNS server on a loopback address.
     let dnsmasq = Command::new("dnsmasq")
         .args([
