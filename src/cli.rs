@@ -45,10 +45,15 @@ pub struct PruneOpts {
 #[command(args_override_self = true)]
 pub struct PullOpts {
     /// docker://HOST[:PORT]/PATH[:TAG|@sha256:HEX] (docker:// may be left out)
-    pub image: String,
+    #[arg(required_unless_present = "profile")]
+    pub image: Option<String>,
     /// oci:DIR[:TAG]; TAG defaults to the image's tag
-    #[arg(long)]
-    pub dest: String,
+    #[arg(long, required_unless_present = "profile")]
+    pub dest: Option<String>,
+    /// Take the image, destination and sources from pulls.d/NAME.toml (what
+    /// hostpull-pull@NAME.service runs); options given here still win
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
     /// containers-auth.json(5) file to take credentials from (repeatable;
     /// REGISTRY_AUTH_FILE is read after them)
     #[arg(long)]
@@ -133,8 +138,8 @@ pub struct PullOpts {
 impl PullOpts {
     fn request(&self) -> plan::Request {
         plan::Request {
-            image: self.image.clone(),
-            dest: self.dest.clone(),
+            image: self.image.clone().unwrap_or_default(),
+            dest: self.dest.clone().unwrap_or_default(),
             authfiles: self
                 .authfile
                 .iter()
@@ -178,6 +183,9 @@ fn plan_for(opts: &PullOpts) -> anyhow::Result<plan::Plan> {
         cap_std_ext::cap_std::ambient_authority(),
     )
     .with_context(|| format!("Opening {}", opts.config_root.display()))?;
+    if let Some(name) = &opts.profile {
+        crate::config::load_profile(&root, name)?.fill(&mut req);
+    }
     crate::config::load(&root)?.fill(&mut req);
     plan::plan(&req)
 }

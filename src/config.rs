@@ -128,16 +128,18 @@ impl Config {
         req.timeout = req.timeout.or(self.pull.timeout);
         req.stall_timeout = req.stall_timeout.or(self.pull.stall_timeout);
         let c = &self.cluster;
-        let prepend = |cli: &mut Vec<String>, conf: &[String]| {
-            let mut all = conf.to_vec();
-            all.append(cli);
-            *cli = all;
-        };
         prepend(&mut req.dns, &c.dns);
         prepend(&mut req.dns_search, &c.dns_search);
         prepend(&mut req.add_hosts, &c.add_host);
         prepend(&mut req.cas, &c.ca);
     }
+}
+
+/// `mine` first, then what the command line gave.
+fn prepend<T: Clone>(cli: &mut Vec<T>, mine: &[T]) {
+    let mut all = mine.to_vec();
+    all.append(cli);
+    *cli = all;
 }
 
 /// Read every configuration file under `root`, in precedence order.
@@ -212,6 +214,52 @@ stall-timeout = 30
     }
 
     #[test]
+    fn profiles() {
+        let td = tempfile::tempdir().unwrap();
+        let root = Dir::open_ambient_dir(td.path(), ambient_authority()).unwrap();
+        let w = |p: &str, s: &str| {
+            let p = td.path().join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, s).unwrap();
+        };
+        w(
+            "usr/lib/hostpull/pulls.d/os.toml",
+            "image = \"a.io/os:1\"\ndest = \"oci:/x\"\n",
+        );
+        w(
+            "etc/hostpull/pulls.d/os.toml",
+            "image = \"a.io/os:2\"\ndest = \"oci:/y\"\nauthfile = [\"/p.json\"]\n",
+        );
+        let p = load_profile(&root, "os").unwrap();
+        assert_eq!(p.image, "a.io/os:2", "/etc wins over /usr/lib");
+        let mut req = Request {
+            dest: "oci:/cli".into(),
+            authfiles: vec!["/cli.json".into()],
+            ..Default::default()
+        };
+        p.fill(&mut req);
+        assert_eq!(
+            (req.image.as_str(), req.dest.as_str()),
+            ("a.io/os:2", "oci:/cli")
+        );
+        assert_eq!(
+            req.authfiles,
+            [std::path::PathBuf::from("/p.json"), "/cli.json".into()]
+        );
+        w(
+            "etc/hostpull/pulls.d/typo.toml",
+            "image = \"x\"\ndest = \"oci:/y\"\nauthfiles = []\n",
+        );
+        for bad in ["typo", "missing", "../etc/x", ""] {
+            assert_eq!(
+                crate::error::exit_code(&load_profile(&root, bad).unwrap_err()),
+                2,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn precedence() {
         let td = tempfile::tempdir().unwrap();
         let w = |p: &str, s: &str| {
@@ -263,5 +311,70 @@ stall-timeout = 30
         let empty = tempfile::tempdir().unwrap();
         let root = Dir::open_ambient_dir(empty.path(), ambient_authority()).unwrap();
         assert_eq!(load(&root).unwrap(), Config::default());
+    }
+}
+
+/// A pull profile, `pulls.d/NAME.toml`: what `hostpull-pull@NAME.service`
+/// pulls. Keys are the command line's long options; lists for repeatable ones.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Profile {
+    pub image: String,
+    pub dest: String,
+    pub platform: Option<String>,
+    #[serde(default)]
+    pub authfile: Vec<std::path::PathBuf>,
+    #[serde(default)]
+    pub pull_secret: Vec<std::path::PathBuf>,
+    #[serde(default)]
+    pub registry_token: Vec<String>,
+    pub cert_dir: Option<std::path::PathBuf>,
+    #[serde(default)]
+    pub ca: Vec<String>,
+}
+
+/// The profile `name` from the first of `DIRS` (highest precedence first) that
+/// has `pulls.d/NAME.toml`. A misspelled key fails: a profile is a unit's whole job.
+pub fn load_profile(root: &Dir, name: &str) -> anyhow::Result<Profile> {
+    if name.is_empty() || name.contains(['/', '.']) {
+        return Err(Failure::new(Kind::Usage, format!("invalid profile name {name:?}")).into());
+    }
+    for dir in DIRS.iter().rev() {
+        let rel = Path::new(dir).join("pulls.d").join(format!("{name}.toml"));
+        let Some(f) = root.open_optional(&rel)? else {
+            continue;
+        };
+        let text = std::io::read_to_string(f)?;
+        return toml::from_str(&text).map_err(|e| {
+            let msg = crate::error::one_line(e.message());
+            Failure::new(
+                Kind::Usage,
+                format!("invalid pull profile /{}: {msg}", rel.display()),
+            )
+            .into()
+        });
+    }
+    Err(Failure::new(
+        Kind::Usage,
+        format!("no pull profile {name:?} in /etc, /run or /usr/lib hostpull/pulls.d"),
+    )
+    .into())
+}
+
+impl Profile {
+    /// Fill what the command line left unset.
+    pub fn fill(&self, req: &mut Request) {
+        if req.image.is_empty() {
+            req.image = self.image.clone();
+        }
+        if req.dest.is_empty() {
+            req.dest = self.dest.clone();
+        }
+        req.platform = req.platform.take().or_else(|| self.platform.clone());
+        req.cert_dir = req.cert_dir.take().or_else(|| self.cert_dir.clone());
+        prepend(&mut req.authfiles, &self.authfile);
+        prepend(&mut req.pull_secrets, &self.pull_secret);
+        prepend(&mut req.tokens, &self.registry_token);
+        prepend(&mut req.cas, &self.ca);
     }
 }

@@ -456,3 +456,84 @@ fn in_cluster_registry_by_name() {
 fn oci_path(p: &Path) -> String {
     format!("oci:{}", p.display())
 }
+
+/// The shipped units: `systemd-analyze verify` accepts them, and
+/// `systemctl start hostpull-pull@demo.service` pulls what
+/// /etc/hostpull/pulls.d/demo.toml names (inside the rig's systemd, whose
+/// root is an overlay: nothing reaches the host).
+#[test]
+fn the_pull_service_pulls_its_profile() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::copy(env!("CARGO_BIN_EXE_hostpull"), "/usr/bin/hostpull").unwrap();
+    for unit in [
+        "hostpull.slice",
+        "hostpull-pull@.service",
+        "hostpull-pull@.timer",
+    ] {
+        std::fs::copy(
+            repo.join("systemd").join(unit),
+            Path::new("/etc/systemd/system").join(unit),
+        )
+        .unwrap();
+    }
+    let verify = Command::new("systemd-analyze")
+        .args([
+            "verify",
+            "hostpull.slice",
+            "hostpull-pull@demo.service",
+            "hostpull-pull@demo.timer",
+        ])
+        .output()
+        .unwrap();
+    let complaints = String::from_utf8_lossy(&verify.stderr);
+    assert!(
+        verify.status.success() && !complaints.contains("hostpull"),
+        "{complaints}"
+    );
+    // The profile's secrets live root-only under /etc/hostpull.
+    std::fs::create_dir_all("/etc/hostpull/pulls.d").unwrap();
+    std::fs::copy(var("RIG_AUTHFILE"), "/etc/hostpull/demo-auth.json").unwrap();
+    std::fs::create_dir_all("/etc/hostpull/demo-certs").unwrap();
+    std::fs::copy(var("RIG_CA"), "/etc/hostpull/demo-certs/ca.crt").unwrap();
+    std::fs::write(
+        "/etc/hostpull/pulls.d/demo.toml",
+        format!(
+            "image = \"docker://{}\"\ndest = \"oci:/var/lib/hostpull/images/demo:v1\"\nauthfile = [\"/etc/hostpull/demo-auth.json\"]\ncert-dir = \"/etc/hostpull/demo-certs\"\n",
+            var("RIG_IMG_SMALL")
+        ),
+    )
+    .unwrap();
+    assert!(
+        Command::new("systemctl")
+            .arg("daemon-reload")
+            .status()
+            .unwrap()
+            .success()
+    );
+    let st = Command::new("systemctl")
+        .args(["start", "hostpull-pull@demo.service"])
+        .status()
+        .unwrap();
+    let log = Command::new("journalctl")
+        .args([
+            "-u",
+            "hostpull-pull@demo.service",
+            "-o",
+            "cat",
+            "--no-pager",
+        ])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(st.success(), "{log}");
+    assert!(
+        log.contains("Pulled ") && log.contains("into oci:/var/lib/hostpull/images/demo:v1"),
+        "{log}"
+    );
+    let inspected: serde_json::Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        "oci:/var/lib/hostpull/images/demo:v1",
+    ]))
+    .unwrap();
+    assert_eq!(inspected["Digest"], registry_digest(var("RIG_IMG_SMALL")));
+}
