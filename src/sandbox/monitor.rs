@@ -231,12 +231,19 @@ impl Systemd {
             loop {
                 match self.main_pid(unit).await {
                     Ok(Some(pid)) => {
-                        // Read again and again: right after the fork the uid is
-                        // still systemd's, before the switch to the dynamic user.
+                        // Read again until it changes: right after the fork the
+                        // uid is still systemd's, before the switch to the
+                        // dynamic user. Then stop asking: each look-up costs
+                        // systemd and the bus daemon CPU that the pull needs.
                         let uid = proc_uid(pid);
-                        let mut s = seen.lock().unwrap();
-                        s.main_pid = Some(pid);
-                        s.uid = uid.or(s.uid);
+                        {
+                            let mut s = seen.lock().unwrap();
+                            s.main_pid = Some(pid);
+                            s.uid = uid.or(s.uid);
+                        }
+                        if uid.is_some_and(|u| u != 0) {
+                            return std::future::pending().await;
+                        }
                     }
                     Ok(None) => {}
                     Err(e) => tracing::debug!("sampling {unit}: {e:#}"),
