@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 
-use crate::pull::staging_dirs;
+use crate::pull::staged_authfile;
 use crate::util::*;
 
 fn rig_auth() -> String {
@@ -134,14 +134,7 @@ fn only_the_needed_entry_reaches_the_worker() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let pid = child.id();
-    let mut seen = None;
-    while child.try_wait().unwrap().is_none() && seen.is_none() {
-        seen = staging_dirs(pid)
-            .into_iter()
-            .filter_map(|d| std::fs::read(d.join("auth.json")).ok())
-            .find_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-    }
+    let seen = staged_authfile(&mut child);
     assert!(child.wait().unwrap().success());
     let staged = seen.expect("saw the staged authfile");
     assert_eq!(staged, serde_json::json!({"auths": {reg: {"auth": auth}}}));

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::pull::staging_dirs;
+use crate::pull::staged_authfile;
 use crate::util::*;
 
 /// An authfile with the primary's credentials `primary_ok` or wrong, and the
@@ -71,14 +71,7 @@ fn mirror_with_its_own_credentials_and_only_those_reach_the_worker() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let pid = child.id();
-    let mut staged = None;
-    while child.try_wait().unwrap().is_none() && staged.is_none() {
-        staged = staging_dirs(pid)
-            .into_iter()
-            .filter_map(|d| std::fs::read(d.join("auth.json")).ok())
-            .find_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-    }
+    let staged = staged_authfile(&mut child);
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),

@@ -433,6 +433,22 @@ fn secret_leak_scan() {
     }
 }
 
+/// The worker's authfile, as staged for it while the pull with this child runs
+/// (what `LoadCredential=` hands the unit); `None` if the pull ended first.
+pub fn staged_authfile(child: &mut std::process::Child) -> Option<serde_json::Value> {
+    let pid = child.id();
+    while child.try_wait().unwrap().is_none() {
+        let found = staging_dirs(pid)
+            .into_iter()
+            .filter_map(|d| std::fs::read(d.join("auth.json")).ok())
+            .find_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
 /// A pull's root-only staging: `/run/hostpull/<pid>-*` with systemd,
 /// `$TMPDIR/hostpull-<pid>-*` without.
 pub fn staging_dirs(pid: u32) -> Vec<std::path::PathBuf> {

@@ -179,46 +179,58 @@ fn read_creds(name: &Path, text: &str) -> anyhow::Result<FileCreds> {
     Ok(FileCreds { entries, helpers })
 }
 
+/// Run a credential helper or provider plugin as root: `input` on its stdin,
+/// its stdout back, killed after `timeout`. Its stderr is dropped: it may hold
+/// secrets. The error is a short reason, for the caller to put in context.
+pub(crate) fn run_root_plugin(
+    mut cmd: std::process::Command,
+    input: &[u8],
+    timeout: std::time::Duration,
+) -> Result<Vec<u8>, String> {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().map_err(|e| format!("{program}: {e}"))?;
+    // A plugin that exits without reading its input is its own business.
+    let _ = child.stdin.take().expect("piped").write_all(input);
+    let start = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if start.elapsed() > timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("no answer in {}s", timeout.as_secs()));
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("it exited with {}", out.status));
+    }
+    Ok(out.stdout)
+}
+
 /// How long a credential helper may take.
 const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Run `docker-credential-<helper> get` as root for `host`, as containers/image
 /// does, with a timeout. Its answer is `{"Username": …, "Secret": …}`.
 fn run_helper(helper: &str, host: &str) -> anyhow::Result<String> {
-    use std::io::Write as _;
     let program = format!("docker-credential-{helper}");
-    let failed = |why: String| {
+    let mut c = std::process::Command::new(&program);
+    c.arg("get");
+    let stdout = run_root_plugin(c, host.as_bytes(), HELPER_TIMEOUT).map_err(|why| {
         Failure::new(
             Kind::Auth,
             format!("credential helper {program} for {host}: {why}"),
         )
-    };
-    let mut child = std::process::Command::new(&program)
-        .arg("get")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| failed(e.to_string()))?;
-    child
-        .stdin
-        .take()
-        .expect("piped")
-        .write_all(host.as_bytes())
-        .map_err(|e| failed(e.to_string()))?;
-    let start = std::time::Instant::now();
-    while child.try_wait()?.is_none() {
-        if start.elapsed() > HELPER_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(failed(format!("no answer in {}s", HELPER_TIMEOUT.as_secs())).into());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        return Err(failed(format!("it exited with {}", out.status)).into());
-    }
+    })?;
     #[derive(Deserialize)]
     #[serde(rename_all = "PascalCase")]
     struct Answer {
@@ -226,7 +238,7 @@ fn run_helper(helper: &str, host: &str) -> anyhow::Result<String> {
         secret: String,
     }
     // Never echo the answer: it is the secret.
-    let a: Answer = serde_json::from_slice(&out.stdout).map_err(|_| {
+    let a: Answer = serde_json::from_slice(&stdout).map_err(|_| {
         Failure::new(
             Kind::Usage,
             format!("credential helper {program}: malformed answer"),

@@ -163,43 +163,19 @@ pub fn credentials(
 }
 
 fn exec(p: &Provider, bin_dir: &Path, image: &str) -> anyhow::Result<Response> {
-    use std::io::Write as _;
-    let program = bin_dir.join(&p.name);
-    let failed =
-        |why: String| Failure::new(Kind::Auth, format!("credential provider {}: {why}", p.name));
-    let mut c = std::process::Command::new(&program);
-    c.args(&p.args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped());
-    c.stderr(std::process::Stdio::null());
+    let mut c = std::process::Command::new(bin_dir.join(&p.name));
+    c.args(&p.args);
     for e in &p.env {
         c.env(&e.name, &e.value);
     }
-    let mut child = c
-        .spawn()
-        .map_err(|e| failed(format!("{}: {e}", program.display())))?;
     let request =
         json!({"apiVersion": REQUEST_API, "kind": "CredentialProviderRequest", "image": image});
-    child
-        .stdin
-        .take()
-        .expect("piped")
-        .write_all(request.to_string().as_bytes())?;
-    let start = std::time::Instant::now();
-    while child.try_wait()?.is_none() {
-        if start.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(failed(format!("no answer in {}s", TIMEOUT.as_secs())).into());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        return Err(failed(format!("it exited with {}", out.status)).into());
-    }
+    let stdout = crate::plan::auth::run_root_plugin(c, request.to_string().as_bytes(), TIMEOUT)
+        .map_err(|why| {
+            Failure::new(Kind::Auth, format!("credential provider {}: {why}", p.name))
+        })?;
     // Never echo the answer: it holds the secret.
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
+    let v: serde_json::Value = serde_json::from_slice(&stdout).map_err(|_| {
         Failure::new(
             Kind::Usage,
             format!("credential provider {}: malformed response", p.name),
