@@ -28,6 +28,9 @@ pub enum Cmd {
     /// Show what a pull with the same options would use, per host: credential
     /// source and key (never the secret), CAs, DNS, sandbox. No network, no worker.
     Plan(Box<PullOpts>),
+    /// Pull into a layout (by default under /var/lib/hostpull/images/), then
+    /// hand the verified layout to rpm-ostree or bootc.
+    Rebase(Box<RebaseOpts>),
     /// Remove the blobs of an OCI image layout that no tag references.
     Prune(PruneOpts),
 }
@@ -42,13 +45,28 @@ pub struct PruneOpts {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct RebaseOpts {
+    /// Who takes the image
+    #[arg(long, value_enum, default_value = "rpm-ostree")]
+    pub consumer: crate::handoff::Consumer,
+    /// The layout directory [default: /var/lib/hostpull/images/<repository>]
+    #[arg(long, value_name = "DIR")]
+    pub layout: Option<PathBuf>,
+    /// Reboot into the new deployment (rpm-ostree --reboot, bootc --apply)
+    #[arg(long)]
+    pub reboot: bool,
+    #[command(flatten)]
+    pub pull: PullOpts,
+}
+
+#[derive(Debug, Clone, clap::Args)]
 #[command(args_override_self = true)]
 pub struct PullOpts {
     /// docker://HOST[:PORT]/PATH[:TAG|@sha256:HEX] (docker:// may be left out)
     #[arg(required_unless_present = "profile")]
     pub image: Option<String>,
     /// oci:DIR[:TAG]; TAG defaults to the image's tag
-    #[arg(long, required_unless_present = "profile")]
+    #[arg(long)]
     pub dest: Option<String>,
     /// Take the image, destination and sources from pulls.d/NAME.toml (what
     /// hostpull-pull@NAME.service runs); options given here still win
@@ -177,6 +195,12 @@ impl PullOpts {
 
 /// The plan for these options, with the hostpull.d configuration applied.
 fn plan_for(opts: &PullOpts) -> anyhow::Result<plan::Plan> {
+    if opts.dest.is_none() && opts.profile.is_none() {
+        return error::fail(
+            Kind::Usage,
+            "--dest oci:DIR[:TAG] is required (or --profile NAME)",
+        );
+    }
     let mut req = opts.request();
     let root = cap_std_ext::cap_std::fs::Dir::open_ambient_dir(
         &opts.config_root,
@@ -208,6 +232,34 @@ async fn run_pull(opts: &PullOpts) -> anyhow::Result<()> {
         print_json(&report)?;
     }
     Ok(())
+}
+
+/// Pull, then hand the layout over. The layout defaults to a directory per
+/// repository under /var/lib/hostpull/images, world-readable for the
+/// consumer's own unprivileged skopeo.
+async fn run_rebase(opts: &RebaseOpts) -> anyhow::Result<()> {
+    let mut plan = {
+        let mut o = opts.pull.clone();
+        if o.dest.is_none() {
+            let image =
+                crate::plan::imgref::ImageRef::parse(o.image.as_deref().unwrap_or_default())?;
+            let dir = opts.layout.clone().unwrap_or_else(|| {
+                PathBuf::from("/var/lib/hostpull/images").join(image.path.replace('/', "_"))
+            });
+            o.dest = Some(format!("oci:{}", dir.display()));
+        }
+        plan_for(&o)?
+    };
+    plan.dest_dir = std::path::absolute(&plan.dest_dir)?;
+    if let Some(parent) = plan.dest_dir.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let report = crate::fetch::pull(&plan).await?;
+    eprintln!("{}", report.summary());
+    if opts.pull.json {
+        print_json(&report)?;
+    }
+    crate::handoff::run(opts.consumer, &plan.dest_dir, &plan.tag, opts.reboot)
 }
 
 fn run_plan(opts: &PullOpts) -> anyhow::Result<()> {
@@ -282,6 +334,7 @@ pub fn run_main() -> i32 {
         match &cli.cmd {
             Cmd::Pull(o) => run_pull(o).await,
             Cmd::Plan(o) => run_plan(o),
+            Cmd::Rebase(o) => run_rebase(o).await,
             Cmd::Prune(o) => tokio::task::block_in_place(|| run_prune(o)),
         }
     });

@@ -25,6 +25,8 @@ pub enum Kind {
     Verify = 7,
     /// The worker or its sandbox failed.
     Worker = 8,
+    /// The host-update consumer (rpm-ostree, bootc) failed after a good pull.
+    Handoff = 10,
     /// Stopped by SIGINT (128 + 2).
     Interrupted = 130,
     /// Stopped by SIGTERM (128 + 15).

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod fetch;
+pub mod handoff;
 pub mod manifest;
 pub mod plan;
 pub mod progress;

@@ -3,6 +3,7 @@
 
 mod creds;
 mod fault;
+mod handoff;
 mod hostile;
 mod mirrors;
 mod pull;

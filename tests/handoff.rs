@@ -1,0 +1,100 @@
+//! The hand-off to host-update consumers, through stand-ins that check the
+//! exact contract (argv, a layout an unprivileged user can read, exit codes):
+//! rpm-ostree and bootc cannot be installed here.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::util::*;
+
+/// `hostpull rebase` of the small image into a layout under a world-searchable
+/// directory, with the stand-ins first on PATH.
+fn rebase(dir: &Path, consumer: &str, extra: &[&str], fail: Option<&str>) -> (Run, String) {
+    let log = dir.join(format!("{consumer}.log"));
+    let stand_ins = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stand-ins");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.args([
+        "rebase",
+        var("RIG_IMG_SMALL"),
+        "--consumer",
+        consumer,
+        "--layout",
+    ])
+    .arg(dir.join("layout"))
+    .args([
+        "--sandbox",
+        &sandbox(),
+        "--authfile",
+        var("RIG_AUTHFILE"),
+        "--cert-dir",
+        var("RIG_CERT_DIR"),
+    ])
+    .args(extra)
+    .env(
+        "PATH",
+        format!("{}:{}", stand_ins.display(), std::env::var("PATH").unwrap()),
+    )
+    .env("STANDIN_LOG", &log);
+    if let Some(f) = fail {
+        c.env("STANDIN_FAIL", f);
+    }
+    let r = run(&mut c);
+    (r, std::fs::read_to_string(&log).unwrap_or_default())
+}
+
+#[test]
+fn rebase_hands_the_layout_to_rpm_ostree_and_bootc() {
+    let s = scratch();
+    // The consumer's own skopeo is unprivileged: every directory on the way must be searchable.
+    std::fs::set_permissions(
+        s.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let layout = s.path().join("layout");
+    let (r, log) = rebase(s.path(), "rpm-ostree", &["--reboot"], None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        log,
+        format!(
+            "rpm-ostree rebase ostree-unverified-image:oci:{}:v1 --reboot\n",
+            layout.display()
+        )
+    );
+    let (r, log) = rebase(s.path(), "bootc", &[], None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        log,
+        format!("bootc switch --transport oci {}:v1\n", layout.display())
+    );
+    // A failing consumer: exit 10, its own message on stderr.
+    let (r, _) = rebase(
+        s.path(),
+        "bootc",
+        &["--reboot"],
+        Some("no space for a new deployment"),
+    );
+    assert_eq!(r.code, 10, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("no space for a new deployment")
+            && r.stderr.contains("error: bootc failed"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// The stand-in's readability check can fail: a layout below a directory only
+/// root may search is refused by it.
+#[test]
+fn an_unreadable_layout_is_what_the_consumer_refuses() {
+    let s = scratch();
+    std::fs::set_permissions(s.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let (r, log) = rebase(s.path(), "rpm-ostree", &[], None);
+    assert_eq!(r.code, 10, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("not readable by an unprivileged user"),
+        "{}",
+        r.stderr
+    );
+    assert!(log.starts_with("rpm-ostree rebase "));
+}
