@@ -151,6 +151,9 @@ pub struct PullOpts {
     /// Print one JSON object with the result on stdout
     #[arg(long)]
     pub json: bool,
+    /// Write progress events (JSON Lines, docs/progress-v0.schema.json) to fd N
+    #[arg(long, value_name = "N")]
+    pub progress_fd: Option<i32>,
 }
 
 impl PullOpts {
@@ -226,7 +229,9 @@ async fn run_pull(opts: &PullOpts) -> anyhow::Result<()> {
     if !plan.worker.tls_verify {
         tracing::warn!("TLS verification is off for {}", plan.image.domain);
     }
-    let report = crate::fetch::pull(&plan).await?;
+    let progress = crate::progress::ProgressFd::open(opts.progress_fd)?;
+    let report = crate::fetch::pull(&plan, &progress).await?;
+    progress.steps("done", 3, 3);
     eprintln!("{}", report.summary());
     if opts.json {
         print_json(&report)?;
@@ -254,7 +259,9 @@ async fn run_rebase(opts: &RebaseOpts) -> anyhow::Result<()> {
     if let Some(parent) = plan.dest_dir.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let report = crate::fetch::pull(&plan).await?;
+    let progress = crate::progress::ProgressFd::open(opts.pull.progress_fd)?;
+    let report = crate::fetch::pull(&plan, &progress).await?;
+    progress.steps("done", 3, 3);
     eprintln!("{}", report.summary());
     if opts.pull.json {
         print_json(&report)?;

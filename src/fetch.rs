@@ -13,7 +13,7 @@ use crate::error::{Failure, Kind, fail, failure};
 use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
 use crate::plan::Plan;
 use crate::plan::imgref::{ImageRef, Sha256Digest};
-use crate::progress::Report;
+use crate::progress::{ProgressFd, Report};
 use crate::sandbox::{Worker, worker_failure};
 use crate::store::Layout;
 use crate::verify;
@@ -64,11 +64,11 @@ impl Resolved {
 
 /// Pull as the plan says. SIGINT and SIGTERM stop it: the worker's units are
 /// stopped, and the layout is left as it was.
-pub async fn pull(plan: &Plan) -> anyhow::Result<Report> {
+pub async fn pull(plan: &Plan, progress: &ProgressFd) -> anyhow::Result<Report> {
     let start = Instant::now();
     let worker = Worker::prepare(&plan.worker).await?;
     let result = tokio::select! {
-        r = pull_with(&worker, plan) => r,
+        r = pull_with(&worker, plan, progress) => r,
         kind = cancelled() => Err(Failure::new(kind, "interrupted: the pull was stopped").into()),
     };
     let report = worker.report();
@@ -117,13 +117,17 @@ struct Progress {
 /// The pull, retried on transient errors with exponential backoff and jitter,
 /// within the overall `--timeout`. Each retry starts a new worker session and
 /// fetches only what is still missing: verified blobs are kept.
-async fn pull_with(worker: &Worker, plan: &Plan) -> anyhow::Result<(Resolved, Vec<Descriptor>)> {
-    let mut progress = Progress::default();
+async fn pull_with(
+    worker: &Worker,
+    plan: &Plan,
+    progress: &ProgressFd,
+) -> anyhow::Result<(Resolved, Vec<Descriptor>)> {
+    let mut state = Progress::default();
     let last_error = std::sync::Mutex::new(None::<String>);
     let retrying = async {
         let mut stalls = 0;
         for attempt in 1.. {
-            let Err(e) = try_pull(worker, plan, &mut progress).await else {
+            let Err(e) = try_pull(worker, plan, &mut state, progress).await else {
                 break;
             };
             let detail = failure(&e)
@@ -164,7 +168,7 @@ async fn pull_with(worker: &Worker, plan: &Plan) -> anyhow::Result<(Resolved, Ve
     }
     let Progress {
         resolved, missing, ..
-    } = progress;
+    } = state;
     Ok((resolved.expect("resolved"), missing.expect("checked")))
 }
 
@@ -182,10 +186,16 @@ fn backoff(attempt: u32) -> std::time::Duration {
     std::time::Duration::from_millis((base as f64 * jitter) as u64)
 }
 
-async fn try_pull(worker: &Worker, plan: &Plan, p: &mut Progress) -> anyhow::Result<()> {
+async fn try_pull(
+    worker: &Worker,
+    plan: &Plan,
+    p: &mut Progress,
+    progress: &ProgressFd,
+) -> anyhow::Result<()> {
     let resolved = match &p.resolved {
         Some(r) => r,
         None => {
+            progress.steps("resolving the manifest", 0, 3);
             let r = tokio::time::timeout(plan.retry.stall, resolve(worker, plan))
                 .await
                 .unwrap_or_else(|_| {
@@ -217,7 +227,7 @@ async fn try_pull(worker: &Worker, plan: &Plan, p: &mut Progress) -> anyhow::Res
         }
         p.missing = Some(missing);
     }
-    fetch_into(worker, plan, resolved, layout).await
+    fetch_into(worker, plan, resolved, layout, progress).await
 }
 
 /// Resolves on SIGINT or SIGTERM, with the matching exit code.
@@ -269,6 +279,7 @@ async fn fetch_into(
     plan: &Plan,
     r: &Resolved,
     layout: &Arc<Layout>,
+    progress: &ProgressFd,
 ) -> anyhow::Result<()> {
     let mut todo: Vec<Descriptor> = Vec::new();
     for d in r.manifest.blobs() {
@@ -276,9 +287,10 @@ async fn fetch_into(
             todo.push(d.clone());
         }
     }
+    progress.steps("fetching blobs", 1, 3);
     if !todo.is_empty() {
         let image = plan.image.with_digest(&r.source_digest);
-        fetch_blobs(worker, &image, layout, &todo, plan.retry.stall).await?;
+        fetch_blobs(worker, &image, layout, &todo, plan.retry.stall, progress).await?;
     }
     // The config must be JSON: a consumer will parse it.
     let config = layout.read_blob(&r.manifest.config.digest)?;
@@ -291,6 +303,7 @@ async fn fetch_into(
             ),
         );
     }
+    progress.steps("publishing", 2, 3);
     layout.write_blob("manifest", &r.digest, &r.raw)?;
     layout.set_tag(
         &plan.tag,
@@ -307,9 +320,10 @@ async fn fetch_blobs(
     layout: &Arc<Layout>,
     todo: &[Descriptor],
     stall: Duration,
+    progress: &ProgressFd,
 ) -> anyhow::Result<()> {
     let (config, unit) = worker.proxy_config()?;
-    let watchdog = Watchdog::new();
+    let watchdog = Watchdog::new(todo.len());
     let session = async {
         let started = Instant::now();
         let proxy = ImageProxy::new_with_config(config)
@@ -339,10 +353,38 @@ async fn fetch_blobs(
     };
     tokio::select! {
         r = worker.observe(unit.as_deref(), session) => r,
+        never = report_bytes(progress, &watchdog, todo) => match never {},
         () = watchdog.stalled(stall) => fail(
             Kind::Network,
             format!("{STALLED} no data from the registry for {}s (--stall-timeout)", stall.as_secs()),
         ),
+    }
+}
+
+/// `ProgressBytes` five times a second, while there is a reader for them.
+async fn report_bytes(
+    progress: &ProgressFd,
+    flow: &Watchdog,
+    todo: &[Descriptor],
+) -> std::convert::Infallible {
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if !progress.enabled() {
+            return std::future::pending().await;
+        }
+        let blobs: Vec<(String, u64, u64)> = todo
+            .iter()
+            .zip(flow.read.iter())
+            .map(|(d, r)| {
+                (
+                    d.digest.to_string(),
+                    r.load(std::sync::atomic::Ordering::Relaxed).min(d.size),
+                    d.size,
+                )
+            })
+            .collect();
+        let done = blobs.iter().filter(|(_, b, t)| b == t).count() as u64;
+        progress.bytes("fetching blobs", &blobs, done);
     }
 }
 
@@ -352,17 +394,22 @@ async fn fetch_blobs(
 struct Watchdog {
     start: Instant,
     last_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// Bytes read so far of each blob being fetched, for --progress-fd.
+    read: Arc<Vec<std::sync::atomic::AtomicU64>>,
 }
 
 impl Watchdog {
-    fn new() -> Self {
+    fn new(blobs: usize) -> Self {
         Self {
             start: Instant::now(),
             last_ms: Arc::default(),
+            read: Arc::new((0..blobs).map(|_| Default::default()).collect()),
         }
     }
 
-    fn kick(&self) {
+    /// `n` more bytes of blob `i` (0 at its end).
+    fn kick(&self, i: usize, n: usize) {
+        self.read[i].fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         let now = self.start.elapsed().as_millis() as u64;
         self.last_ms
             .store(now, std::sync::atomic::Ordering::Relaxed);
@@ -395,12 +442,12 @@ async fn transfer(
     todo: &[Descriptor],
     watchdog: &Watchdog,
 ) -> anyhow::Result<()> {
-    let mut pending = todo.iter();
+    let mut pending = todo.iter().enumerate();
     let mut window = VecDeque::new();
     let result = async {
         loop {
             while window.len() < IN_FLIGHT {
-                let Some(d) = pending.next() else { break };
+                let Some((i, d)) = pending.next() else { break };
                 let what = if d.media_type.contains("config") {
                     "config"
                 } else {
@@ -418,7 +465,7 @@ async fn transfer(
                     Arc::clone(layout),
                     what,
                     d.clone(),
-                    watchdog.clone(),
+                    (watchdog.clone(), i),
                 )));
                 window.push_back((doing, finish, reading));
             }
@@ -498,7 +545,7 @@ async fn consume(
     layout: Arc<Layout>,
     what: &'static str,
     d: Descriptor,
-    watchdog: Watchdog,
+    (watchdog, i): (Watchdog, usize),
 ) -> Result<(), Consumed> {
     let mut sink = layout
         .blob_sink(what, &d.digest, d.size)
@@ -510,7 +557,7 @@ async fn consume(
             .await
             .context("Reading blob pipe")
             .map_err(Consumed::AtEnd)?;
-        watchdog.kick();
+        watchdog.kick(i, n);
         if n == 0 {
             return tokio::task::block_in_place(|| sink.commit()).map_err(Consumed::AtEnd);
         }

@@ -88,7 +88,11 @@ fn rebase_hands_the_layout_to_rpm_ostree_and_bootc() {
 #[test]
 fn an_unreadable_layout_is_what_the_consumer_refuses() {
     let s = scratch();
-    std::fs::set_permissions(s.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(
+        s.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
     let (r, log) = rebase(s.path(), "rpm-ostree", &[], None);
     assert_eq!(r.code, 10, "{}", r.stderr);
     assert!(

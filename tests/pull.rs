@@ -714,3 +714,73 @@ fn client_certificate_with_a_private_key() {
     );
     assert!(scans > 0);
 }
+
+/// `--progress-fd`: bootc's JSON Lines events, valid against
+/// docs/progress-v0.schema.json, Start first, bytes at most 5 times a second.
+#[test]
+fn progress_events_follow_the_schema() {
+    let s = scratch();
+    let events = s.path().join("progress.jsonl");
+    let dest = oci(&s.path().join("l"), None);
+    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &dest));
+    c.args(["--progress-fd", "3"]);
+    // The shell gives the pull an fd 3 open on the events file.
+    let args: Vec<String> = std::iter::once(c.get_program())
+        .chain(c.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let t0 = std::time::Instant::now();
+    let r = run(Command::new("bash").arg("-c").arg(format!(
+        "exec {} 3>'{}'",
+        quoted.join(" "),
+        events.display()
+    )));
+    let took = t0.elapsed().as_secs_f64();
+    r.json();
+    let text = std::fs::read_to_string(&events).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines[0],
+        serde_json::json!({"type": "Start", "version": "0.1.0"})
+    );
+    let of = |t: &str| lines.iter().filter(|l| l["type"] == t).count();
+    assert!(of("ProgressBytes") >= 1, "{text}");
+    assert!(
+        of("ProgressBytes") as f64 <= took * 5.0 + 2.0,
+        "rate-limited: {} in {took}s",
+        of("ProgressBytes")
+    );
+    assert_eq!(lines.last().unwrap()["steps"], 3);
+    let last_bytes = lines
+        .iter()
+        .rev()
+        .find(|l| l["type"] == "ProgressBytes")
+        .unwrap();
+    assert!(
+        last_bytes["bytesTotal"].as_u64().unwrap() >= 512 << 20,
+        "{last_bytes}"
+    );
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/progress-v0.schema.json");
+    let check = Command::new("/usr/bin/python3")
+        .args(["-c", "import json, sys, jsonschema\nschema = json.load(open(sys.argv[1]))\nfor line in open(sys.argv[2]):\n    jsonschema.validate(json.loads(line), schema)\nprint('valid')"])
+        .arg(&schema)
+        .arg(&events)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    // Standard input, output and error are not for progress.
+    let mut c = with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL"),
+        &oci(&s.path().join("m"), None),
+    ));
+    c.args(["--progress-fd", "1"]);
+    run(&mut c).assert_failure(2);
+}

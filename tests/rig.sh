@@ -26,7 +26,7 @@ RIG_USER=hostpull
 # the server certificate carries it, as an in-cluster registry's would.
 CLUSTER_NAME=image-registry.openshift-image-registry.svc
 REGISTRY_BIN=/usr/bin/docker-registry
-PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 dnsmasq-base)
+PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 python3-jsonschema dnsmasq-base)
 
 LOGS=$RIG_DIR/logs
 CONFIG=$RIG_DIR/registry/config.yml
