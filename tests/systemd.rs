@@ -537,3 +537,71 @@ fn the_pull_service_pulls_its_profile() {
     .unwrap();
     assert_eq!(inspected["Digest"], registry_digest(var("RIG_IMG_SMALL")));
 }
+
+/// The machine-config daemon's call (docs/mcd.md): the in-cluster registry by
+/// name, its CA from /etc/docker/certs.d, a service-account token, the node's
+/// pull secret, a pinned digest, and the hand-off to rpm-ostree (a stand-in).
+#[test]
+fn mcd_call_sequence() {
+    let s = scratch();
+    std::fs::set_permissions(
+        s.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let name = var("RIG_CLUSTER_NAME");
+    let host = format!("{name}:{}", var("RIG_PORT"));
+    let digest = registry_digest(var("RIG_IMG_SMALL"));
+    let root = s.path().join("root");
+    let certs_d = root.join("etc/docker/certs.d").join(&host);
+    std::fs::create_dir_all(&certs_d).unwrap();
+    std::fs::copy(var("RIG_CA"), certs_d.join("ca.crt")).unwrap();
+    std::fs::create_dir_all(root.join("etc/hostpull")).unwrap();
+    std::fs::write(
+        root.join("etc/hostpull/config.toml"),
+        format!("[cluster]\nadd-host = [\"{name}:127.0.0.1\"]\n"),
+    )
+    .unwrap();
+    // The node's pull secret has nothing for the in-cluster registry; the token does.
+    let pull_secret = s.path().join("config.json");
+    write_private(&pull_secret, br#"{"auths":{"quay.io":{"auth":"dTpw"}}}"#);
+    let token = s.path().join("token");
+    write_private(&token, password().as_bytes());
+    let log = s.path().join("rpm-ostree.log");
+    let layout = s.path().join("images/os");
+    let stand_ins = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stand-ins");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.args([
+        "rebase",
+        &format!("{host}/hostpull/small@{digest}"),
+        "--consumer",
+        "rpm-ostree",
+    ])
+    .arg("--dest")
+    .arg(format!("oci:{}:mc-1", layout.display()))
+    .arg("--pull-secret")
+    .arg(&pull_secret)
+    .args([
+        "--registry-token",
+        &format!("{host}={}", token.display()),
+        "--registry-token-user",
+        var("RIG_USER"),
+    ])
+    .args(["--sandbox", "systemd", "--json", "--config-root"])
+    .arg(&root)
+    .env(
+        "PATH",
+        format!("{}:{}", stand_ins.display(), std::env::var("PATH").unwrap()),
+    )
+    .env("STANDIN_LOG", &log);
+    let r = run(&mut c).json();
+    assert_eq!(r["manifest_digest"], digest);
+    assert_eq!(r["credentials"][0]["source"], token.display().to_string());
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        format!(
+            "rpm-ostree rebase ostree-unverified-image:oci:{}:mc-1\n",
+            layout.display()
+        )
+    );
+}
