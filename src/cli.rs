@@ -10,11 +10,31 @@ use crate::error::{self, Kind};
 use crate::plan;
 use crate::sandbox::SandboxMode;
 
+/// The exit codes, a public contract (README, man page).
+const EXIT_CODES: &str = "EXIT STATUS:
+  0    success
+  1    internal error
+  2    usage, config or bad input (including a destination without space)
+  3    authentication refused
+  4    image, tag or platform not found
+  5    TLS or trust error
+  6    network or transient error, after retries; a stalled registry; --timeout
+  7    verification failed (digest, size, malformed manifest or config, foreign layers)
+  8    worker or sandbox failure (out of memory, killed, cannot start, no systemd)
+  10   rebase: the consumer (rpm-ostree, bootc) failed after a good pull
+  130  stopped by SIGINT; 143 stopped by SIGTERM
+
+With --json, pull prints one object on stdout: image, manifest_digest,
+source_digest, platform, dest, tag, layers_total, layers_fetched,
+layers_reused, bytes_fetched, elapsed_ms, credentials [{host, source, key}],
+worker {sandbox, unit, uid, memory_peak_bytes, startup_ms}.";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "hostpull",
     version,
-    about = "Pull container images for image-based host updates"
+    about = "Pull container images for image-based host updates",
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -33,6 +53,15 @@ pub enum Cmd {
     Rebase(Box<RebaseOpts>),
     /// Remove the blobs of an OCI image layout that no tag references.
     Prune(PruneOpts),
+    /// Print the man page (roff) on stdout.
+    #[command(hide = true)]
+    Man,
+    /// Print shell completions on stdout.
+    #[command(hide = true)]
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -343,6 +372,16 @@ pub fn run_main() -> i32 {
             Cmd::Plan(o) => run_plan(o),
             Cmd::Rebase(o) => run_rebase(o).await,
             Cmd::Prune(o) => tokio::task::block_in_place(|| run_prune(o)),
+            Cmd::Man => {
+                let mut out = std::io::stdout().lock();
+                clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut out)?;
+                Ok(())
+            }
+            Cmd::Completions { shell } => {
+                let mut cmd = <Cli as clap::CommandFactory>::command();
+                clap_complete::generate(*shell, &mut cmd, "hostpull", &mut std::io::stdout());
+                Ok(())
+            }
         }
     });
     match r {

@@ -784,3 +784,33 @@ fn progress_events_follow_the_schema() {
     c.args(["--progress-fd", "1"]);
     run(&mut c).assert_failure(2);
 }
+
+/// The man page (clap_mangen) documents every exit code and the --json
+/// fields; shell completions come from clap_complete.
+#[test]
+fn man_page_and_completions() {
+    let man = run(Command::new(env!("CARGO_BIN_EXE_hostpull")).arg("man"));
+    assert_eq!(man.code, 0);
+    assert!(
+        man.stdout.starts_with(".ie") || man.stdout.contains(".TH hostpull"),
+        "{}",
+        &man.stdout[..200]
+    );
+    for code in ["0", "1", "2", "3", "4", "5", "6", "7", "8", "10", "130"] {
+        assert!(
+            man.stdout
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+            "exit code {code}"
+        );
+    }
+    for field in ["manifest_digest", "layers_reused", "memory_peak_bytes"] {
+        assert!(man.stdout.contains(field), "{field}");
+    }
+    let bash = run(Command::new(env!("CARGO_BIN_EXE_hostpull")).args(["completions", "bash"]));
+    assert!(
+        bash.code == 0 && bash.stdout.contains("complete -F _hostpull"),
+        "{}",
+        bash.stderr
+    );
+}
