@@ -4,8 +4,11 @@
 #
 #   bench/pull.sh [-n RUNS] [--sandbox none|systemd] [IMAGE]
 #
-# IMAGE defaults to $RIG_IMG_BIG (8 x 64 MiB).  Knobs: RIG_DIR (/tmp/hostpull-rig),
-# HOSTPULL (target/release/hostpull, built if missing), BENCH_DIR (/tmp/hostpull-bench).
+# IMAGE defaults to $RIG_IMG_BIG (8 x 64 MiB). With --sandbox systemd on a host whose PID 1
+# is not systemd, it runs itself inside a private systemd (tests/sysd.sh, SYSD_DIR
+# /tmp/hostpull-bench-sysd) that it boots and powers off. The P1-P5 suite: bench/suite.sh.
+# Knobs: RIG_DIR (/tmp/hostpull-rig), HOSTPULL (target/release/hostpull, built if missing),
+# BENCH_DIR (/tmp/hostpull-bench).
 # Runs alternate hostpull / skopeo after one warm-up of each; every run gets a fresh
 # destination.  Raw numbers: $BENCH_DIR/results.tsv; last run's output: $BENCH_DIR/*.out|err.
 set -euo pipefail
@@ -13,6 +16,7 @@ set -euo pipefail
 die() { echo "bench: $*" >&2; exit 1; }
 usage() { echo "usage: $0 [-n RUNS] [--sandbox none|systemd] [IMAGE]" >&2; exit 2; }
 
+ARGS=("$@")
 RUNS=5 MODE=none IMAGE=
 while [ $# -gt 0 ]; do
     case $1 in
@@ -47,6 +51,13 @@ fi
 
 BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
 mkdir -p "$BENCH_DIR"
+if [ "$MODE" = systemd ]; then
+    # shellcheck source=bench/lib.sh
+    . "$ROOT/bench/lib.sh"
+    export BENCH_DIR RIG_DIR HOSTPULL BENCH_SHARE
+    BENCH_SHARE=$(dirname "$HOSTPULL")
+    bench_in_systemd "$ROOT/bench/pull.sh" "${ARGS[@]}"   # returns only if PID 1 is systemd
+fi
 RESULTS=$BENCH_DIR/results.tsv
 printf 'tool\twall_s\tmaxrss_kib\tself_hwm_kib\tchild_hwm_kib\n' >"$RESULTS"
 
