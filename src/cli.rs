@@ -262,6 +262,7 @@ async fn run_pull(opts: &PullOpts) -> anyhow::Result<()> {
     let report = crate::fetch::pull(&plan, &progress).await?;
     progress.steps("done", 3, 3);
     eprintln!("{}", report.summary());
+    journal_report(&report);
     if opts.json {
         print_json(&report)?;
     }
@@ -292,6 +293,7 @@ async fn run_rebase(opts: &RebaseOpts) -> anyhow::Result<()> {
     let report = crate::fetch::pull(&plan, &progress).await?;
     progress.steps("done", 3, 3);
     eprintln!("{}", report.summary());
+    journal_report(&report);
     if opts.pull.json {
         print_json(&report)?;
     }
@@ -328,17 +330,48 @@ fn run_prune(opts: &PruneOpts) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Logs go to stderr without timestamps. Under systemd, with stderr connected
+/// to the journal (`JOURNAL_STREAM`), events go to the journal directly instead,
+/// with their fields as journal fields (`MANIFEST_DIGEST=…`).
 fn init_logging() {
-    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, fmt};
     let filter = EnvFilter::try_from_env("RUST_LOG")
         .unwrap_or_else(|_| EnvFilter::new("warn,hostpull=info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .without_time()
-        .with_target(false)
+    let journal = std::env::var_os("JOURNAL_STREAM")
+        .and_then(|_| tracing_journald::layer().ok())
+        .map(|l| l.with_field_prefix(None));
+    let stderr = journal.is_none().then(|| {
+        fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .without_time()
+            .with_target(false)
+    });
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(journal)
+        .with(stderr)
         .init();
+}
+
+/// A finished pull, as a journal entry with fields (only under the journal:
+/// on a terminal the summary line says it).
+fn journal_report(report: &crate::progress::Report) {
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        tracing::info!(
+            image = %report.image,
+            manifest_digest = %report.manifest_digest,
+            dest = %report.dest,
+            tag = %report.tag,
+            layers_fetched = report.layers_fetched,
+            layers_reused = report.layers_reused,
+            bytes_fetched = report.bytes_fetched,
+            elapsed_ms = report.elapsed_ms as u64,
+            "{}",
+            report.summary()
+        );
+    }
 }
 
 /// Parse the command line, run it, print any error once, and return the exit code.

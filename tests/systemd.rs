@@ -536,6 +536,24 @@ fn the_pull_service_pulls_its_profile() {
     ]))
     .unwrap();
     assert_eq!(inspected["Digest"], registry_digest(var("RIG_IMG_SMALL")));
+    // The result is also a journal entry with fields.
+    let entries = Command::new("journalctl")
+        .args([
+            "-u",
+            "hostpull-pull@demo.service",
+            "-o",
+            "json",
+            "--no-pager",
+        ])
+        .output()
+        .unwrap();
+    let entry = String::from_utf8_lossy(&entries.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e.get("MANIFEST_DIGEST").is_some())
+        .expect("an entry with MANIFEST_DIGEST");
+    assert_eq!(entry["MANIFEST_DIGEST"], inspected["Digest"]);
+    assert_eq!(entry["TAG"], "v1");
 }
 
 /// The machine-config daemon's call (docs/mcd.md): the in-cluster registry by
