@@ -379,16 +379,7 @@ fn in_cluster_registry_by_name() {
     assert!(r.stderr.contains("no such host"), "{}", r.stderr);
     // The CA from certs.d below the root, as MCO writes /etc/docker/certs.d, and
     // the name from the configuration's [cluster] section.
-    let root = s.path().join("root");
-    let certs_d = root.join("etc/docker/certs.d").join(&host);
-    std::fs::create_dir_all(&certs_d).unwrap();
-    std::fs::copy(var("RIG_CA"), certs_d.join("ca.crt")).unwrap();
-    std::fs::create_dir_all(root.join("etc/hostpull")).unwrap();
-    std::fs::write(
-        root.join("etc/hostpull/config.toml"),
-        format!("[cluster]\nadd-host = [\"{add_host}\"]\n"),
-    )
-    .unwrap();
+    let root = cluster_root(s.path(), &host, &add_host);
     let mut c = pull_cmd(&image, &oci_path(&s.path().join("certs-d")));
     c.args(["--sandbox", "systemd", "--config-root"])
         .arg(&root)
@@ -570,16 +561,7 @@ fn mcd_call_sequence() {
     let name = var("RIG_CLUSTER_NAME");
     let host = format!("{name}:{}", var("RIG_PORT"));
     let digest = registry_digest(var("RIG_IMG_SMALL"));
-    let root = s.path().join("root");
-    let certs_d = root.join("etc/docker/certs.d").join(&host);
-    std::fs::create_dir_all(&certs_d).unwrap();
-    std::fs::copy(var("RIG_CA"), certs_d.join("ca.crt")).unwrap();
-    std::fs::create_dir_all(root.join("etc/hostpull")).unwrap();
-    std::fs::write(
-        root.join("etc/hostpull/config.toml"),
-        format!("[cluster]\nadd-host = [\"{name}:127.0.0.1\"]\n"),
-    )
-    .unwrap();
+    let root = cluster_root(s.path(), &host, &format!("{name}:127.0.0.1"));
     // The node's pull secret has nothing for the in-cluster registry; the token does.
     let pull_secret = s.path().join("config.json");
     write_private(&pull_secret, br#"{"auths":{"quay.io":{"auth":"dTpw"}}}"#);
@@ -622,4 +604,17 @@ fn mcd_call_sequence() {
             layout.display()
         )
     );
+}
+
+/// A root as MCO leaves a node: the in-cluster registry's CA in
+/// /etc/docker/certs.d/HOST, and its name in hostpull's `[cluster]` section.
+fn cluster_root(dir: &Path, host: &str, add_host: &str) -> std::path::PathBuf {
+    let root = dir.join("root");
+    let certs_d = root.join("etc/docker/certs.d").join(host);
+    std::fs::create_dir_all(&certs_d).unwrap();
+    std::fs::copy(var("RIG_CA"), certs_d.join("ca.crt")).unwrap();
+    std::fs::create_dir_all(root.join("etc/hostpull")).unwrap();
+    let config = format!("[cluster]\nadd-host = [\"{add_host}\"]\n");
+    std::fs::write(root.join("etc/hostpull/config.toml"), config).unwrap();
+    root
 }
