@@ -21,12 +21,15 @@ const EXIT_CODES: &str = "EXIT STATUS:
   6    network or transient error, after retries; a stalled registry; --timeout
   7    verification failed (digest, size, malformed manifest or config, foreign layers)
   8    worker or sandbox failure (out of memory, killed, cannot start, no systemd)
+  9    the signature policy rejected the image (or --require-signature refused
+       a policy that accepts it unsigned)
   10   rebase: the consumer (rpm-ostree, bootc) failed after a good pull
   130  stopped by SIGINT; 143 stopped by SIGTERM
 
 With --json, pull prints one object on stdout: image, manifest_digest,
 source_digest, platform, dest, tag, layers_total, layers_fetched,
-layers_reused, bytes_fetched, elapsed_ms, credentials [{host, source, key}],
+layers_reused, bytes_fetched, elapsed_ms, signature {scope, requirement,
+verified_by}, credentials [{host, source, key}],
 worker {sandbox, unit, uid, memory_peak_bytes, startup_ms}.";
 
 #[derive(Debug, Parser)]
@@ -140,6 +143,17 @@ pub struct PullOpts {
     /// How to isolate the network-facing worker [default: auto]
     #[arg(long, value_enum)]
     pub sandbox: Option<SandboxMode>,
+    /// containers-policy.json(5) to enforce [default: /etc/containers/policy.json]
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// containers-registries.d(5) directory with signature lookasides
+    /// [default: /etc/containers/registries.d]
+    #[arg(long = "registries.d", value_name = "DIR")]
+    pub registries_d: Option<PathBuf>,
+    /// Refuse to pull when the policy accepts the image without a signature
+    /// (insecureAcceptAnything)
+    #[arg(long)]
+    pub require_signature: bool,
     /// Read hostpull.d configuration and certs.d below this root instead of /
     #[arg(long, value_name = "DIR", default_value = "/", hide = true)]
     pub config_root: PathBuf,
@@ -220,6 +234,9 @@ impl PullOpts {
             dns: self.dns.clone(),
             dns_search: self.dns_search.clone(),
             add_hosts: self.add_hosts.clone(),
+            policy: self.policy.clone(),
+            registries_d: self.registries_d.clone(),
+            require_signature: self.require_signature,
             root: self.config_root.clone(),
         }
     }

@@ -4,7 +4,7 @@
 //! [`parse`] is pure; [`load`] reads through a cap-std `Dir` for the root, so
 //! tests point it at a temp dir.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use cap_std_ext::cap_std::fs::Dir;
@@ -59,12 +59,15 @@ pub struct WorkerConfig {
     pub selinux_context: Option<String>,
 }
 
-/// `[pull]`: time limits, in seconds.
+/// `[pull]`: time limits, in seconds, and the signature policy.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct PullConfig {
     pub timeout: Option<u64>,
     pub stall_timeout: Option<u64>,
+    pub policy: Option<PathBuf>,
+    pub registries_d: Option<PathBuf>,
+    pub require_signature: Option<bool>,
 }
 
 /// Parse one file. Unknown keys are warned about, not fatal: a newer file must
@@ -110,6 +113,9 @@ impl Config {
             self.worker.selinux_context => w.selinux_context,
             self.pull.timeout => p.timeout,
             self.pull.stall_timeout => p.stall_timeout,
+            self.pull.policy => p.policy,
+            self.pull.registries_d => p.registries_d,
+            self.pull.require_signature => p.require_signature,
         );
     }
 
@@ -127,6 +133,12 @@ impl Config {
             .or_else(|| w.selinux_context.clone());
         req.timeout = req.timeout.or(self.pull.timeout);
         req.stall_timeout = req.stall_timeout.or(self.pull.stall_timeout);
+        req.policy = req.policy.take().or_else(|| self.pull.policy.clone());
+        req.registries_d = req
+            .registries_d
+            .take()
+            .or_else(|| self.pull.registries_d.clone());
+        req.require_signature |= self.pull.require_signature.unwrap_or(false);
         let c = &self.cluster;
         prepend(&mut req.dns, &c.dns);
         prepend(&mut req.dns_search, &c.dns_search);

@@ -25,6 +25,9 @@ pub enum Kind {
     Verify = 7,
     /// The worker or its sandbox failed.
     Worker = 8,
+    /// The signature policy rejected the image (or, with `--require-signature`,
+    /// would have accepted it unsigned).
+    Signature = 9,
     /// The host-update consumer (rpm-ostree, bootc) failed after a good pull.
     Handoff = 10,
     /// Stopped by SIGINT (128 + 2).

@@ -15,6 +15,7 @@ use crate::plan::Plan;
 use crate::plan::imgref::{ImageRef, Sha256Digest};
 use crate::progress::{ProgressFd, Report};
 use crate::sandbox::{Worker, worker_failure};
+use crate::signature::Verdict;
 use crate::store::Layout;
 use crate::verify;
 
@@ -29,6 +30,9 @@ const READ_BUF: usize = 1 << 20;
 /// A manifest that root has hashed and checked, ready to fetch.
 #[derive(Debug)]
 struct Resolved {
+    /// The digest of what the registry served for the reference: the
+    /// manifest, or the index it was chosen from.
+    toplevel: Sha256Digest,
     /// The digest of the registry's manifest, which the worker opens.
     source_digest: Sha256Digest,
     /// The digest and bytes of the manifest as the layout stores it: the
@@ -39,7 +43,12 @@ struct Resolved {
 }
 
 impl Resolved {
-    fn new(source_digest: Sha256Digest, raw: Vec<u8>, parsed: Parsed) -> anyhow::Result<Self> {
+    fn new(
+        toplevel: Sha256Digest,
+        source_digest: Sha256Digest,
+        raw: Vec<u8>,
+        parsed: Parsed,
+    ) -> anyhow::Result<Self> {
         let (manifest, raw) = match parsed {
             Parsed::Manifest(m, manifest::OCI_MANIFEST) => (m, raw),
             Parsed::Manifest(..) => {
@@ -54,6 +63,7 @@ impl Resolved {
             }
         };
         Ok(Self {
+            toplevel,
             source_digest,
             digest: verify::sha256(&raw),
             raw,
@@ -73,7 +83,7 @@ pub async fn pull(plan: &Plan, progress: &ProgressFd) -> anyhow::Result<Report> 
     };
     let report = worker.report();
     worker.shutdown().await;
-    let (resolved, fetched) = result?;
+    let (resolved, fetched, signature) = result?;
     let total = resolved.manifest.layers.len();
     let fetched_layers = fetched
         .iter()
@@ -91,6 +101,7 @@ pub async fn pull(plan: &Plan, progress: &ProgressFd) -> anyhow::Result<Report> 
         layers_reused: total - fetched_layers,
         bytes_fetched: fetched.iter().map(|d| d.size).sum(),
         elapsed_ms: start.elapsed().as_millis(),
+        signature,
         credentials: plan
             .worker
             .credentials
@@ -110,6 +121,7 @@ pub async fn pull(plan: &Plan, progress: &ProgressFd) -> anyhow::Result<Report> 
 #[derive(Debug, Default)]
 struct Progress {
     resolved: Option<Resolved>,
+    signature: Option<Verdict>,
     layout: Option<Arc<Layout>>,
     missing: Option<Vec<Descriptor>>,
 }
@@ -121,7 +133,7 @@ async fn pull_with(
     worker: &Worker,
     plan: &Plan,
     progress: &ProgressFd,
-) -> anyhow::Result<(Resolved, Vec<Descriptor>)> {
+) -> anyhow::Result<(Resolved, Vec<Descriptor>, Verdict)> {
     let mut state = Progress::default();
     let last_error = std::sync::Mutex::new(None::<String>);
     let retrying = async {
@@ -167,9 +179,16 @@ async fn pull_with(
         .into());
     }
     let Progress {
-        resolved, missing, ..
+        resolved,
+        missing,
+        signature,
+        ..
     } = state;
-    Ok((resolved.expect("resolved"), missing.expect("checked")))
+    Ok((
+        resolved.expect("resolved"),
+        missing.expect("checked"),
+        signature.expect("checked"),
+    ))
 }
 
 /// Attempts at most, and stalls at most, before a transient error is final.
@@ -210,6 +229,14 @@ async fn try_pull(
             p.resolved.insert(r)
         }
     };
+    // Before the layout is touched: a rejected image leaves no trace.
+    if p.signature.is_none() {
+        let mut digests = vec![resolved.toplevel.clone()];
+        if resolved.source_digest != resolved.toplevel {
+            digests.push(resolved.source_digest.clone());
+        }
+        p.signature = Some(crate::signature::check(worker, plan, &digests).await?);
+    }
     let layout = match &p.layout {
         Some(l) => l,
         None => {
@@ -267,9 +294,9 @@ async fn resolve(worker: &Worker, plan: &Plan) -> anyhow::Result<Resolved> {
                 .await?;
             verify::check_bytes("manifest", &raw, &d.digest, d.size)?;
             let parsed = manifest::parse(&raw)?;
-            Resolved::new(d.digest.clone(), raw, parsed)
+            Resolved::new(digest, d.digest.clone(), raw, parsed)
         }
-        parsed => Resolved::new(digest, raw, parsed),
+        parsed => Resolved::new(digest.clone(), digest, raw, parsed),
     }
 }
 
@@ -359,6 +386,53 @@ async fn fetch_blobs(
             format!("{STALLED} no data from the registry for {}s (--stall-timeout)", stall.as_secs()),
         ),
     }
+}
+
+/// Small blobs of `image` (signature payloads), whole and verified, in one
+/// proxy session.
+pub async fn fetch_small(
+    worker: &Worker,
+    image: &ImageRef,
+    blobs: &[Descriptor],
+) -> anyhow::Result<Vec<Vec<u8>>> {
+    let (config, unit) = worker.proxy_config()?;
+    let session = async {
+        let proxy = ImageProxy::new_with_config(config)
+            .await
+            .map_err(|e| proxy_failure("starting the worker", e))?;
+        let img = proxy
+            .open_image(&image.to_transport())
+            .await
+            .map_err(|e| proxy_failure(&format!("opening {image}"), e))?;
+        let mut out = Vec::new();
+        for d in blobs {
+            if d.size > MANIFEST_MAX {
+                return fail(
+                    Kind::Verify,
+                    format!("blob {} of {image} is larger than 4 MiB", d.digest),
+                );
+            }
+            let doing = format!("fetching {} of {image}", d.digest);
+            let digest = oci_spec::image::Digest::try_from(d.digest.as_str())?;
+            let (reader, finish) = proxy
+                .get_blob(&img, &digest, d.size)
+                .await
+                .map_err(|e| proxy_failure(&doing, e))?;
+            let mut buf = Vec::new();
+            let mut reader = reader.take(d.size + 1);
+            let (read, finished) = tokio::join!(reader.read_to_end(&mut buf), finish);
+            finished.map_err(|e| proxy_failure(&doing, e))?;
+            read.with_context(|| doing.clone())?;
+            verify::check_bytes("blob", &buf, &d.digest, d.size)?;
+            out.push(buf);
+        }
+        proxy
+            .finalize()
+            .await
+            .map_err(|e| proxy_failure("stopping the worker", e))?;
+        Ok(out)
+    };
+    worker.observe(unit.as_deref(), session).await
 }
 
 /// `ProgressBytes` five times a second, while there is a reader for them.

@@ -1,7 +1,7 @@
 //! hostpull: pull container images for image-based host updates, with the
 //! network-facing part in a sandboxed worker and every byte verified by root.
 //!
-//! Data flows cli → plan → sandbox → fetch → verify → store.
+//! Data flows cli → plan → sandbox → fetch (signature, verify) → store.
 
 pub mod cli;
 pub mod config;
@@ -12,5 +12,6 @@ pub mod manifest;
 pub mod plan;
 pub mod progress;
 pub mod sandbox;
+pub mod signature;
 pub mod store;
 pub mod verify;

@@ -30,6 +30,8 @@ pub struct Descriptor {
     #[serde(default)]
     pub urls: Vec<String>,
     pub platform: Option<Platform>,
+    #[serde(default)]
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]

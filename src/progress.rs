@@ -22,6 +22,8 @@ pub struct Report {
     pub layers_reused: usize,
     pub bytes_fetched: u64,
     pub elapsed_ms: u128,
+    /// The signature policy's verdict.
+    pub signature: crate::signature::Verdict,
     /// For each host, where its credential came from (never the secret).
     pub credentials: Vec<CredentialReport>,
     pub worker: WorkerReport,

@@ -399,6 +399,7 @@ mod tests {
             size: bytes.len() as u64,
             urls: vec![],
             platform: None,
+            annotations: Default::default(),
         }
     }
 

@@ -26,7 +26,11 @@ RIG_USER=hostpull
 # the server certificate carries it, as an in-cluster registry's would.
 CLUSTER_NAME=image-registry.openshift-image-registry.svc
 REGISTRY_BIN=/usr/bin/docker-registry
-PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 python3-jsonschema dnsmasq-base)
+PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 python3-jsonschema dnsmasq-base
+          gnupg gpgv)
+TESTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/sign.sh
+source "$TESTS/sign.sh"
 
 LOGS=$RIG_DIR/logs
 CONFIG=$RIG_DIR/registry/config.yml
@@ -401,7 +405,7 @@ cmd_up() {
     local port mtls_port mirror_port t0 names=(small multi tamper) n tamper_layer
     t0=$(date +%s.%N)
     case $RIG_DIR in *[[:space:]]*) die "RIG_DIR must not contain whitespace" ;; esac
-    for n in skopeo umoci openssl htpasswd curl "$REGISTRY_BIN"; do
+    for n in skopeo umoci openssl htpasswd curl gpg gpgv python3 "$REGISTRY_BIN"; do
         command -v "$n" >/dev/null || die "$n missing: run '$0 install'"
     done
     [ "$RIG_BIG" = 0 ] || names+=(big)
@@ -447,6 +451,7 @@ cmd_up() {
         --src-cert-dir "$RIG_DIR/certs" --src-authfile "$RIG_DIR/auth.json" \
         --dest-cert-dir "$RIG_DIR/certs" --dest-authfile "$RIG_DIR/mirror-auth.json" \
         "docker://$REGISTRY/hostpull/small:v1" "docker://127.0.0.1:$mirror_port/hostpull/small:v1"
+    make_signatures
     [ "$RIG_BIG" = 0 ] || push "$IMAGES/big" v1 hostpull/big
     if [ "$RIG_BENCH" = 1 ]; then
         push "$IMAGES/big2" v2 hostpull/big
@@ -482,6 +487,12 @@ cmd_up() {
         echo "RIG_IMG_SMALL2=$REGISTRY/hostpull/small:v2"
         echo "RIG_IMG_MULTI=$REGISTRY/hostpull/multi:v1"
         echo "RIG_IMG_TAMPER=$REGISTRY/hostpull/tamper:v1"
+        echo "RIG_SIG_DIR=$RIG_DIR/sig"
+        echo "RIG_SIGNER_FPR=$(cat "$RIG_DIR/sig/signer.fpr")"
+        echo "RIG_IMG_SIGNED=$REGISTRY/hostpull/signed:v1"
+        echo "RIG_IMG_COPIED=$REGISTRY/hostpull/copied:v2"
+        echo "RIG_IMG_COSIGNED=$REGISTRY/hostpull/cosigned:v1"
+        echo "RIG_IMG_COSIGN_COPIED=$REGISTRY/hostpull/cosign-copied:v2"
         echo "RIG_TAMPER_BLOB=$RIG_DIR/registry/data/docker/registry/v2/blobs/sha256/${tamper_layer:0:2}/$tamper_layer/data"
         if [ "$RIG_BIG" != 0 ]; then
             echo "RIG_IMG_BIG=$REGISTRY/hostpull/big:v1"

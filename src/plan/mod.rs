@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod dns;
 pub mod imgref;
+pub mod policy;
 pub mod provider;
 pub mod registries;
 pub mod trust;
@@ -10,7 +11,7 @@ pub mod trust;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::{Kind, fail};
+use crate::error::{Failure, Kind, fail};
 use crate::manifest::Platform;
 use crate::sandbox::{Limits, SandboxMode, WorkerSpec, unit};
 use imgref::{Dest, ImageRef};
@@ -30,6 +31,8 @@ pub struct Plan {
     /// Where the image may come from, in the order tried: the eligible
     /// mirrors, then the primary (after any `location` rewrite).
     pub sources: Vec<ImageRef>,
+    /// The signature requirements for this image, and where its signatures are.
+    pub policy: policy::Applied,
 }
 
 /// How long a pull may take, and how long it may go without a byte.
@@ -94,6 +97,12 @@ pub struct Request {
     pub dns_search: Vec<String>,
     /// `--add-host NAME:IP`, repeated.
     pub add_hosts: Vec<String>,
+    /// containers-policy.json(5) instead of /etc/containers/policy.json.
+    pub policy: Option<PathBuf>,
+    /// containers-registries.d(5) instead of /etc/containers/registries.d.
+    pub registries_d: Option<PathBuf>,
+    /// Refuse a policy that accepts the image unsigned.
+    pub require_signature: bool,
     /// Where certs.d directories are looked for (`/` but in tests).
     pub root: PathBuf,
 }
@@ -158,11 +167,22 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             "--cert-dir trusts its CAs for every host; it cannot go with --ca",
         );
     }
-    // The hosts this pull may contact: the mirrors and the primary.
+    let policy = signature_policy(req, &image)?;
+    // The hosts this pull may contact: the mirrors, the primary, and an
+    // https signature lookaside.
+    let lookaside_host = policy
+        .lookaside
+        .as_deref()
+        .and_then(|u| u.strip_prefix("https://"))
+        .and_then(|u| u.split('/').next());
     let mut hosts: Vec<String> = Vec::new();
-    for r in &sources {
-        if !hosts.contains(&r.domain) {
-            hosts.push(r.domain.clone());
+    for h in sources
+        .iter()
+        .map(|r| r.domain.as_str())
+        .chain(lookaside_host)
+    {
+        if !hosts.iter().any(|x| x == h) {
+            hosts.push(h.to_owned());
         }
     }
     let trust = match &req.cert_dir {
@@ -199,7 +219,47 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         },
         retry: retry(req)?,
         sources,
+        policy,
     })
+}
+
+/// The policy's requirements for `image`, and its lookaside. A missing policy
+/// file is an error, as in containers/image: no policy is not "accept anything".
+fn signature_policy(req: &Request, image: &ImageRef) -> anyhow::Result<policy::Applied> {
+    let file = req
+        .policy
+        .clone()
+        .unwrap_or_else(|| req.root.join(policy::POLICY));
+    let text = std::fs::read_to_string(&file).map_err(|e| {
+        Failure::new(
+            Kind::Usage,
+            format!(
+                "reading signature policy {}: {e}{}",
+                file.display(),
+                if req.policy.is_none() {
+                    " (install containers-common's policy.json or pass --policy FILE)"
+                } else {
+                    ""
+                }
+            ),
+        )
+    })?;
+    let mut applied = policy::apply(&file, &text, image)?;
+    let dir = req
+        .registries_d
+        .clone()
+        .unwrap_or_else(|| req.root.join(policy::REGISTRIES_D));
+    policy::lookaside(&mut applied, &dir, image)?;
+    if req.require_signature && applied.accepts_anything() {
+        return fail(
+            Kind::Signature,
+            format!(
+                "--require-signature: the signature policy accepts {image} unsigned: {}",
+                applied.describe()
+            ),
+        );
+    }
+    Ok(applied)
 }
 
 /// Where credential provider answers are cached, root-only, below the root.
@@ -278,6 +338,10 @@ pub struct Summary {
     pub dns: Vec<String>,
     pub dns_search: Vec<String>,
     pub add_hosts: Vec<String>,
+    /// The signature requirements that apply, with their scope and file.
+    pub signature: String,
+    /// The signature lookaside from registries.d, if any.
+    pub lookaside: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -344,6 +408,8 @@ impl Plan {
                 .iter()
                 .map(|(n, ip)| format!("{n}:{ip}"))
                 .collect(),
+            signature: self.policy.describe(),
+            lookaside: self.policy.lookaside.clone(),
         }
     }
 }
@@ -383,6 +449,10 @@ impl Summary {
             if let Some(c) = &h.client_cert {
                 t += &format!("  client cert {c}\n");
             }
+        }
+        t += &format!("signature {}\n", self.signature);
+        if let Some(l) = &self.lookaside {
+            t += &format!("  lookaside   {l}\n");
         }
         if !(self.dns.is_empty() && self.dns_search.is_empty() && self.add_hosts.is_empty()) {
             t += &format!(
@@ -455,14 +525,41 @@ mod tests {
     use super::*;
 
     fn req(image: &str, dest: &str) -> Request {
+        let policy =
+            std::env::temp_dir().join(format!("hostpull-test-policy-{}.json", std::process::id()));
+        std::fs::write(
+            &policy,
+            r#"{"default":[{"type":"insecureAcceptAnything"}]}"#,
+        )
+        .unwrap();
         Request {
             image: image.into(),
             dest: dest.into(),
             tls_verify: true,
             sandbox: Some(SandboxMode::None),
             root: "/nonexistent-root".into(),
+            policy: Some(policy),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn signature_policy_rules() {
+        let mut r = req("q.io/a:v1", "oci:/d");
+        assert!(plan(&r).unwrap().policy.accepts_anything());
+        r.require_signature = true;
+        let e = plan(&r).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 9, "{e}");
+        assert!(e.to_string().contains("accepts q.io/a:v1 unsigned"), "{e}");
+        r.require_signature = false;
+        r.policy = None;
+        let e = plan(&r).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2, "{e}");
+        assert!(
+            e.to_string()
+                .contains("/nonexistent-root/etc/containers/policy.json"),
+            "{e}"
+        );
     }
 
     #[test]

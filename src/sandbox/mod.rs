@@ -50,6 +50,8 @@ pub const SKOPEO_ENV: &str = "HOSTPULL_SKOPEO";
 const AUTHFILE: &str = "auth.json";
 /// The registries.conf's name among the worker's credentials.
 const REGISTRIES_CONF: &str = "registries.conf";
+/// A host's CAs plus the system's, in one file for curl (skopeo ignores it).
+const CA_BUNDLE: &str = "bundle.pem";
 /// How long a unit may take to stop before hostpull gives up on it.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -99,6 +101,8 @@ pub struct WorkerReport {
 struct Launch {
     cmd: Command,
     unit: Option<String>,
+    /// What runs inside: skopeo, or curl.
+    program: PathBuf,
 }
 
 /// A prepared worker environment for one pull. [`Worker::shutdown`] stops its
@@ -217,6 +221,9 @@ impl Worker {
                     }
                     w.host_cert_dir = Some(staging.path().join(dir));
                 }
+                for t in &spec.trust {
+                    stage_ca_bundle(&staging, &format!("certs.d/{}", t.host), t)?;
+                }
                 w.home = Some(home);
                 w.staging = Some(staging);
             }
@@ -260,6 +267,7 @@ impl Worker {
             for (j, ca) in t.cas.iter().enumerate() {
                 staging.write_public(&format!("{dir}/ca-{j}.crt"), &std::fs::read(ca)?)?;
             }
+            stage_ca_bundle(staging, &dir, t)?;
             if let Some((cert, _)) = &t.client {
                 staging.write_public(&format!("{dir}/client.cert"), &std::fs::read(cert)?)?;
                 let key = unit::credentials_dir(unit).join(client_key_name(i));
@@ -267,6 +275,20 @@ impl Worker {
             }
         }
         Ok(Some(staging.path().join(tree)))
+    }
+
+    /// curl's `--cacert` for an https `url`: the host's bundle, if it has CAs.
+    fn ca_bundle_for(&self, url: &str, unit: Option<&str>) -> Option<PathBuf> {
+        let host = url.strip_prefix("https://")?.split('/').next()?;
+        let t = self.spec.trust.iter().find(|t| t.host == host)?;
+        if t.cas.is_empty() {
+            return None;
+        }
+        let dir = match unit {
+            Some(_) => PathBuf::from("/etc/containers/certs.d"),
+            None => self.staging.as_ref()?.path().join("certs.d"),
+        };
+        Some(dir.join(&t.host).join(CA_BUNDLE))
     }
 
     /// The options skopeo's image commands share, after the subcommand. Never
@@ -289,6 +311,12 @@ impl Worker {
 
     /// The command up to and including the skopeo binary.
     fn launch(&self) -> anyhow::Result<Launch> {
+        self.launch_program(&self.spec.skopeo, true)
+    }
+
+    /// The command up to and including `program`, isolated as skopeo is; with
+    /// `skopeo`, it gets this pull's registries.conf.
+    fn launch_program(&self, program: &Path, skopeo: bool) -> anyhow::Result<Launch> {
         match &self.systemd {
             Some(_) => {
                 let n = self.seq.fetch_add(1, Ordering::Relaxed);
@@ -303,13 +331,16 @@ impl Worker {
                     &self.spec.limits,
                     &mounts,
                     self.spec.selinux_context.as_deref(),
-                    &self.spec.skopeo,
+                    program,
                 );
-                let conf = unit::credentials_dir(&unit).join(REGISTRIES_CONF);
-                cmd.arg("--registries-conf").arg(conf);
+                if skopeo {
+                    let conf = unit::credentials_dir(&unit).join(REGISTRIES_CONF);
+                    cmd.arg("--registries-conf").arg(conf);
+                }
                 Ok(Launch {
                     cmd,
                     unit: Some(unit),
+                    program: program.into(),
                 })
             }
             None => {
@@ -318,7 +349,7 @@ impl Worker {
                     .home
                     .as_deref()
                     .expect("a worker without systemd has a HOME");
-                let mut c = Command::new(&self.spec.skopeo);
+                let mut c = Command::new(program);
                 c.env_clear()
                     .env(
                         "PATH",
@@ -327,17 +358,21 @@ impl Worker {
                     .env("HOME", home)
                     .current_dir(home);
                 pdeathsig(&mut c);
-                if let Some(conf) = &self.staged_registries {
+                if let Some(conf) = self.staged_registries.as_ref().filter(|_| skopeo) {
                     c.arg("--registries-conf").arg(conf);
                 }
-                Ok(Launch { cmd: c, unit: None })
+                Ok(Launch {
+                    cmd: c,
+                    unit: None,
+                    program: program.into(),
+                })
             }
         }
     }
 
     /// The configuration for one `containers-image-proxy` session, and its unit.
     pub fn proxy_config(&self) -> anyhow::Result<(ImageProxyConfig, Option<String>)> {
-        let Launch { cmd, unit } = self.launch()?;
+        let Launch { cmd, unit, .. } = self.launch()?;
         // The crate spells these options itself; they mean what client_args says.
         let mut cfg = ImageProxyConfig::default();
         cfg.authfile = self.authfile_for(unit.as_deref());
@@ -399,11 +434,90 @@ impl Worker {
     /// that root can hash them. The proxy of skopeo 1.9.3 converts Docker manifests
     /// to OCI and resolves indexes itself, which would hide both from root.
     pub async fn inspect_raw(&self, image: &ImageRef, limit: u64) -> anyhow::Result<Vec<u8>> {
-        let Launch { mut cmd, unit } = self.launch()?;
-        cmd.arg("inspect")
+        let mut launch = self.launch()?;
+        launch
+            .cmd
+            .arg("inspect")
             .arg("--raw")
-            .args(self.client_args(unit.as_deref()))
+            .args(self.client_args(launch.unit.as_deref()))
             .arg(image.to_transport());
+        let (ok, out, err) = self.run(launch, limit).await?;
+        if out.len() as u64 > limit {
+            return fail(
+                Kind::Verify,
+                format!("manifest of {image} is larger than {} MiB", limit >> 20),
+            );
+        }
+        if !ok {
+            let err = String::from_utf8_lossy(&err);
+            return Err(worker_failure(&format!("inspecting {image}"), &err).into());
+        }
+        Ok(out)
+    }
+
+    /// GET `url` with curl, isolated as skopeo is (same unit settings, DNS and
+    /// per-host CAs): the body, or `None` for a 404. Signature lookasides are
+    /// network access, so root does not fetch them itself.
+    pub async fn fetch_url(&self, url: &str, limit: u64) -> anyhow::Result<Option<Vec<u8>>> {
+        let mut launch = self.launch_program(Path::new("curl"), false)?;
+        launch
+            .cmd
+            .args([
+                "--silent",
+                "--show-error",
+                "--location",
+                "--max-redirs",
+                "3",
+            ])
+            .args(["--proto", "=http,https", "--proto-redir", "=http,https"])
+            .args(["--connect-timeout", "30", "--max-time", "120"])
+            .arg("--max-filesize")
+            .arg(limit.to_string())
+            .args(["--write-out", "%{stderr}\nHTTP %{http_code}\n"]);
+        if let Some(bundle) = self.ca_bundle_for(url, launch.unit.as_deref()) {
+            launch.cmd.arg("--cacert").arg(bundle);
+        }
+        launch.cmd.arg("--").arg(url);
+        let (ok, out, err) = self.run(launch, limit).await?;
+        let err = String::from_utf8_lossy(&err);
+        let code = err
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("HTTP "))
+            .unwrap_or("000");
+        match code {
+            "200" if ok && out.len() as u64 <= limit => Ok(Some(out)),
+            "404" => Ok(None),
+            "200" => fail(
+                Kind::Signature,
+                format!("{url}: larger than {} MiB", limit >> 20),
+            ),
+            _ => {
+                let text = err.lines().find(|l| !l.is_empty()).unwrap_or_default();
+                let text = if text.starts_with("HTTP ") {
+                    format!("HTTP status {code}")
+                } else {
+                    text.to_owned()
+                };
+                let kind = match classify_worker_text(&text) {
+                    Kind::Internal => Kind::Network,
+                    k => k,
+                };
+                Err(Failure::new(kind, format!("fetching signature {url}"))
+                    .with_detail(text)
+                    .into())
+            }
+        }
+    }
+
+    /// Run a worker command to its end, watched: whether it succeeded, and its
+    /// stdout (at most `limit` + 1 bytes) and stderr.
+    async fn run(&self, launch: Launch, limit: u64) -> anyhow::Result<(bool, Vec<u8>, Vec<u8>)> {
+        let Launch {
+            mut cmd,
+            unit,
+            program,
+        } = launch;
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -413,7 +527,7 @@ impl Worker {
             let mut child = c.spawn().map_err(|e| {
                 Failure::new(
                     Kind::Worker,
-                    format!("starting worker {}: {e}", self.spec.skopeo.display()),
+                    format!("starting worker {}: {e}", program.display()),
                 )
             })?;
             let mut stdout = child.stdout.take().expect("piped").take(limit + 1);
@@ -423,20 +537,10 @@ impl Worker {
             let (r1, r2) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
             r1.and(r2).context("Reading worker output")?;
             if out.len() as u64 > limit {
-                return fail(
-                    Kind::Verify,
-                    format!("manifest of {image} is larger than {} MiB", limit >> 20),
-                );
+                return Ok((false, out, err));
             }
             let status = child.wait().await?;
-            if !status.success() {
-                return Err(worker_failure(
-                    &format!("inspecting {image}"),
-                    &String::from_utf8_lossy(&err),
-                )
-                .into());
-            }
-            Ok(out)
+            Ok((status.success(), out, err))
         };
         self.observe(unit.as_deref(), run).await
     }
@@ -542,6 +646,20 @@ fn cert_files(dir: &Path) -> anyhow::Result<Vec<String>> {
 /// A client key's name among a unit's credentials.
 fn client_key_name(host_index: usize) -> String {
     format!("client-{host_index}.key")
+}
+
+/// `DIR/bundle.pem` in the staging dir: the system's CAs, then the host's.
+fn stage_ca_bundle(staging: &Staging, dir: &str, t: &HostTrust) -> anyhow::Result<()> {
+    if t.cas.is_empty() {
+        return Ok(());
+    }
+    let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    for ca in &t.cas {
+        bundle.push(b'\n');
+        bundle.extend(std::fs::read(ca)?);
+    }
+    staging.write_public(&format!("{dir}/{CA_BUNDLE}"), &bundle)?;
+    Ok(())
 }
 
 pub(crate) fn rand_u32() -> u32 {

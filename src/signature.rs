@@ -1,0 +1,608 @@
+//! Signature policy, enforced on root's side before anything is published.
+//! skopeo 1.9.3's proxy enforces no policy and returns no signatures, and the
+//! worker is untrusted anyway: it only fetches signature bytes; root verifies
+//! them (gpgv for GPG simple signing, RustCrypto for sigstore keys) and checks
+//! that each signs this image's manifest digest under an accepted identity.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Failure, Kind, fail, failure};
+use crate::manifest::{Descriptor, MANIFEST_MAX};
+use crate::plan::Plan;
+use crate::plan::imgref::{ImageRef, Sha256Digest};
+use crate::plan::policy::{Identity, PublicKey, Requirement};
+use crate::sandbox::Worker;
+
+/// The most signatures read per digest, from a lookaside or an attachment.
+const MAX_SIGNATURES: usize = 64;
+/// `critical.type` of GPG simple signing and of sigstore payloads.
+const ATOMIC: &str = "atomic container signature";
+const COSIGN: &str = "cosign container image signature";
+/// A sigstore attachment layer: its blob is the payload, its annotation the signature.
+const COSIGN_PAYLOAD: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+const COSIGN_SIGNATURE: &str = "dev.cosignproject.cosign/signature";
+
+/// What `--json` says about signatures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// The policy scope that applied.
+    pub scope: String,
+    /// The requirements of that scope.
+    pub requirement: String,
+    /// Who signed, one entry per satisfied signature requirement:
+    /// `gpg FINGERPRINT` or `sigstore KEY`.
+    pub verified_by: Vec<String>,
+}
+
+/// The image's manifest digests that a signature may name: the manifest the
+/// registry served for the reference (an index, for a multi-platform image)
+/// and the one chosen from it.
+pub async fn check(
+    worker: &Worker,
+    plan: &Plan,
+    digests: &[Sha256Digest],
+) -> anyhow::Result<Verdict> {
+    let policy = &plan.policy;
+    let reqs: Vec<String> = policy.requirements.iter().map(|r| r.to_string()).collect();
+    let mut verdict = Verdict {
+        scope: policy.scope.clone(),
+        requirement: reqs.join(", "),
+        verified_by: Vec::new(),
+    };
+    let image = &plan.image;
+    let mut gpg: Option<Vec<(Sha256Digest, Vec<u8>)>> = None;
+    let mut sigstore: Option<Vec<Attached>> = None;
+    for req in &policy.requirements {
+        let (accepted, tried) = match req {
+            Requirement::InsecureAcceptAnything => continue,
+            Requirement::Reject => return rejected(plan, req, "the policy rejects this image"),
+            Requirement::SignedBy {
+                keyring, identity, ..
+            } => {
+                let Some(base) = &policy.lookaside else {
+                    return rejected(
+                        plan,
+                        req,
+                        "no lookaside is configured for it in registries.d",
+                    );
+                };
+                if gpg.is_none() {
+                    gpg = Some(lookaside(worker, base, image, digests).await?);
+                }
+                let sigs = gpg.as_deref().unwrap_or_default();
+                let mut tried = Vec::new();
+                let mut accepted = None;
+                for (d, sig) in sigs {
+                    let r = gpg_verify(keyring, sig).await?.and_then(|(fpr, payload)| {
+                        check_payload(&payload, ATOMIC, d, image, identity)?;
+                        Ok(format!("gpg {fpr}"))
+                    });
+                    match r {
+                        Ok(by) => {
+                            accepted = Some(by);
+                            break;
+                        }
+                        Err(why) => tried.push(why),
+                    }
+                }
+                (accepted, tried)
+            }
+            Requirement::SigstoreSigned {
+                keys,
+                source,
+                identity,
+            } => {
+                if !policy.sigstore_attachments {
+                    return rejected(
+                        plan,
+                        req,
+                        "use-sigstore-attachments is not enabled for it in registries.d",
+                    );
+                }
+                if sigstore.is_none() {
+                    sigstore = Some(attachments(worker, image, digests).await?);
+                }
+                let mut tried = Vec::new();
+                let mut accepted = None;
+                for a in sigstore.as_deref().unwrap_or_default() {
+                    let r = sigstore_verify(keys, &a.payload, &a.signature).and_then(|()| {
+                        check_payload(&a.payload, COSIGN, &a.digest, image, identity)
+                    });
+                    match r {
+                        Ok(()) => {
+                            accepted = Some(format!("sigstore {source}"));
+                            break;
+                        }
+                        Err(why) => tried.push(why),
+                    }
+                }
+                (accepted, tried)
+            }
+        };
+        match accepted {
+            Some(by) => verdict.verified_by.push(by),
+            None if tried.is_empty() => return rejected(plan, req, "no signature found"),
+            None => {
+                let why = format!(
+                    "none of {} signature(s) is acceptable: {}",
+                    tried.len(),
+                    tried.join("; ")
+                );
+                return rejected(plan, req, &why);
+            }
+        }
+    }
+    Ok(verdict)
+}
+
+fn rejected<T>(plan: &Plan, req: &Requirement, why: &str) -> anyhow::Result<T> {
+    fail(
+        Kind::Signature,
+        format!(
+            "signature policy rejected {}: {req} (scope {:?} in {}): {why}",
+            plan.image,
+            plan.policy.scope,
+            plan.policy.file.display()
+        ),
+    )
+}
+
+/// Signatures from a lookaside (containers-registries.d(5)):
+/// `BASE/PATH@sha256=HEX/signature-N` for N = 1, 2, … until one is missing.
+/// A `file://` lookaside is read here; an http(s) one is fetched by the worker.
+async fn lookaside(
+    worker: &Worker,
+    base: &str,
+    image: &ImageRef,
+    digests: &[Sha256Digest],
+) -> anyhow::Result<Vec<(Sha256Digest, Vec<u8>)>> {
+    let base = base.trim_end_matches('/');
+    let mut out = Vec::new();
+    for d in digests {
+        for n in 1..=MAX_SIGNATURES {
+            let url = format!("{base}/{}@sha256={}/signature-{n}", image.path, d.hex());
+            let sig = match url.strip_prefix("file://") {
+                Some(path) => read_limited(Path::new(path))?,
+                None => worker.fetch_url(&url, MANIFEST_MAX).await?,
+            };
+            let Some(sig) = sig else { break };
+            out.push((d.clone(), sig));
+        }
+    }
+    Ok(out)
+}
+
+fn read_limited(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+    use std::io::Read as _;
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return fail(
+                Kind::Signature,
+                format!("reading signature {}: {e}", path.display()),
+            );
+        }
+    };
+    let mut buf = Vec::new();
+    f.take(MANIFEST_MAX + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > MANIFEST_MAX {
+        return fail(
+            Kind::Signature,
+            format!("signature {} is larger than 4 MiB", path.display()),
+        );
+    }
+    Ok(Some(buf))
+}
+
+/// Check one GPG signature with gpgv against the policy's keyring only. The
+/// outer error is hostpull's own trouble (no gpgv); the inner one is why this
+/// signature is not acceptable.
+async fn gpg_verify(
+    keyring: &[u8],
+    sig: &[u8],
+) -> anyhow::Result<Result<(String, Vec<u8>), String>> {
+    let dir = tempfile::Builder::new()
+        .prefix("hostpull-gpgv-")
+        .tempdir()?;
+    let (ring, sig_file, out) = (
+        dir.path().join("keyring.gpg"),
+        dir.path().join("signature"),
+        dir.path().join("payload"),
+    );
+    std::fs::write(&ring, keyring)?;
+    std::fs::write(&sig_file, sig)?;
+    let output = tokio::process::Command::new("gpgv")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .arg("--homedir")
+        .arg(dir.path())
+        .args(["--status-fd", "1", "--keyring"])
+        .arg(&ring)
+        .arg("--output")
+        .arg(&out)
+        .arg(&sig_file)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| {
+            Failure::new(
+                Kind::Internal,
+                format!("running gpgv: {e} (is gpgv installed?)"),
+            )
+        })?;
+    let status = String::from_utf8_lossy(&output.stdout);
+    let field = |tag: &str| {
+        status.lines().find_map(|l| {
+            let mut w = l.strip_prefix("[GNUPG:] ")?.split(' ');
+            (w.next()? == tag).then(|| w.collect::<Vec<_>>())
+        })
+    };
+    if output.status.success()
+        && let Some(valid) = field("VALIDSIG")
+    {
+        // VALIDSIG <signing key fpr> … <primary key fpr>
+        let fpr = valid.get(9).or(valid.first()).copied().unwrap_or_default();
+        let payload = std::fs::read(&out)?;
+        return Ok(Ok((fpr.to_owned(), payload)));
+    }
+    let why = if let Some(k) = field("NO_PUBKEY") {
+        format!(
+            "signed by key {}, which the policy does not trust",
+            k.join(" ")
+        )
+    } else if field("BADSIG").is_some() {
+        "bad signature".to_owned()
+    } else {
+        let err = String::from_utf8_lossy(&output.stderr);
+        format!(
+            "not a valid signature (gpgv: {})",
+            err.lines().last().unwrap_or("failed")
+        )
+    };
+    Ok(Err(why))
+}
+
+/// One sigstore signature: the payload and its base64 signature.
+#[derive(Debug)]
+struct Attached {
+    digest: Sha256Digest,
+    payload: Vec<u8>,
+    signature: String,
+}
+
+/// The sigstore attachments of each digest: the image `PATH:sha256-HEX.sig`
+/// in the same repository, fetched through the worker like any image.
+async fn attachments(
+    worker: &Worker,
+    image: &ImageRef,
+    digests: &[Sha256Digest],
+) -> anyhow::Result<Vec<Attached>> {
+    let mut out = Vec::new();
+    for d in digests {
+        let sig_image = ImageRef {
+            tag: Some(format!("sha256-{}.sig", d.hex())),
+            digest: None,
+            ..image.clone()
+        };
+        let raw = match worker.inspect_raw(&sig_image, MANIFEST_MAX).await {
+            Ok(raw) => raw,
+            Err(e) if failure(&e).is_some_and(|f| f.kind == Kind::NotFound) => continue,
+            Err(e) => return Err(e),
+        };
+        #[derive(Deserialize)]
+        struct SigManifest {
+            layers: Vec<Descriptor>,
+        }
+        let m: SigManifest = serde_json::from_slice(&raw).map_err(|e| {
+            Failure::new(
+                Kind::Signature,
+                format!("sigstore attachment {sig_image} is not an image manifest: {e}"),
+            )
+        })?;
+        let layers: Vec<Descriptor> = m
+            .layers
+            .into_iter()
+            .filter(|l| l.media_type == COSIGN_PAYLOAD)
+            .take(MAX_SIGNATURES)
+            .collect();
+        if layers.is_empty() {
+            continue;
+        }
+        let pinned = sig_image.with_digest(&crate::verify::sha256(&raw));
+        let payloads = crate::fetch::fetch_small(worker, &pinned, &layers).await?;
+        for (l, payload) in layers.into_iter().zip(payloads) {
+            out.push(Attached {
+                digest: d.clone(),
+                payload,
+                signature: l
+                    .annotations
+                    .get(COSIGN_SIGNATURE)
+                    .cloned()
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A cosign signature over the payload bytes: ECDSA P-256 with SHA-256 in
+/// ASN.1 DER, or ed25519; any of the policy's keys may have made it.
+fn sigstore_verify(keys: &[PublicKey], payload: &[u8], signature: &str) -> Result<(), String> {
+    use p256::ecdsa::signature::Verifier as _;
+    let sig = base64::engine::general_purpose::STANDARD
+        .decode(signature.trim())
+        .map_err(|_| format!("annotation {COSIGN_SIGNATURE} is missing or not base64"))?;
+    let good = keys.iter().any(|k| match k {
+        PublicKey::P256(k) => {
+            p256::ecdsa::DerSignature::from_bytes(&sig).is_ok_and(|s| k.verify(payload, &s).is_ok())
+        }
+        PublicKey::Ed25519(k) => ed25519_dalek::Signature::from_slice(&sig)
+            .is_ok_and(|s| k.verify_strict(payload, &s).is_ok()),
+    });
+    if good {
+        Ok(())
+    } else {
+        Err("not signed by a key the policy trusts".to_owned())
+    }
+}
+
+/// The simple-signing payload (GPG and sigstore alike). Unknown fields in
+/// `critical` make it invalid, as in containers/image.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Payload {
+    critical: Critical,
+    #[serde(default)]
+    #[allow(dead_code)]
+    optional: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Critical {
+    #[serde(rename = "type")]
+    kind: String,
+    image: PayloadImage,
+    identity: PayloadIdentity,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct PayloadImage {
+    docker_manifest_digest: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct PayloadIdentity {
+    docker_reference: String,
+}
+
+/// A verified payload must be of `kind`, name `digest`, and carry an identity
+/// that `rule` accepts for `image`.
+fn check_payload(
+    bytes: &[u8],
+    kind: &str,
+    digest: &Sha256Digest,
+    image: &ImageRef,
+    rule: &Identity,
+) -> Result<(), String> {
+    let p: Payload = serde_json::from_slice(bytes)
+        .map_err(|e| format!("the signed payload is not a signature payload: {e}"))?;
+    let c = p.critical;
+    if c.kind != kind {
+        return Err(format!("the payload's type is {:?}, not {kind:?}", c.kind));
+    }
+    if c.image.docker_manifest_digest != digest.as_str() {
+        return Err(format!(
+            "it signs manifest {}, not {digest}",
+            c.image.docker_manifest_digest
+        ));
+    }
+    let signed = &c.identity.docker_reference;
+    if identity_matches(rule, image, signed) {
+        Ok(())
+    } else {
+        Err(format!(
+            "its identity {signed:?} does not match {image} ({rule})"
+        ))
+    }
+}
+
+/// A signature's `docker-reference`, and whether it named a tag or digest.
+fn parse_identity(s: &str) -> Option<(ImageRef, bool)> {
+    let r = ImageRef::parse(s).ok()?;
+    let last = s.rsplit('/').next().unwrap_or(s);
+    let name_only = !last.contains([':', '@']);
+    Some((r, !name_only))
+}
+
+/// containers-policy.json(5) `signedIdentity`.
+fn identity_matches(rule: &Identity, image: &ImageRef, signed: &str) -> bool {
+    let Some((sig, tagged)) = parse_identity(signed) else {
+        return false;
+    };
+    let exact = || tagged && sig == *image;
+    let same_repo = |r: &ImageRef| sig.repository() == r.repository();
+    match rule {
+        Identity::MatchExact => exact(),
+        Identity::MatchRepoDigestOrExact if image.digest.is_some() => same_repo(image),
+        Identity::MatchRepoDigestOrExact => exact(),
+        Identity::MatchRepository => same_repo(image),
+        Identity::ExactReference { docker_reference } => {
+            parse_identity(docker_reference).is_some_and(|(r, t)| t && tagged && r == sig)
+        }
+        Identity::ExactRepository { docker_repository } => {
+            ImageRef::parse(docker_repository).is_ok_and(|r| same_repo(&r))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn img(s: &str) -> ImageRef {
+        ImageRef::parse(s).unwrap()
+    }
+
+    const D: &str = "sha256:e4ef000de7bdca22fa2c13eb97e38f6ca618ca3529e2ac1a97223828dc385707";
+
+    #[test]
+    fn identities() {
+        use Identity::*;
+        let exact_ref = |s: &str| ExactReference {
+            docker_reference: s.into(),
+        };
+        let exact_repo = |s: &str| ExactRepository {
+            docker_repository: s.into(),
+        };
+        let by_digest = format!("q.io/ns/app@{D}");
+        for (rule, image, signed, want) in [
+            (
+                MatchRepoDigestOrExact,
+                "q.io/ns/app:v1",
+                "q.io/ns/app:v1",
+                true,
+            ),
+            (
+                MatchRepoDigestOrExact,
+                "q.io/ns/app:v1",
+                "q.io/ns/app:v2",
+                false,
+            ),
+            (
+                MatchRepoDigestOrExact,
+                "q.io/ns/app:v1",
+                "q.io/ns/app",
+                false,
+            ),
+            (MatchRepoDigestOrExact, &by_digest, "q.io/ns/app:v7", true),
+            (
+                MatchRepoDigestOrExact,
+                &by_digest,
+                "q.io/ns/other:v7",
+                false,
+            ),
+            (MatchExact, "q.io/ns/app:v1", "q.io/ns/app:v1", true),
+            (MatchExact, &by_digest, "q.io/ns/app:v1", false),
+            (MatchExact, "q.io/ns/app:latest", "q.io/ns/app", false),
+            (MatchRepository, "q.io/ns/app:v1", "q.io/ns/app", true),
+            (MatchRepository, "q.io/ns/app:v1", "q.io/ns/app:v9", true),
+            (MatchRepository, "q.io/ns/app:v1", "r.io/ns/app:v1", false),
+            (
+                MatchRepository,
+                "docker.io/library/busybox:1",
+                "busybox:2",
+                true,
+            ),
+            (
+                exact_ref("m.io/app:prod"),
+                "q.io/ns/app:v1",
+                "m.io/app:prod",
+                true,
+            ),
+            (
+                exact_ref("m.io/app:prod"),
+                "q.io/ns/app:v1",
+                "m.io/app:dev",
+                false,
+            ),
+            (
+                exact_repo("m.io/app"),
+                "q.io/ns/app:v1",
+                "m.io/app:any",
+                true,
+            ),
+            (
+                exact_repo("m.io/app"),
+                "q.io/ns/app:v1",
+                "m.io/other:any",
+                false,
+            ),
+            (MatchRepository, "q.io/ns/app:v1", "NOT A REF", false),
+        ] {
+            assert_eq!(
+                identity_matches(&rule, &img(image), signed),
+                want,
+                "{rule} {image} {signed}"
+            );
+        }
+    }
+
+    fn payload(kind: &str, digest: &str, reference: &str) -> Vec<u8> {
+        serde_json::json!({
+            "critical": {
+                "type": kind,
+                "image": {"docker-manifest-digest": digest},
+                "identity": {"docker-reference": reference},
+            },
+            "optional": {"creator": "test"},
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    #[test]
+    fn payloads() {
+        let d = Sha256Digest::parse(D).unwrap();
+        let image = img("q.io/app:v1");
+        let rule = Identity::MatchRepoDigestOrExact;
+        let ok = payload(ATOMIC, D, "q.io/app:v1");
+        assert_eq!(check_payload(&ok, ATOMIC, &d, &image, &rule), Ok(()));
+        for (bytes, want) in [
+            (payload(COSIGN, D, "q.io/app:v1"), "type is"),
+            (payload(ATOMIC, &D.replace('e', "f"), "q.io/app:v1"), "it signs manifest"),
+            (payload(ATOMIC, D, "q.io/app:v2"), "does not match"),
+            (b"{}".to_vec(), "not a signature payload"),
+            (
+                br#"{"critical":{"type":"atomic container signature","image":{"docker-manifest-digest":"x"},"identity":{"docker-reference":"q.io/app:v1"},"extra":1}}"#.to_vec(),
+                "unknown field",
+            ),
+        ] {
+            let e = check_payload(&bytes, ATOMIC, &d, &image, &rule).unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn sigstore_signatures() {
+        use p256::ecdsa::signature::Signer as _;
+        let payload = payload(COSIGN, D, "q.io/app:v1");
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let sk = p256::ecdsa::SigningKey::from_slice(&[7u8; 32]).unwrap();
+        let sig: p256::ecdsa::Signature = sk.sign(&payload);
+        let der = b64(sig.to_der().as_bytes());
+        let ek = ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]);
+        let ed = b64(&ed25519_dalek::Signer::sign(&ek, &payload).to_bytes());
+        let p = PublicKey::P256(*sk.verifying_key());
+        let e = PublicKey::Ed25519(ek.verifying_key());
+        let other = PublicKey::P256(
+            *p256::ecdsa::SigningKey::from_slice(&[8u8; 32])
+                .unwrap()
+                .verifying_key(),
+        );
+        let one = std::slice::from_ref;
+        assert_eq!(sigstore_verify(one(&p), &payload, &der), Ok(()));
+        assert_eq!(
+            sigstore_verify(&[other.clone(), e.clone()], &payload, &ed),
+            Ok(())
+        );
+        assert!(sigstore_verify(one(&other), &payload, &der).is_err());
+        assert!(sigstore_verify(one(&e), &payload, &der).is_err());
+        let mut tampered = payload.clone();
+        tampered[5] ^= 1;
+        assert!(sigstore_verify(one(&p), &tampered, &der).is_err());
+        assert!(
+            sigstore_verify(one(&p), &payload, "!!")
+                .unwrap_err()
+                .contains("base64")
+        );
+    }
+}
