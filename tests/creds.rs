@@ -21,7 +21,7 @@ fn pull_with(s: &Path, dest: &str, creds: &[&str]) -> Command {
         &format!("oci:{}/dest-{dest}", s.display()),
     );
     c.args(["--cert-dir", var("RIG_CERT_DIR"), "--config-root"])
-        .arg(s)
+        .arg(config_root(s))
         .args(creds);
     c
 }
@@ -128,7 +128,7 @@ fn only_the_needed_entry_reaches_the_worker() {
         &many,
         "--config-root",
     ])
-    .arg(s.path());
+    .arg(config_root(s.path()));
     let mut child = c
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -218,7 +218,7 @@ fn plan_shows_sources_and_never_secrets() {
         &format!("{dead}={}", var("RIG_CA")),
         "--config-root",
     ])
-    .arg(s.path());
+    .arg(config_root(s.path()));
     let r = run(&mut c);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(

@@ -55,7 +55,8 @@ fn pull(
         "--registries-conf",
         registries_conf,
     ]);
-    c.args(["--timeout", "10", "--config-root"]).arg(dir);
+    c.args(["--timeout", "10", "--config-root"])
+        .arg(config_root(dir));
     c
 }
 

@@ -606,7 +606,7 @@ fn configuration_is_read_and_checked() {
             "--json",
             "--config-root",
         ])
-        .arg(&root)
+        .arg(config_root(&root))
         .args([
             "--authfile",
             var("RIG_AUTHFILE"),
@@ -642,7 +642,8 @@ fn ca_for_one_host() {
         c.arg("--authfile")
             .arg(&auth)
             .args(["--ca", &format!("{ca_host}={}", var("RIG_CA"))]);
-        c.args(["--timeout", "10", "--config-root"]).arg(s.path());
+        c.args(["--timeout", "10", "--config-root"])
+            .arg(config_root(s.path()));
         c
     };
     run(&mut pull(&host, "ok")).json();
@@ -677,7 +678,7 @@ fn client_certificate_with_a_private_key() {
         c.arg("--authfile")
             .arg(&auth)
             .args(["--timeout", "10", "--config-root"])
-            .arg(&root);
+            .arg(config_root(&root));
         c
     };
     // Only the CA: the registry wants a certificate.

@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash tests/rig.sh install
-cargo build --locked --all-targets
+# With --dest ostree: (libostree-dev and friends come with the rig's packages).
+FEATURES=(--features ostree)
+cargo build --locked --all-targets "${FEATURES[@]}"
 
 # The SELinux module: built and linked against the installed policy, file
 # contexts and an access table checked, and a mutant that must fail.
@@ -20,11 +22,11 @@ trap 'bash tests/rig.sh down' EXIT
 bash tests/rig.sh up
 
 if cargo nextest --version >/dev/null 2>&1; then
-    host_tests() { cargo nextest run --locked --no-fail-fast -E 'not test(/^systemd::/)'; }
-    all_tests() { cargo nextest run --locked --no-fail-fast; }
+    host_tests() { cargo nextest run --locked --no-fail-fast "${FEATURES[@]}" -E 'not test(/^systemd::/)'; }
+    all_tests() { cargo nextest run --locked --no-fail-fast "${FEATURES[@]}"; }
 else
-    host_tests() { cargo test --locked --no-fail-fast -- --skip systemd::; }
-    all_tests() { cargo test --locked --no-fail-fast; }
+    host_tests() { cargo test --locked --no-fail-fast "${FEATURES[@]}" -- --skip systemd::; }
+    all_tests() { cargo test --locked --no-fail-fast "${FEATURES[@]}"; }
 fi
 
 echo "== unit and integration tests, --sandbox none, on the host" >&2
@@ -38,5 +40,5 @@ if [ "$(cat /proc/1/comm)" = systemd ]; then
 else
     trap 'bash tests/sysd.sh down; bash tests/rig.sh down' EXIT
     bash tests/sysd.sh up
-    bash tests/sysd.sh exec env HOSTPULL_TEST_SANDBOX=systemd bash -c "$(declare -f all_tests); all_tests"
+    bash tests/sysd.sh exec env HOSTPULL_TEST_SANDBOX=systemd bash -c "$(declare -p FEATURES); $(declare -f all_tests); all_tests"
 fi

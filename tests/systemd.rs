@@ -72,7 +72,8 @@ fn unit_has_the_configured_properties() {
     )
     .unwrap();
     let mut c = systemd_pull(var("RIG_IMG_BIG"), &dest);
-    c.args(["--tasks-max", "128", "--config-root"]).arg(&root);
+    c.args(["--tasks-max", "128", "--config-root"])
+        .arg(config_root(&root));
     let child = c
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -359,7 +360,7 @@ fn in_cluster_registry_by_name() {
     let pull = |dest: &str, extra: &[&str]| {
         let mut c = pull_cmd(&image, &oci_path(&s.path().join(dest)));
         c.args(["--sandbox", "systemd", "--timeout", "8", "--config-root"])
-            .arg(s.path())
+            .arg(config_root(s.path()))
             .arg("--authfile")
             .arg(&auth)
             .args(extra);
@@ -382,7 +383,7 @@ fn in_cluster_registry_by_name() {
     let root = cluster_root(s.path(), &host, &add_host);
     let mut c = pull_cmd(&image, &oci_path(&s.path().join("certs-d")));
     c.args(["--sandbox", "systemd", "--config-root"])
-        .arg(&root)
+        .arg(config_root(&root))
         .arg("--authfile")
         .arg(&auth);
     run(&mut c).json();
@@ -412,7 +413,7 @@ fn in_cluster_registry_by_name() {
     ])
     .arg(&secret)
     .arg("--config-root")
-    .arg(s.path());
+    .arg(config_root(s.path()));
     assert_eq!(run(&mut c).json()["credentials"][0]["key"], wildcard);
 
     // Through a real DNS server on a loopback address.
@@ -588,7 +589,7 @@ fn mcd_call_sequence() {
         var("RIG_USER"),
     ])
     .args(["--sandbox", "systemd", "--json", "--config-root"])
-    .arg(&root)
+    .arg(config_root(&root))
     .env(
         "PATH",
         format!("{}:{}", stand_ins.display(), std::env::var("PATH").unwrap()),

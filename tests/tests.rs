@@ -7,5 +7,6 @@ mod handoff;
 mod hostile;
 mod mirrors;
 mod pull;
+mod signatures;
 mod systemd;
 mod util;

@@ -64,6 +64,20 @@ pub fn pull_cmd(image: &str, dest: &str) -> Command {
     c
 }
 
+/// A root for `--config-root` with the signature policy every host with skopeo
+/// has (containers-common's accept-anything `policy.json`).
+pub fn config_root(root: impl AsRef<Path>) -> PathBuf {
+    let root = root.as_ref();
+    let dir = root.join("etc/containers");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("policy.json"),
+        r#"{"default":[{"type":"insecureAcceptAnything"}]}"#,
+    )
+    .unwrap();
+    root.to_owned()
+}
+
 pub fn with_rig_creds(mut c: Command) -> Command {
     c.args([
         "--authfile",

@@ -441,18 +441,20 @@ impl Worker {
             .arg("--raw")
             .args(self.client_args(launch.unit.as_deref()))
             .arg(image.to_transport());
-        let (ok, out, err) = self.run(launch, limit).await?;
-        if out.len() as u64 > limit {
-            return fail(
-                Kind::Verify,
-                format!("manifest of {image} is larger than {} MiB", limit >> 20),
-            );
-        }
-        if !ok {
-            let err = String::from_utf8_lossy(&err);
-            return Err(worker_failure(&format!("inspecting {image}"), &err).into());
-        }
-        Ok(out)
+        self.run(launch, limit, |ok, out, err| {
+            if out.len() as u64 > limit {
+                return fail(
+                    Kind::Verify,
+                    format!("manifest of {image} is larger than {} MiB", limit >> 20),
+                );
+            }
+            if !ok {
+                let err = String::from_utf8_lossy(&err);
+                return Err(worker_failure(&format!("inspecting {image}"), &err).into());
+            }
+            Ok(out)
+        })
+        .await
     }
 
     /// GET `url` with curl, isolated as skopeo is (same unit settings, DNS and
@@ -478,41 +480,22 @@ impl Worker {
             launch.cmd.arg("--cacert").arg(bundle);
         }
         launch.cmd.arg("--").arg(url);
-        let (ok, out, err) = self.run(launch, limit).await?;
-        let err = String::from_utf8_lossy(&err);
-        let code = err
-            .lines()
-            .rev()
-            .find_map(|l| l.strip_prefix("HTTP "))
-            .unwrap_or("000");
-        match code {
-            "200" if ok && out.len() as u64 <= limit => Ok(Some(out)),
-            "404" => Ok(None),
-            "200" => fail(
-                Kind::Signature,
-                format!("{url}: larger than {} MiB", limit >> 20),
-            ),
-            _ => {
-                let text = err.lines().find(|l| !l.is_empty()).unwrap_or_default();
-                let text = if text.starts_with("HTTP ") {
-                    format!("HTTP status {code}")
-                } else {
-                    text.to_owned()
-                };
-                let kind = match classify_worker_text(&text) {
-                    Kind::Internal => Kind::Network,
-                    k => k,
-                };
-                Err(Failure::new(kind, format!("fetching signature {url}"))
-                    .with_detail(text)
-                    .into())
-            }
-        }
+        self.run(launch, limit, |ok, out, err| {
+            curl_result(url, limit, ok, out, &String::from_utf8_lossy(&err))
+        })
+        .await
     }
 
-    /// Run a worker command to its end, watched: whether it succeeded, and its
-    /// stdout (at most `limit` + 1 bytes) and stderr.
-    async fn run(&self, launch: Launch, limit: u64) -> anyhow::Result<(bool, Vec<u8>, Vec<u8>)> {
+    /// Run a worker command to its end, watched: `check` turns whether it
+    /// succeeded, its stdout (at most `limit` + 1 bytes) and stderr into the
+    /// result, inside the watch, so that a unit that failed to start is
+    /// reported as such.
+    async fn run<T>(
+        &self,
+        launch: Launch,
+        limit: u64,
+        check: impl FnOnce(bool, Vec<u8>, Vec<u8>) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
         let Launch {
             mut cmd,
             unit,
@@ -537,10 +520,10 @@ impl Worker {
             let (r1, r2) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
             r1.and(r2).context("Reading worker output")?;
             if out.len() as u64 > limit {
-                return Ok((false, out, err));
+                return check(false, out, err);
             }
             let status = child.wait().await?;
-            Ok((status.success(), out, err))
+            check(status.success(), out, err)
         };
         self.observe(unit.as_deref(), run).await
     }
@@ -648,6 +631,45 @@ fn client_key_name(host_index: usize) -> String {
     format!("client-{host_index}.key")
 }
 
+/// What curl's run means: the body for 200, `None` for 404, else an error.
+/// `--write-out` put `HTTP <code>` last on stderr.
+fn curl_result(
+    url: &str,
+    limit: u64,
+    ok: bool,
+    out: Vec<u8>,
+    err: &str,
+) -> anyhow::Result<Option<Vec<u8>>> {
+    let code = err
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("HTTP "))
+        .unwrap_or("000");
+    match code {
+        "200" if ok && out.len() as u64 <= limit => Ok(Some(out)),
+        "404" => Ok(None),
+        "200" => fail(
+            Kind::Signature,
+            format!("{url}: larger than {} MiB", limit >> 20),
+        ),
+        _ => {
+            let text = err.lines().find(|l| !l.is_empty()).unwrap_or_default();
+            let text = if text.starts_with("HTTP ") {
+                format!("HTTP status {code}")
+            } else {
+                text.to_owned()
+            };
+            let kind = match classify_worker_text(&text) {
+                Kind::Worker | Kind::Internal => Kind::Network,
+                k => k,
+            };
+            Err(Failure::new(kind, format!("fetching signature {url}"))
+                .with_detail(text)
+                .into())
+        }
+    }
+}
+
 /// `DIR/bundle.pem` in the staging dir: the system's CAs, then the host's.
 fn stage_ca_bundle(staging: &Staging, dir: &str, t: &HostTrust) -> anyhow::Result<()> {
     if t.cas.is_empty() {
@@ -709,6 +731,41 @@ fn pdeathsig(c: &mut Command) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn curl_results() {
+        let u = "http://l/s";
+        let body = || b"sig".to_vec();
+        assert_eq!(
+            curl_result(u, 9, true, body(), "\nHTTP 200\n").unwrap(),
+            Some(body())
+        );
+        assert_eq!(
+            curl_result(u, 9, true, vec![], "\nHTTP 404\n").unwrap(),
+            None
+        );
+        for (ok, out, err, code) in [
+            (true, body(), "\nHTTP 500\n", 6),
+            (
+                false,
+                vec![],
+                "curl: (7) Failed to connect to l port 80\nHTTP 000\n",
+                6,
+            ),
+            (
+                false,
+                vec![],
+                "curl: (60) SSL certificate problem: unable to get local issuer certificate\nHTTP 000\n",
+                5,
+            ),
+            (true, vec![], "\nHTTP 401\n", 6),
+            (true, b"0123456789".to_vec(), "\nHTTP 200\n", 9),
+        ] {
+            let e = curl_result(u, 9, ok, out, err).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), code, "{err}: {e:#}");
+            assert!(e.to_string().contains(u), "{e}");
+        }
+    }
 
     fn spec(mode: SandboxMode) -> WorkerSpec {
         WorkerSpec {

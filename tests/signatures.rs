@@ -1,0 +1,401 @@
+//! Signature policy against real signatures: GPG simple signing made by
+//! `skopeo copy --sign-by` into a file:// lookaside (also served over HTTP), and
+//! sigstore attachments pushed through the registry API (tests/sign.sh).
+
+use std::io::BufRead as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+/// A policy file: `default` rejects, the rig's `hostpull` namespace gets `reqs`.
+fn policy(dir: &Path, reqs: Value) -> PathBuf {
+    let scope = format!("{}/hostpull", var("RIG_REGISTRY"));
+    let p = dir.join("policy.json");
+    let policy = json!({
+        "default": [{"type": "reject"}],
+        "transports": {"docker": {scope: reqs}},
+    });
+    std::fs::write(&p, policy.to_string()).unwrap();
+    p
+}
+
+fn gpg_key(name: &str) -> Value {
+    let key = format!("{}/{name}", var("RIG_SIG_DIR"));
+    json!([{"type": "signedBy", "keyType": "GPGKeys", "keyPath": key}])
+}
+
+fn sigstore_key(name: &str) -> Value {
+    let key = format!("{}/{name}", var("RIG_SIG_DIR"));
+    json!([{"type": "sigstoreSigned", "keyPath": key}])
+}
+
+/// A registries.d with one entry for the rig's registry.
+fn registries_d(dir: &Path, lookaside: &str, attachments: bool) -> PathBuf {
+    let d = dir.join("registries.d");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("rig.yaml"),
+        format!(
+            "docker:\n  {}:\n    lookaside: {lookaside}\n    use-sigstore-attachments: {attachments}\n",
+            var("RIG_REGISTRY")
+        ),
+    )
+    .unwrap();
+    d
+}
+
+fn file_lookaside() -> String {
+    format!("file://{}/lookaside", var("RIG_SIG_DIR"))
+}
+
+/// Pull `image` into `dir/out` under `policy` and `registries.d`.
+fn pull(dir: &Path, image: &str, policy: &Path, rd: &Path) -> (Run, PathBuf) {
+    let out = dir.join("out");
+    let mut c = with_rig_creds(pull_cmd(image, &format!("oci:{}", out.display())));
+    c.arg("--policy").arg(policy).arg("--registries.d").arg(rd);
+    (run(&mut c), out)
+}
+
+/// A rejected pull: exit 9, one line naming `requirement` and `why`, and no
+/// destination left behind.
+fn assert_rejected(r: &Run, out: &Path, requirement: &str, why: &str) {
+    r.assert_failure(9);
+    let first = r.stderr.lines().next().unwrap_or_default();
+    assert!(first.contains("signature policy rejected"), "{}", r.stderr);
+    assert!(first.contains(requirement), "{requirement}: {}", r.stderr);
+    assert!(first.contains(why), "{why}: {}", r.stderr);
+    assert!(!out.exists(), "a rejected pull created {}", out.display());
+}
+
+#[test]
+fn gpg_signed_by_the_trusted_key() {
+    let s = scratch();
+    let rd = registries_d(s.path(), &file_lookaside(), false);
+    // The key as ASCII armor: hostpull dearmors it for gpgv.
+    let p = policy(s.path(), gpg_key("signer.asc"));
+    let (r, out) = pull(s.path(), var("RIG_IMG_SIGNED"), &p, &rd);
+    let j = r.json();
+    let fpr = var("RIG_SIGNER_FPR");
+    assert_eq!(j["signature"]["verified_by"], json!([format!("gpg {fpr}")]));
+    assert!(
+        j["signature"]["requirement"]
+            .as_str()
+            .unwrap()
+            .starts_with("signedBy GPGKeys"),
+        "{j}"
+    );
+    assert_eq!(
+        j["signature"]["scope"],
+        format!("{}/hostpull", var("RIG_REGISTRY"))
+    );
+    assert_eq!(
+        j["manifest_digest"],
+        registry_digest(var("RIG_IMG_SIGNED")),
+        "{j}"
+    );
+    assert!(out.join("index.json").is_file());
+}
+
+#[test]
+fn gpg_rejections() {
+    let s = scratch();
+    let rd = registries_d(s.path(), &file_lookaside(), false);
+    let signer = policy(s.path(), gpg_key("signer.asc"));
+    let cases = [
+        // Signed, but by a key the policy does not trust (binary keyring).
+        (
+            var("RIG_IMG_SIGNED"),
+            gpg_key("other.gpg"),
+            "signedBy GPGKeys",
+            "which the policy does not trust",
+        ),
+        // No signature in the lookaside.
+        (
+            var("RIG_IMG_SMALL"),
+            gpg_key("signer.asc"),
+            "signedBy GPGKeys",
+            "no signature found",
+        ),
+        // A good signature of another image, copied next to this one.
+        (
+            var("RIG_IMG_COPIED"),
+            gpg_key("signer.asc"),
+            "signedBy GPGKeys",
+            "it signs manifest",
+        ),
+        // The scope says reject, whatever the signatures.
+        (
+            var("RIG_IMG_SIGNED"),
+            json!([{"type": "reject"}]),
+            "reject",
+            "the policy rejects this image",
+        ),
+    ];
+    for (i, (image, reqs, requirement, why)) in cases.into_iter().enumerate() {
+        let d = s.path().join(i.to_string());
+        std::fs::create_dir(&d).unwrap();
+        let p = policy(&d, reqs);
+        let (r, out) = pull(&d, image, &p, &rd);
+        assert_rejected(&r, &out, requirement, why);
+    }
+    // An existing layout stays exactly as it was.
+    let (r, out) = pull(s.path(), var("RIG_IMG_SIGNED"), &signer, &rd);
+    r.json();
+    let before = snapshot(&out);
+    let mut c = with_rig_creds(pull_cmd(
+        var("RIG_IMG_COPIED"),
+        &format!("oci:{}", out.display()),
+    ));
+    c.arg("--policy")
+        .arg(&signer)
+        .arg("--registries.d")
+        .arg(&rd);
+    run(&mut c).assert_failure(9);
+    assert_eq!(snapshot(&out), before, "a rejected pull changed the layout");
+}
+
+/// A static HTTP server on 127.0.0.1 serving `dir`, killed on drop. It logs
+/// each request as `PATH STATUS uid=UID`, with the uid that owns the client's
+/// socket (from /proc/net/tcp): who fetched, root or the worker.
+struct HttpServer {
+    child: Child,
+    port: u16,
+    log: std::io::BufReader<std::process::ChildStderr>,
+}
+
+const SERVER: &str = r#"
+import functools, http.server, sys
+class H(http.server.SimpleHTTPRequestHandler):
+    def log_request(self, code="-", size="-"):
+        port = "%04X" % self.client_address[1]
+        uid = "?"
+        for line in open("/proc/net/tcp").readlines()[1:]:
+            f = line.split()
+            if f[1].endswith(":" + port) and f[2].endswith(":%04X" % self.server.server_port):
+                uid = f[7]
+        sys.stderr.write("%s %s uid=%s\n" % (self.path, int(code), uid))
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(H, directory=sys.argv[1]))
+print(s.server_port, flush=True)
+s.serve_forever()
+"#;
+
+impl HttpServer {
+    fn start(dir: &str) -> Self {
+        let mut child = Command::new("python3")
+            .args(["-u", "-c", SERVER, dir])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("no port in {line:?}"));
+        let log = std::io::BufReader::new(child.stderr.take().unwrap());
+        Self { child, port, log }
+    }
+
+    /// The requests logged so far (the server is stopped first).
+    fn requests(mut self) -> Vec<String> {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        (&mut self.log).lines().map_while(Result::ok).collect()
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn gpg_lookaside_over_http() {
+    let s = scratch();
+    let server = HttpServer::start(&format!("{}/lookaside", var("RIG_SIG_DIR")));
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    let rd = registries_d(s.path(), &url, false);
+    let p = policy(s.path(), gpg_key("signer.asc"));
+    let (r, _) = pull(s.path(), var("RIG_IMG_SIGNED"), &p, &rd);
+    let fpr = var("RIG_SIGNER_FPR");
+    assert_eq!(
+        r.json()["signature"]["verified_by"],
+        json!([format!("gpg {fpr}")])
+    );
+    let d = s.path().join("copied");
+    std::fs::create_dir(&d).unwrap();
+    let (r, out) = pull(&d, var("RIG_IMG_COPIED"), &p, &rd);
+    assert_rejected(&r, &out, "signedBy GPGKeys", "it signs manifest");
+    // signature-1, then a 404 for signature-2, for each image, fetched by the
+    // worker: a dynamic user under systemd, never root's own process there.
+    let requests: Vec<String> = server
+        .requests()
+        .into_iter()
+        .filter(|l| l.contains(" uid="))
+        .collect();
+    let hex = |image: &str| registry_digest(image).replace("sha256:", "");
+    let mut want = Vec::new();
+    for (image, repo) in [("RIG_IMG_SIGNED", "signed"), ("RIG_IMG_COPIED", "copied")] {
+        let digest = hex(var(image));
+        for (n, status) in [(1, 200), (2, 404)] {
+            want.push(format!(
+                "/hostpull/{repo}@sha256={digest}/signature-{n} {status}"
+            ));
+        }
+    }
+    let got: Vec<&str> = requests
+        .iter()
+        .map(|l| l.split(" uid=").next().unwrap())
+        .collect();
+    assert_eq!(got, want, "{requests:#?}");
+    for l in &requests {
+        let uid: u32 = l.rsplit("uid=").next().unwrap().parse().unwrap();
+        match sandbox().as_str() {
+            "systemd" => assert!((61184..=65519).contains(&uid), "{l}"),
+            _ => assert_eq!(uid, 0, "{l}"),
+        }
+    }
+}
+
+#[test]
+fn sigstore_signed() {
+    let s = scratch();
+    let rd = registries_d(s.path(), &file_lookaside(), true);
+    for key in ["cosign.pub", "ed25519.pub"] {
+        let d = s.path().join(key);
+        std::fs::create_dir(&d).unwrap();
+        let p = policy(&d, sigstore_key(key));
+        let (r, out) = pull(&d, var("RIG_IMG_COSIGNED"), &p, &rd);
+        let j = r.json();
+        let by = format!("sigstore {}/{key}", var("RIG_SIG_DIR"));
+        assert_eq!(j["signature"]["verified_by"], json!([by]), "{key}");
+        assert!(out.join("index.json").is_file());
+    }
+    let cases = [
+        (
+            var("RIG_IMG_COSIGNED"),
+            "other-cosign.pub",
+            true,
+            "not signed by a key the policy trusts",
+        ),
+        (
+            var("RIG_IMG_SMALL"),
+            "cosign.pub",
+            true,
+            "no signature found",
+        ),
+        (
+            var("RIG_IMG_COSIGN_COPIED"),
+            "cosign.pub",
+            true,
+            "it signs manifest",
+        ),
+        // Attachments are read only where registries.d enables them.
+        (
+            var("RIG_IMG_COSIGNED"),
+            "cosign.pub",
+            false,
+            "use-sigstore-attachments is not enabled",
+        ),
+    ];
+    for (i, (image, key, attachments, why)) in cases.into_iter().enumerate() {
+        let d = s.path().join(i.to_string());
+        std::fs::create_dir(&d).unwrap();
+        let rd = registries_d(&d, &file_lookaside(), attachments);
+        let p = policy(&d, sigstore_key(key));
+        let (r, out) = pull(&d, image, &p, &rd);
+        assert_rejected(&r, &out, "sigstoreSigned", why);
+    }
+}
+
+#[test]
+fn require_signature_and_plan() {
+    let s = scratch();
+    let rd = registries_d(s.path(), &file_lookaside(), false);
+    let accept = policy(s.path(), json!([{"type": "insecureAcceptAnything"}]));
+    // Accept-anything: pulls as before, and says so.
+    let (r, _) = pull(s.path(), var("RIG_IMG_SMALL"), &accept, &rd);
+    let j = r.json();
+    assert_eq!(j["signature"]["requirement"], "insecureAcceptAnything");
+    assert_eq!(j["signature"]["verified_by"], json!([]));
+    // … unless a signature is required.
+    let d = s.path().join("required");
+    std::fs::create_dir(&d).unwrap();
+    let out = d.join("out");
+    let mut c = with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL"),
+        &format!("oci:{}", out.display()),
+    ));
+    c.arg("--policy").arg(&accept).arg("--require-signature");
+    let r = run(&mut c);
+    r.assert_failure(9);
+    assert!(r.stderr.contains("--require-signature"), "{}", r.stderr);
+    assert!(r.stderr.contains("insecureAcceptAnything"), "{}", r.stderr);
+    assert!(!out.exists());
+    // A signature requirement satisfies it.
+    let signer = policy(&d, gpg_key("signer.asc"));
+    let (r, _) = pull(&d, var("RIG_IMG_SIGNED"), &signer, &rd);
+    r.json();
+    // `plan` names the requirement and the lookaside.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.args(["plan", var("RIG_IMG_SIGNED"), "--dest", "oci:/nonexistent"])
+        .args(["--sandbox", "none", "--policy"])
+        .arg(&signer)
+        .arg("--registries.d")
+        .arg(&rd);
+    let r = run(&mut c);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains(&format!(
+            "signature signedBy GPGKeys {}/signer.asc",
+            var("RIG_SIG_DIR")
+        )),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains(&file_lookaside()), "{}", r.stdout);
+}
+
+#[test]
+fn broken_or_missing_policies_are_usage_errors() {
+    let s = scratch();
+    // No policy.json below the root: an error, not "accept anything".
+    let root = s.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let out = s.path().join("out");
+    let mut c = with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL"),
+        &format!("oci:{}", out.display()),
+    ));
+    c.arg("--config-root").arg(&root);
+    let r = run(&mut c);
+    r.assert_failure(2);
+    assert!(
+        r.stderr.contains("etc/containers/policy.json"),
+        "{}",
+        r.stderr
+    );
+    let rd = registries_d(s.path(), &file_lookaside(), false);
+    for (text, why) in [
+        ("{not json", "invalid signature policy"),
+        (
+            r#"{"default":[{"type":"signedBy","keyType":"GPGKeys","keyPath":"/nonexistent.gpg"}]}"#,
+            "reading key /nonexistent.gpg",
+        ),
+    ] {
+        let p = s.path().join("bad.json");
+        std::fs::write(&p, text).unwrap();
+        let (r, out) = pull(s.path(), var("RIG_IMG_SMALL"), &p, &rd);
+        r.assert_failure(2);
+        assert!(r.stderr.contains(why), "{why}: {}", r.stderr);
+        assert!(!out.exists());
+    }
+}
