@@ -8,4 +8,5 @@ mod hostile;
 mod mirrors;
 mod pull;
 mod systemd;
+mod tty;
 mod util;
