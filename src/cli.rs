@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 use crate::error::{self, Kind};
 use crate::plan;
+use crate::progress::{Progress, Screen};
 use crate::sandbox::SandboxMode;
 
 /// The exit codes, a public contract (README, man page).
@@ -270,14 +271,14 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run_pull(opts: &PullOpts) -> anyhow::Result<()> {
+async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
     let plan = plan_for(opts)?;
     if !plan.worker.tls_verify {
         tracing::warn!("TLS verification is off for {}", plan.image.domain);
     }
-    let progress = crate::progress::ProgressFd::open(opts.progress_fd)?;
+    let progress = Progress::new(opts.progress_fd, screen)?;
     let report = crate::fetch::pull(&plan, &progress).await?;
-    progress.steps("done", 3, 3);
+    progress.done();
     eprintln!("{}", report.summary());
     journal_report(&report);
     if opts.json {
@@ -289,7 +290,7 @@ async fn run_pull(opts: &PullOpts) -> anyhow::Result<()> {
 /// Pull, then hand the layout over. The layout defaults to a directory per
 /// repository under /var/lib/hostpull/images, world-readable for the
 /// consumer's own unprivileged skopeo.
-async fn run_rebase(opts: &RebaseOpts) -> anyhow::Result<()> {
+async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
     let mut plan = {
         let mut o = opts.pull.clone();
         if o.dest.is_none() {
@@ -306,9 +307,9 @@ async fn run_rebase(opts: &RebaseOpts) -> anyhow::Result<()> {
     if let Some(parent) = plan.dest_dir.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let progress = crate::progress::ProgressFd::open(opts.pull.progress_fd)?;
+    let progress = Progress::new(opts.pull.progress_fd, screen)?;
     let report = crate::fetch::pull(&plan, &progress).await?;
-    progress.steps("done", 3, 3);
+    progress.done();
     eprintln!("{}", report.summary());
     journal_report(&report);
     if opts.pull.json {
@@ -347,10 +348,11 @@ fn run_prune(opts: &PruneOpts) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Logs go to stderr without timestamps. Under systemd, with stderr connected
-/// to the journal (`JOURNAL_STREAM`), events go to the journal directly instead,
-/// with their fields as journal fields (`MANIFEST_DIGEST=…`).
-fn init_logging() {
+/// Logs go to stderr without timestamps, above the progress bars on a terminal.
+/// Under systemd, with stderr connected to the journal (`JOURNAL_STREAM`),
+/// events go to the journal directly instead, with their fields as journal
+/// fields (`MANIFEST_DIGEST=…`).
+fn init_logging(screen: &Screen) {
     use tracing_subscriber::prelude::*;
     use tracing_subscriber::{EnvFilter, fmt};
     let filter = EnvFilter::try_from_env("RUST_LOG")
@@ -358,9 +360,10 @@ fn init_logging() {
     let journal = std::env::var_os("JOURNAL_STREAM")
         .and_then(|_| tracing_journald::layer().ok())
         .map(|l| l.with_field_prefix(None));
+    let screen = screen.clone();
     let stderr = journal.is_none().then(|| {
         fmt::layer()
-            .with_writer(std::io::stderr)
+            .with_writer(move || screen.log_writer())
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .without_time()
             .with_target(false)
@@ -405,7 +408,8 @@ pub fn run_main() -> i32 {
             return code;
         }
     };
-    init_logging();
+    let screen = Screen::stderr();
+    init_logging(&screen);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -418,9 +422,9 @@ pub fn run_main() -> i32 {
     };
     let r = rt.block_on(async {
         match &cli.cmd {
-            Cmd::Pull(o) => run_pull(o).await,
+            Cmd::Pull(o) => run_pull(o, &screen).await,
             Cmd::Plan(o) => run_plan(o),
-            Cmd::Rebase(o) => run_rebase(o).await,
+            Cmd::Rebase(o) => run_rebase(o, &screen).await,
             Cmd::Prune(o) => tokio::task::block_in_place(|| run_prune(o)),
             Cmd::Man => {
                 let mut out = std::io::stdout().lock();

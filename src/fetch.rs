@@ -13,7 +13,7 @@ use crate::error::{Failure, Kind, fail, failure};
 use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
 use crate::plan::Plan;
 use crate::plan::imgref::{ImageRef, Sha256Digest};
-use crate::progress::{ProgressFd, Report};
+use crate::progress::{BlobState, Progress, Report};
 use crate::sandbox::{Worker, worker_failure};
 use crate::signature::Verdict;
 use crate::store::Layout;
@@ -74,7 +74,7 @@ impl Resolved {
 
 /// Pull as the plan says. SIGINT and SIGTERM stop it: the worker's units are
 /// stopped, and the layout is left as it was.
-pub async fn pull(plan: &Plan, progress: &ProgressFd) -> anyhow::Result<Report> {
+pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
     let start = Instant::now();
     let worker = Worker::prepare(&plan.worker).await?;
     let result = tokio::select! {
@@ -119,7 +119,7 @@ pub async fn pull(plan: &Plan, progress: &ProgressFd) -> anyhow::Result<Report> 
 /// What survives from one attempt to the next: the verified manifest, the
 /// locked layout with the blobs verified so far, and what was missing at first.
 #[derive(Debug, Default)]
-struct Progress {
+struct Kept {
     resolved: Option<Resolved>,
     signature: Option<Verdict>,
     layout: Option<Arc<Layout>>,
@@ -132,9 +132,9 @@ struct Progress {
 async fn pull_with(
     worker: &Worker,
     plan: &Plan,
-    progress: &ProgressFd,
+    progress: &Progress,
 ) -> anyhow::Result<(Resolved, Vec<Descriptor>, Verdict)> {
-    let mut state = Progress::default();
+    let mut state = Kept::default();
     let last_error = std::sync::Mutex::new(None::<String>);
     let retrying = async {
         let mut stalls = 0;
@@ -178,7 +178,7 @@ async fn pull_with(
         }
         .into());
     }
-    let Progress {
+    let Kept {
         resolved,
         missing,
         signature,
@@ -208,8 +208,8 @@ fn backoff(attempt: u32) -> std::time::Duration {
 async fn try_pull(
     worker: &Worker,
     plan: &Plan,
-    p: &mut Progress,
-    progress: &ProgressFd,
+    p: &mut Kept,
+    progress: &Progress,
 ) -> anyhow::Result<()> {
     let resolved = match &p.resolved {
         Some(r) => r,
@@ -254,7 +254,8 @@ async fn try_pull(
         }
         p.missing = Some(missing);
     }
-    fetch_into(worker, plan, resolved, layout, progress).await
+    let missing = p.missing.as_deref().expect("checked");
+    fetch_into(worker, plan, resolved, layout, missing, progress).await
 }
 
 /// Resolves on SIGINT or SIGTERM, with the matching exit code.
@@ -300,25 +301,40 @@ async fn resolve(worker: &Worker, plan: &Plan) -> anyhow::Result<Resolved> {
     }
 }
 
-/// Fetch what the layout lacks, then publish: manifest blob, then the tag.
+/// Fetch what the layout lacks of `missing` (the blobs it lacked when the pull
+/// began), then publish: manifest blob, then the tag.
 async fn fetch_into(
     worker: &Worker,
     plan: &Plan,
     r: &Resolved,
     layout: &Arc<Layout>,
-    progress: &ProgressFd,
+    missing: &[Descriptor],
+    progress: &Progress,
 ) -> anyhow::Result<()> {
     let mut todo: Vec<Descriptor> = Vec::new();
-    for d in r.manifest.blobs() {
-        if !layout.has_blob(d)? && !todo.iter().any(|t| t.digest == d.digest) {
+    for d in missing {
+        if !layout.has_blob(d)? {
             todo.push(d.clone());
         }
     }
-    progress.steps("fetching blobs", 1, 3);
-    if !todo.is_empty() {
-        let image = plan.image.with_digest(&r.source_digest);
-        fetch_blobs(worker, &image, layout, &todo, plan.retry.stall, progress).await?;
+    let mut blobs: Vec<&Descriptor> = Vec::new();
+    for d in r.manifest.blobs() {
+        if !blobs.iter().any(|b| b.digest == d.digest) {
+            blobs.push(d);
+        }
     }
+    let tally = Tally {
+        blobs,
+        missing,
+        todo,
+    };
+    progress.steps("fetching blobs", 1, 3);
+    progress.blobs(&tally.states(|_| 0), false);
+    if !tally.todo.is_empty() {
+        let image = plan.image.with_digest(&r.source_digest);
+        fetch_blobs(worker, &image, layout, &tally, plan.retry.stall, progress).await?;
+    }
+    progress.blobs(&tally.states(|_| u64::MAX), true);
     // The config must be JSON: a consumer will parse it.
     let config = layout.read_blob(&r.manifest.config.digest)?;
     if serde_json::from_slice::<serde::de::IgnoredAny>(&config).is_err() {
@@ -345,10 +361,11 @@ async fn fetch_blobs(
     worker: &Worker,
     image: &ImageRef,
     layout: &Arc<Layout>,
-    todo: &[Descriptor],
+    tally: &Tally<'_>,
     stall: Duration,
-    progress: &ProgressFd,
+    progress: &Progress,
 ) -> anyhow::Result<()> {
+    let todo = &tally.todo;
     let (config, unit) = worker.proxy_config()?;
     let watchdog = Watchdog::new(todo.len());
     let session = async {
@@ -380,7 +397,7 @@ async fn fetch_blobs(
     };
     tokio::select! {
         r = worker.observe(unit.as_deref(), session) => r,
-        never = report_bytes(progress, &watchdog, todo) => match never {},
+        never = report_bytes(progress, &watchdog, tally) => match never {},
         () = watchdog.stalled(stall) => fail(
             Kind::Network,
             format!("{STALLED} no data from the registry for {}s (--stall-timeout)", stall.as_secs()),
@@ -435,30 +452,57 @@ pub async fn fetch_small(
     worker.observe(unit.as_deref(), session).await
 }
 
-/// `ProgressBytes` five times a second, while there is a reader for them.
+/// Where every blob stands, ten times a second, while anyone is told.
 async fn report_bytes(
-    progress: &ProgressFd,
+    progress: &Progress,
     flow: &Watchdog,
-    todo: &[Descriptor],
+    tally: &Tally<'_>,
 ) -> std::convert::Infallible {
     loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
         if !progress.enabled() {
             return std::future::pending().await;
         }
-        let blobs: Vec<(String, u64, u64)> = todo
+        let read = |i: usize| flow.read[i].load(std::sync::atomic::Ordering::Relaxed);
+        progress.blobs(&tally.states(read), false);
+    }
+}
+
+/// The blobs of the image as progress shows them: those not `missing` when
+/// the pull began are reused, those missing but not in `todo` came with an
+/// earlier attempt, and those in `todo` are as far as they have been read.
+#[derive(Debug)]
+struct Tally<'a> {
+    blobs: Vec<&'a Descriptor>,
+    missing: &'a [Descriptor],
+    todo: Vec<Descriptor>,
+}
+
+impl Tally<'_> {
+    /// `read(i)`: the bytes of `todo[i]` read so far.
+    fn states(&self, read: impl Fn(usize) -> u64) -> Vec<BlobState> {
+        self.blobs
             .iter()
-            .zip(flow.read.iter())
-            .map(|(d, r)| {
-                (
-                    d.digest.to_string(),
-                    r.load(std::sync::atomic::Ordering::Relaxed).min(d.size),
-                    d.size,
-                )
+            .map(|d| BlobState {
+                digest: d.digest.clone(),
+                what: what(d),
+                bytes: match self.todo.iter().position(|t| t.digest == d.digest) {
+                    Some(i) => read(i).min(d.size),
+                    None => d.size,
+                },
+                total: d.size,
+                cached: !self.missing.iter().any(|m| m.digest == d.digest),
             })
-            .collect();
-        let done = blobs.iter().filter(|(_, b, t)| b == t).count() as u64;
-        progress.bytes("fetching blobs", &blobs, done);
+            .collect()
+    }
+}
+
+/// What a blob is, for messages and progress.
+fn what(d: &Descriptor) -> &'static str {
+    if d.media_type.contains("config") {
+        "config"
+    } else {
+        "layer"
     }
 }
 
@@ -468,7 +512,7 @@ async fn report_bytes(
 struct Watchdog {
     start: Instant,
     last_ms: Arc<std::sync::atomic::AtomicU64>,
-    /// Bytes read so far of each blob being fetched, for --progress-fd.
+    /// Bytes read so far of each blob being fetched, for progress.
     read: Arc<Vec<std::sync::atomic::AtomicU64>>,
 }
 
@@ -522,11 +566,7 @@ async fn transfer(
         loop {
             while window.len() < IN_FLIGHT {
                 let Some((i, d)) = pending.next() else { break };
-                let what = if d.media_type.contains("config") {
-                    "config"
-                } else {
-                    "layer"
-                };
+                let what = what(d);
                 let doing = format!("fetching {what} {}", d.digest);
                 let digest = oci_spec::image::Digest::try_from(d.digest.as_str())?;
                 let (reader, finish) = proxy
@@ -677,5 +717,50 @@ fn widen_pipes() {
         {
             let _ = rustix::pipe::fcntl_setpipe_size(&pipe, PIPE_SIZE);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(media_type: &str, c: char, size: u64) -> Descriptor {
+        Descriptor {
+            media_type: media_type.into(),
+            digest: Sha256Digest::parse(&format!("sha256:{}", c.to_string().repeat(64))).unwrap(),
+            size,
+            urls: vec![],
+            platform: None,
+            annotations: Default::default(),
+        }
+    }
+
+    const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+    #[test]
+    fn tally_shows_reused_earlier_and_partial_blobs() {
+        let config = desc("application/vnd.oci.image.config.v1+json", 'c', 100);
+        let earlier = desc(LAYER, 'e', 10);
+        let partial = desc(LAYER, 'b', 10);
+        let over = desc(LAYER, 'd', 10);
+        let missing = [earlier.clone(), partial.clone(), over.clone()];
+        let tally = Tally {
+            blobs: vec![&config, &earlier, &partial, &over],
+            missing: &missing,
+            todo: vec![partial.clone(), over.clone()],
+        };
+        let got: Vec<_> = tally
+            .states(|i| [4, 99][i])
+            .into_iter()
+            .map(|b| (b.what, b.bytes, b.total, b.cached))
+            .collect();
+        // (what, bytes, total, cached)
+        let want = [
+            ("config", 100, 100, true),
+            ("layer", 10, 10, false),
+            ("layer", 4, 10, false),
+            ("layer", 10, 10, false),
+        ];
+        assert_eq!(got, want);
     }
 }

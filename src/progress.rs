@@ -1,5 +1,6 @@
-//! What a pull reports: the final JSON object on stdout (`--json`) and the
-//! human summary on stderr.
+//! What a pull reports: progress while it runs (`--progress-fd` events, bars
+//! on a terminal), the final JSON object on stdout (`--json`) and the human
+//! summary on stderr.
 
 use serde::Serialize;
 
@@ -53,6 +54,232 @@ impl Report {
     }
 }
 
+/// Where a pull's progress goes: `--progress-fd` events and, when stderr is a
+/// terminal, bars. fetch feeds both from the same samples, so they agree.
+#[derive(Debug)]
+pub struct Progress {
+    fd: ProgressFd,
+    bars: Option<Bars>,
+}
+
+/// One blob of the image, as progress shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobState {
+    pub digest: Sha256Digest,
+    /// "config" or "layer".
+    pub what: &'static str,
+    pub bytes: u64,
+    pub total: u64,
+    /// It was in the layout before the pull: nothing to fetch.
+    pub cached: bool,
+}
+
+impl Progress {
+    /// `--progress-fd N` if given, and bars if `screen` is a terminal.
+    pub fn new(fd: Option<i32>, screen: &Screen) -> anyhow::Result<Self> {
+        Ok(Self {
+            fd: ProgressFd::open(fd)?,
+            bars: screen.0.clone().map(Bars::new),
+        })
+    }
+
+    /// Whether anyone is told about bytes: fetch samples them only then.
+    pub fn enabled(&self) -> bool {
+        self.bars.is_some() || self.fd.enabled()
+    }
+
+    /// A stage of the pull: `step` of `total`.
+    pub fn steps(&self, description: &str, step: u64, total: u64) {
+        self.fd.steps(description, step, total);
+        if let Some(b) = &self.bars {
+            b.steps(description);
+        }
+    }
+
+    /// Where every blob of the image stands. The events are rate-limited, and
+    /// `last` (the blobs are all in) is always sent.
+    pub fn blobs(&self, blobs: &[BlobState], last: bool) {
+        self.fd.bytes("fetching blobs", blobs, last);
+        if let Some(b) = &self.bars {
+            b.update(blobs);
+        }
+    }
+
+    /// The pull is over: the last step, and the bars leave the screen so that
+    /// what follows (the summary, a hand-off's output) reads cleanly.
+    pub fn done(&self) {
+        self.fd.steps("done", 3, 3);
+        if let Some(b) = &self.bars {
+            b.clear();
+        }
+    }
+}
+
+/// On an error the bars go too, before `error: …` is printed.
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(b) = &self.bars {
+            b.clear();
+        }
+    }
+}
+
+/// stderr when it is a terminal: bars draw there, and log lines are written
+/// around them. Elsewhere (a pipe, a file, the journal) it holds nothing, and
+/// nothing is drawn.
+#[derive(Debug, Clone, Default)]
+pub struct Screen(Option<indicatif::MultiProgress>);
+
+impl Screen {
+    pub fn stderr() -> Self {
+        use std::io::IsTerminal as _;
+        Self(std::io::stderr().is_terminal().then(|| {
+            indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::stderr())
+        }))
+    }
+
+    /// A writer for log lines: the bars are lifted while a line is written, so
+    /// the line lands above them instead of inside them.
+    pub fn log_writer(&self) -> LogWriter {
+        LogWriter(self.0.clone())
+    }
+}
+
+/// See [`Screen::log_writer`].
+#[derive(Debug)]
+pub struct LogWriter(Option<indicatif::MultiProgress>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_all(buf).map(|()| buf.len())
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        let line = || std::io::stderr().write_all(buf);
+        match &self.0 {
+            Some(multi) => multi.suspend(line),
+            None => line(),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// The bars: a total on top, then one per blob, those to fetch first (a
+/// screen too short for all shows the ones that move), reused ones last.
+#[derive(Debug)]
+struct Bars {
+    multi: indicatif::MultiProgress,
+    drawn: std::sync::Mutex<Option<Drawn>>,
+}
+
+/// What is on screen.
+#[derive(Debug)]
+struct Drawn {
+    total: indicatif::ProgressBar,
+    /// Each blob's bar and the label it shows now.
+    blobs: Vec<(Sha256Digest, indicatif::ProgressBar, &'static str)>,
+}
+
+/// `total` and `blobs` share their columns: what, digest or count, bar, bytes,
+/// and the rate or the blob's state.
+const BAR_COLUMNS: &str =
+    "{prefix:6} {msg:12} [{wide_bar}] {binary_bytes:>10}/{binary_total_bytes:<10}";
+
+fn bar_style(last_column: &str) -> indicatif::ProgressStyle {
+    indicatif::ProgressStyle::with_template(&format!("{BAR_COLUMNS} {last_column}"))
+        .expect("a valid template")
+        .progress_chars("=> ")
+}
+
+impl Bars {
+    fn new(multi: indicatif::MultiProgress) -> Self {
+        Self {
+            multi,
+            drawn: Default::default(),
+        }
+    }
+
+    /// The total line, drawn at the first news.
+    fn start(&self) -> Drawn {
+        let total = indicatif::ProgressBar::no_length()
+            .with_style(
+                indicatif::ProgressStyle::with_template("{prefix:6} {msg}")
+                    .expect("a valid template"),
+            )
+            .with_prefix("total");
+        Drawn {
+            total: self.multi.add(total),
+            blobs: Vec::new(),
+        }
+    }
+
+    /// Before the blobs are known, the total line names the stage.
+    fn steps(&self, description: &str) {
+        let mut drawn = self.drawn.lock().unwrap();
+        let d = drawn.get_or_insert_with(|| self.start());
+        if d.blobs.is_empty() {
+            d.total.set_message(description.to_owned());
+        }
+    }
+
+    fn update(&self, blobs: &[BlobState]) {
+        let mut drawn = self.drawn.lock().unwrap();
+        let d = drawn.get_or_insert_with(|| self.start());
+        if d.blobs.is_empty() {
+            d.total.set_style(bar_style("{binary_bytes_per_sec:>12}"));
+            let (fetch, reused): (Vec<_>, Vec<_>) = blobs.iter().partition(|b| !b.cached);
+            d.total
+                .set_length(fetch.iter().map(|b| b.total).sum::<u64>());
+            for b in fetch.into_iter().chain(reused) {
+                let bar = indicatif::ProgressBar::new(b.total)
+                    .with_style(bar_style(""))
+                    .with_prefix(b.what)
+                    .with_message(b.digest.hex()[..12].to_owned());
+                // A bar is on screen from its first draw on.
+                let bar = self.multi.add(bar);
+                bar.tick();
+                d.blobs.push((b.digest.clone(), bar, ""));
+            }
+        }
+        for b in blobs {
+            let Some((_, bar, label)) = d.blobs.iter_mut().find(|(id, ..)| *id == b.digest) else {
+                continue;
+            };
+            let now = match (b.cached, b.bytes == b.total) {
+                (true, _) => "reused",
+                (false, true) => "done",
+                (false, false) => "",
+            };
+            if *label != now {
+                bar.set_style(bar_style(now));
+                *label = now;
+            }
+            if bar.position() != b.bytes {
+                bar.set_position(b.bytes);
+            }
+        }
+        let fetch = blobs.iter().filter(|b| !b.cached);
+        let done = fetch.clone().filter(|b| b.bytes == b.total).count();
+        d.total
+            .set_message(format!("{done}/{} blobs", fetch.clone().count()));
+        d.total.set_position(fetch.map(|b| b.bytes).sum());
+    }
+
+    /// Take every bar off the screen; idempotent.
+    fn clear(&self) {
+        if let Some(d) = self.drawn.lock().unwrap().take() {
+            for (_, bar, _) in &d.blobs {
+                bar.finish_and_clear();
+            }
+            d.total.finish_and_clear();
+            let _ = self.multi.clear();
+        }
+    }
+}
+
 /// `--progress-fd N`: bootc's JSON Lines progress protocol (docs/progress-v0.schema.json).
 /// The first line is `Start`; then `ProgressSteps` at each stage and
 /// `ProgressBytes` at most 5 times a second while blobs stream. A write error
@@ -60,11 +287,15 @@ impl Report {
 #[derive(Debug, Default)]
 pub struct ProgressFd {
     out: std::sync::Mutex<Option<std::fs::File>>,
+    /// When the last `ProgressBytes` went out.
+    last_bytes: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// The protocol version in `Start`.
 pub const PROGRESS_VERSION: &str = "0.1.0";
 
+/// `ProgressBytes` are sent at most this often, except the last.
+const BYTES_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
 impl ProgressFd {
     /// Open fd `n` for writing (through /proc/self/fd, so no unsafe is needed).
     /// Standard input, output and error are refused: they carry other things.
@@ -89,6 +320,7 @@ impl ProgressFd {
             })?;
         let p = Self {
             out: std::sync::Mutex::new(Some(f)),
+            last_bytes: Default::default(),
         };
         p.emit(&serde_json::json!({"type": "Start", "version": PROGRESS_VERSION}));
         Ok(p)
@@ -118,22 +350,96 @@ impl ProgressFd {
         }));
     }
 
-    /// Bytes of the blobs being fetched; `blobs` is (digest, bytes, total).
-    pub fn bytes(&self, description: &str, blobs: &[(String, u64, u64)], done: u64) {
-        let subtasks: Vec<_> = blobs
+    /// Bytes of the blobs, in bootc's shape: a subtask for each blob to fetch;
+    /// the reused ones count as `bytesCached` and `stepsCached`. Rate-limited
+    /// unless `last`.
+    fn bytes(&self, description: &str, blobs: &[BlobState], last: bool) {
+        if !self.enabled() {
+            return;
+        }
+        {
+            let mut sent = self.last_bytes.lock().unwrap();
+            let now = std::time::Instant::now();
+            if !last && sent.is_some_and(|t| now.duration_since(t) < BYTES_INTERVAL) {
+                return;
+            }
+            *sent = Some(now);
+        }
+        let (fetch, cached): (Vec<_>, Vec<_>) = blobs.iter().partition(|b| !b.cached);
+        let subtasks: Vec<_> = fetch
             .iter()
-            .map(|(id, bytes, total)| {
+            .map(|b| {
+                let id = b.digest.to_string();
                 serde_json::json!({"subtask": "blob", "description": id, "id": id,
-                                   "bytesCached": 0, "bytes": bytes, "bytesTotal": total})
+                                   "bytesCached": 0, "bytes": b.bytes, "bytesTotal": b.total})
             })
             .collect();
         self.emit(&serde_json::json!({
             "type": "ProgressBytes", "task": "fetch", "description": description, "id": "fetch",
-            "bytesCached": 0,
-            "bytes": blobs.iter().map(|b| b.1).sum::<u64>(),
-            "bytesTotal": blobs.iter().map(|b| b.2).sum::<u64>(),
-            "stepsCached": 0, "steps": done, "stepsTotal": blobs.len(),
+            "bytesCached": cached.iter().map(|b| b.total).sum::<u64>(),
+            "bytes": fetch.iter().map(|b| b.bytes).sum::<u64>(),
+            "bytesTotal": fetch.iter().map(|b| b.total).sum::<u64>(),
+            "stepsCached": cached.len(),
+            "steps": fetch.iter().filter(|b| b.bytes == b.total).count(),
+            "stepsTotal": fetch.len(),
             "subtasks": subtasks,
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blob(c: char, bytes: u64, total: u64, cached: bool) -> BlobState {
+        BlobState {
+            digest: Sha256Digest::parse(&format!("sha256:{}", c.to_string().repeat(64))).unwrap(),
+            what: "layer",
+            bytes,
+            total,
+            cached,
+        }
+    }
+
+    /// Reused blobs count as cached, not as subtasks; bytes events are
+    /// dropped within 200 ms of the last, except the last one.
+    #[test]
+    fn progress_fd_bytes_in_bootc_shape() {
+        use std::os::fd::AsRawFd as _;
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let fd = ProgressFd::open(Some(f.as_file().as_raw_fd())).unwrap();
+        let blobs = [
+            blob('a', 100, 100, true),
+            blob('b', 3, 10, false),
+            blob('c', 10, 10, false),
+        ];
+        fd.bytes("fetching blobs", &blobs, false);
+        fd.bytes("fetching blobs", &blobs, false);
+        fd.bytes("fetching blobs", &blobs, true);
+        let text = std::fs::read_to_string(f.path()).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let types: Vec<_> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["Start", "ProgressBytes", "ProgressBytes"]);
+        let e = &lines[1];
+        for (key, want) in [
+            ("bytesCached", 100),
+            ("bytes", 13),
+            ("bytesTotal", 20),
+            ("stepsCached", 1),
+            ("steps", 1),
+            ("stepsTotal", 2),
+        ] {
+            assert_eq!(e[key], want, "{key}: {e}");
+        }
+        let ids: Vec<_> = e["subtasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap()[7..8].to_owned())
+            .collect();
+        assert_eq!(ids, ["b", "c"]);
     }
 }

@@ -7,15 +7,6 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 
-/// `hostpull pull` of the big image through `fw`, with credentials for it.
-fn pull_via(fw: &Forwarder, dir: &std::path::Path, dest: &str) -> Command {
-    let image = var("RIG_IMG_BIG").replace(var("RIG_REGISTRY"), &fw.addr);
-    let mut c = pull_cmd(&image, dest);
-    c.args(["--cert-dir", var("RIG_CERT_DIR"), "--authfile"])
-        .arg(fw.authfile(dir));
-    c
-}
-
 #[test]
 fn killed_registry_mid_blob_is_retried_to_an_identical_result() {
     let s = scratch();

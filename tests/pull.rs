@@ -726,15 +726,10 @@ fn progress_events_follow_the_schema() {
     let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &dest));
     c.args(["--progress-fd", "3"]);
     // The shell gives the pull an fd 3 open on the events file.
-    let args: Vec<String> = std::iter::once(c.get_program())
-        .chain(c.get_args())
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
     let t0 = std::time::Instant::now();
     let r = run(Command::new("bash").arg("-c").arg(format!(
         "exec {} 3>'{}'",
-        quoted.join(" "),
+        shell_line(&c),
         events.display()
     )));
     let took = t0.elapsed().as_secs_f64();

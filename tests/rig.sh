@@ -26,7 +26,8 @@ RIG_USER=hostpull
 # the server certificate carries it, as an in-cluster registry's would.
 CLUSTER_NAME=image-registry.openshift-image-registry.svc
 REGISTRY_BIN=/usr/bin/docker-registry
-PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 python3-jsonschema dnsmasq-base
+# bsdutils: script(1), the pty of tests/tty.rs and tests/sysd.sh (Essential, listed to be sure)
+PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 python3-jsonschema dnsmasq-base bsdutils
           gnupg gpgv)
 TESTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/sign.sh

@@ -9,4 +9,5 @@ mod mirrors;
 mod pull;
 mod signatures;
 mod systemd;
+mod tty;
 mod util;

@@ -142,6 +142,44 @@ pub fn run(c: &mut Command) -> Run {
     }
 }
 
+/// `c`'s program and arguments as a shell command line, each word quoted.
+pub fn shell_line(c: &Command) -> String {
+    std::iter::once(c.get_program())
+        .chain(c.get_args())
+        .map(|a| format!("'{}'", a.to_string_lossy().replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Run `c` with its stderr on a terminal of `cols` x `rows` (a pty from
+/// util-linux script(1)) and its stdout in `dir`/stdout: `stderr` is what the
+/// terminal received, byte for byte.
+pub fn run_on_terminal(c: &Command, dir: &Path, (cols, rows): (u16, u16)) -> Run {
+    let stdout = dir.join("stdout");
+    let line = format!(
+        "stty cols {cols} rows {rows} && exec {} >'{}'",
+        shell_line(c),
+        stdout.display()
+    );
+    let mut script = Command::new("script");
+    script
+        .args(["-q", "-f", "-e", "-c", &line, "/dev/null"])
+        .env("SHELL", "/bin/sh")
+        .stdin(std::process::Stdio::null());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => script.env(k, v),
+            None => script.env_remove(k),
+        };
+    }
+    let out = script.output().expect("running script(1), from util-linux");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: std::fs::read_to_string(&stdout).unwrap_or_default(),
+        stderr: String::from_utf8_lossy(&out.stdout).into_owned(),
+    }
+}
+
 pub fn skopeo(args: &[&str]) -> String {
     let out = Command::new("skopeo").args(args).output().unwrap();
     assert!(
@@ -325,6 +363,15 @@ fn pump(
         }
     }
     let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+/// `hostpull pull` of the big image through `fw`, with credentials for it.
+pub fn pull_via(fw: &Forwarder, dir: &Path, dest: &str) -> Command {
+    let image = var("RIG_IMG_BIG").replace(var("RIG_REGISTRY"), &fw.addr);
+    let mut c = pull_cmd(&image, dest);
+    c.args(["--cert-dir", var("RIG_CERT_DIR"), "--authfile"])
+        .arg(fw.authfile(dir));
+    c
 }
 
 /// Wait until `f` holds, or fail the test after `timeout`.
