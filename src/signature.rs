@@ -77,10 +77,12 @@ pub async fn check(
                 let mut tried = Vec::new();
                 let mut accepted = None;
                 for (d, sig) in sigs {
-                    let r = gpg_verify(keyring, sig).await?.and_then(|(fpr, payload)| {
-                        check_payload(&payload, ATOMIC, d, image, identity)?;
-                        Ok(format!("gpg {fpr}"))
-                    });
+                    let r = gpg_verify(worker.scratch(), keyring, sig).await?.and_then(
+                        |(fpr, payload)| {
+                            check_payload(&payload, ATOMIC, d, image, identity)?;
+                            Ok(format!("gpg {fpr}"))
+                        },
+                    );
                     match r {
                         Ok(by) => {
                             accepted = Some(by);
@@ -203,12 +205,13 @@ fn read_limited(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
 /// outer error is hostpull's own trouble (no gpgv); the inner one is why this
 /// signature is not acceptable.
 async fn gpg_verify(
+    scratch: &Path,
     keyring: &[u8],
     sig: &[u8],
 ) -> anyhow::Result<Result<(String, Vec<u8>), String>> {
     let dir = tempfile::Builder::new()
-        .prefix("hostpull-gpgv-")
-        .tempdir()?;
+        .prefix("gpgv-")
+        .tempdir_in(scratch)?;
     let (ring, sig_file, out) = (
         dir.path().join("keyring.gpg"),
         dir.path().join("signature"),

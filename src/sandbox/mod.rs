@@ -528,6 +528,15 @@ impl Worker {
         self.observe(unit.as_deref(), run).await
     }
 
+    /// A root-only directory for this pull's scratch files (gpgv's), removed
+    /// with the staging directory.
+    pub fn scratch(&self) -> &Path {
+        self.staging
+            .as_ref()
+            .expect("a prepared worker has a staging directory")
+            .path()
+    }
+
     /// Record how long the proxy took to answer `Initialize`.
     pub fn record_startup(&self, took: Duration) {
         *self.startup.lock().unwrap() = Some(took);
