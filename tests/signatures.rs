@@ -157,7 +157,7 @@ fn gpg_rejections() {
     assert_eq!(snapshot(&out), before, "a rejected pull changed the layout");
 }
 
-/// A static HTTP server on 127.0.0.1 serving `dir`, killed on drop. It logs
+/// A static HTTP(S) server on 127.0.0.1 serving `dir`, killed on drop. It logs
 /// each request as `PATH STATUS uid=UID`, with the uid that owns the client's
 /// socket (from /proc/net/tcp): who fetched, root or the worker.
 struct HttpServer {
@@ -178,14 +178,21 @@ class H(http.server.SimpleHTTPRequestHandler):
                 uid = f[7]
         sys.stderr.write("%s %s uid=%s\n" % (self.path, int(code), uid))
 s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(H, directory=sys.argv[1]))
+if len(sys.argv) > 3:
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+    s.socket = ctx.wrap_socket(s.socket, server_side=True)
 print(s.server_port, flush=True)
 s.serve_forever()
 "#;
 
 impl HttpServer {
-    fn start(dir: &str) -> Self {
+    /// `tls`: the certificate and key to serve HTTPS with.
+    fn start(dir: &str, tls: &[&str]) -> Self {
         let mut child = Command::new("python3")
             .args(["-u", "-c", SERVER, dir])
+            .args(tls)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -220,7 +227,7 @@ impl Drop for HttpServer {
 #[test]
 fn gpg_lookaside_over_http() {
     let s = scratch();
-    let server = HttpServer::start(&format!("{}/lookaside", var("RIG_SIG_DIR")));
+    let server = HttpServer::start(&format!("{}/lookaside", var("RIG_SIG_DIR")), &[]);
     let url = format!("http://127.0.0.1:{}/", server.port);
     let rd = registries_d(s.path(), &url, false);
     let p = policy(s.path(), gpg_key("signer.asc"));
@@ -398,4 +405,49 @@ fn broken_or_missing_policies_are_usage_errors() {
         assert!(r.stderr.contains(why), "{why}: {}", r.stderr);
         assert!(!out.exists());
     }
+}
+
+/// An https lookaside is trusted with the CAs given for its own host: `--ca`
+/// for the registry alone is not enough.
+#[test]
+fn gpg_lookaside_over_https_with_its_own_ca() {
+    let s = scratch();
+    let ca_dir = Path::new(var("RIG_CA")).parent().unwrap();
+    let (cert, key) = (ca_dir.join("server.crt"), ca_dir.join("server.key"));
+    let server = HttpServer::start(
+        &format!("{}/lookaside", var("RIG_SIG_DIR")),
+        &[cert.to_str().unwrap(), key.to_str().unwrap()],
+    );
+    let lookaside_host = format!("127.0.0.1:{}", server.port);
+    let rd = registries_d(s.path(), &format!("https://{lookaside_host}"), false);
+    let p = policy(s.path(), gpg_key("signer.asc"));
+    let pull = |dir: &Path, cas: &[&str]| {
+        let out = dir.join("out");
+        let mut c = pull_cmd(var("RIG_IMG_SIGNED"), &format!("oci:{}", out.display()));
+        c.args(["--authfile", var("RIG_AUTHFILE"), "--policy"])
+            .arg(&p)
+            .arg("--registries.d")
+            .arg(&rd);
+        for host in cas {
+            c.arg("--ca").arg(format!("{host}={}", var("RIG_CA")));
+        }
+        (run(&mut c), out)
+    };
+    let (r, out) = pull(s.path(), &[var("RIG_REGISTRY"), &lookaside_host]);
+    assert_eq!(
+        r.json()["signature"]["verified_by"],
+        json!([format!("gpg {}", var("RIG_SIGNER_FPR"))])
+    );
+    assert!(out.join("index.json").is_file());
+    let d = s.path().join("no-ca");
+    std::fs::create_dir(&d).unwrap();
+    let (r, out) = pull(&d, &[var("RIG_REGISTRY")]);
+    r.assert_failure(5);
+    assert!(
+        r.stderr
+            .contains(&format!("fetching signature https://{lookaside_host}/")),
+        "{}",
+        r.stderr
+    );
+    assert!(!out.exists());
 }

@@ -185,10 +185,13 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             hosts.push(h.to_owned());
         }
     }
-    let trust = match &req.cert_dir {
+    let mut trust = match &req.cert_dir {
         Some(_) => Vec::new(),
         None => trust::resolve(&hosts, &cas, &req.root)?,
     };
+    for t in &mut trust {
+        t.lookaside_only = !sources.iter().any(|r| r.domain == t.host);
+    }
     let dns = dns::Dns::parse(&req.dns, &req.dns_search, &req.add_hosts)?;
     if mode == SandboxMode::None && !dns.is_empty() {
         return fail(

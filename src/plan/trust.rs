@@ -21,6 +21,9 @@ pub struct HostTrust {
     pub cas: Vec<PathBuf>,
     /// A client certificate and its private key.
     pub client: Option<(PathBuf, PathBuf)>,
+    /// Only the signature lookaside is on this host, no registry: its CAs are
+    /// for curl, never skopeo's `--cert-dir`.
+    pub lookaside_only: bool,
 }
 
 /// Parse `--ca HOST[:PORT]=FILE`.
@@ -60,6 +63,7 @@ pub fn resolve(
                 .map(|(_, f)| f.clone())
                 .collect(),
             client: None,
+            lookaside_only: false,
         };
         if let Some(dir) = CERTS_D
             .iter()

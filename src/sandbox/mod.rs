@@ -209,7 +209,7 @@ impl Worker {
                 w.staged_registries = Some(staging.write(REGISTRIES_CONF, conf)?);
                 // Without mounts, trust can only be given as one --cert-dir; the
                 // plan allows that only for the image's own host.
-                if let Some(t) = spec.trust.first() {
+                if let Some(t) = spec.trust.iter().find(|t| !t.lookaside_only) {
                     let dir = format!("certs.d/{}", t.host);
                     for (j, ca) in t.cas.iter().enumerate() {
                         staging.write_public(&format!("{dir}/ca-{j}.crt"), &std::fs::read(ca)?)?;
