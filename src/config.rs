@@ -66,6 +66,7 @@ pub struct PullConfig {
     pub timeout: Option<u64>,
     pub stall_timeout: Option<u64>,
     pub policy: Option<PathBuf>,
+    #[serde(rename = "registries.d")]
     pub registries_d: Option<PathBuf>,
     pub require_signature: Option<bool>,
 }
@@ -200,9 +201,28 @@ memory-max = "256M"
 tasks-max = 64
 [pull]
 stall-timeout = 30
+policy = "/etc/hostpull/policy.json"
+"registries.d" = "/etc/hostpull/registries.d"
+require-signature = true
 "#,
         )
         .unwrap();
+        assert_eq!(
+            (
+                c.pull.policy.as_deref(),
+                c.pull.registries_d.as_deref(),
+                c.pull.require_signature
+            ),
+            (
+                Some(Path::new("/etc/hostpull/policy.json")),
+                Some(Path::new("/etc/hostpull/registries.d")),
+                Some(true)
+            )
+        );
+        let mut req = Request::default();
+        c.fill(&mut req);
+        assert!(req.require_signature);
+        assert_eq!(req.policy.as_deref(), c.pull.policy.as_deref());
         assert_eq!(c.worker.sandbox, Some(SandboxMode::Systemd));
         assert_eq!(c.worker.memory_max.as_deref(), Some("256M"));
         assert_eq!(c.worker.tasks_max, Some(64));
@@ -240,7 +260,7 @@ stall-timeout = 30
         );
         w(
             "etc/hostpull/pulls.d/os.toml",
-            "image = \"a.io/os:2\"\ndest = \"oci:/y\"\nauthfile = [\"/p.json\"]\n",
+            "image = \"a.io/os:2\"\ndest = \"oci:/y\"\nauthfile = [\"/p.json\"]\npolicy = \"/os-policy.json\"\nrequire-signature = true\n",
         );
         let p = load_profile(&root, "os").unwrap();
         assert_eq!(p.image, "a.io/os:2", "/etc wins over /usr/lib");
@@ -258,6 +278,8 @@ stall-timeout = 30
             req.authfiles,
             [std::path::PathBuf::from("/p.json"), "/cli.json".into()]
         );
+        assert_eq!(req.policy.as_deref(), Some(Path::new("/os-policy.json")));
+        assert!(req.require_signature);
         w(
             "etc/hostpull/pulls.d/typo.toml",
             "image = \"x\"\ndest = \"oci:/y\"\nauthfiles = []\n",
@@ -343,6 +365,11 @@ pub struct Profile {
     pub cert_dir: Option<std::path::PathBuf>,
     #[serde(default)]
     pub ca: Vec<String>,
+    pub policy: Option<PathBuf>,
+    #[serde(rename = "registries.d")]
+    pub registries_d: Option<PathBuf>,
+    #[serde(default)]
+    pub require_signature: bool,
 }
 
 /// The profile `name` from the first of `DIRS` (highest precedence first) that
@@ -388,5 +415,11 @@ impl Profile {
         prepend(&mut req.pull_secrets, &self.pull_secret);
         prepend(&mut req.tokens, &self.registry_token);
         prepend(&mut req.cas, &self.ca);
+        req.policy = req.policy.take().or_else(|| self.policy.clone());
+        req.registries_d = req
+            .registries_d
+            .take()
+            .or_else(|| self.registries_d.clone());
+        req.require_signature |= self.require_signature;
     }
 }
