@@ -2,7 +2,6 @@
 //! altered per scenario, and every lie must end in exit 7 with nothing
 //! published. A redirect elsewhere must not carry the credentials.
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -43,15 +42,7 @@ impl Hostile {
             .stdout(Stdio::piped())
             .spawn()
             .expect("starting tests/hostile_registry.py");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("hostile registry did not start: {line:?}"));
+        let port = read_port(&mut child, "tests/hostile_registry.py");
         let authfile = dir.path().join("auth.json");
         std::fs::write(
             &authfile,

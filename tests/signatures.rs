@@ -197,14 +197,7 @@ impl HttpServer {
             .stderr(Stdio::piped())
             .spawn()
             .expect("python3");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("no port in {line:?}"));
+        let port = read_port(&mut child, "the lookaside server");
         let log = std::io::BufReader::new(child.stderr.take().unwrap());
         Self { child, port, log }
     }

@@ -78,6 +78,19 @@ pub fn config_root(root: impl AsRef<Path>) -> PathBuf {
     root.to_owned()
 }
 
+/// The port a test server prints as the first word of its first stdout line.
+pub fn read_port(child: &mut std::process::Child, what: &str) -> u16 {
+    use std::io::BufRead as _;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("piped stdout"))
+        .read_line(&mut line)
+        .unwrap();
+    line.split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{what} did not start: {line:?}"))
+}
+
 pub fn with_rig_creds(mut c: Command) -> Command {
     c.args([
         "--authfile",
