@@ -28,7 +28,8 @@ CLUSTER_NAME=image-registry.openshift-image-registry.svc
 REGISTRY_BIN=/usr/bin/docker-registry
 # bsdutils: script(1), the pty of tests/tty.rs and tests/sysd.sh (Essential, listed to be sure)
 PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 python3-jsonschema dnsmasq-base bsdutils
-          gnupg gpgv)
+          gnupg gpgv
+          ostree libostree-dev libzstd-dev pkg-config)   # ostree: the `ostree` feature and its tests
 TESTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/sign.sh
 source "$TESTS/sign.sh"
