@@ -24,14 +24,17 @@ const EXIT_CODES: &str = "EXIT STATUS:
   8    worker or sandbox failure (out of memory, killed, cannot start, no systemd)
   9    the signature policy rejected the image (or --require-signature refused
        a policy that accepts it unsigned)
-  10   rebase: the consumer (rpm-ostree, bootc) failed after a good pull
+  10   rebase: the consumer (rpm-ostree, bootc) failed after a good pull;
+       --dest ostree: the import into the repository failed after a good pull
   130  stopped by SIGINT; 143 stopped by SIGTERM
 
 With --json, pull prints one object on stdout: image, manifest_digest,
 source_digest, platform, dest, tag, layers_total, layers_fetched,
 layers_reused, bytes_fetched, elapsed_ms, signature {scope, requirement,
 verified_by}, credentials [{host, source, key}],
-worker {sandbox, unit, uid, memory_peak_bytes, startup_ms}.";
+worker {sandbox, unit, uid, memory_peak_bytes, startup_ms}; with --dest
+ostree:, dest is the repository and ostree {repo, commit, refs} tells the
+imported commit and the refs pointing at it.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -98,7 +101,9 @@ pub struct PullOpts {
     /// docker://HOST[:PORT]/PATH[:TAG|@sha256:HEX] (docker:// may be left out)
     #[arg(required_unless_present = "profile")]
     pub image: Option<String>,
-    /// oci:DIR[:TAG]; TAG defaults to the image's tag
+    /// oci:DIR[:TAG], TAG defaulting to the image's tag; or ostree:REPO[:REF]:
+    /// import into the ostree repository REPO as rpm-ostree and bootc store
+    /// images, and point REF at the commit (needs the `ostree` build feature)
     #[arg(long)]
     pub dest: Option<String>,
     /// Take the image, destination and sources from pulls.d/NAME.toml (what
@@ -277,7 +282,7 @@ async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
         tracing::warn!("TLS verification is off for {}", plan.image.domain);
     }
     let progress = Progress::new(opts.progress_fd, screen)?;
-    let report = crate::fetch::pull(&plan, &progress).await?;
+    let report = pull_to_dest(plan, &progress).await?;
     progress.done();
     eprintln!("{}", report.summary());
     journal_report(&report);
@@ -285,6 +290,33 @@ async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
         print_json(&report)?;
     }
     Ok(())
+}
+
+/// Pull as the plan says. For `ostree:REPO[:REF]` the pull goes into a staging
+/// layout, which is imported only after a good pull and removed either way; a
+/// failed import is exit 10, as a consumer's failure is.
+async fn pull_to_dest(
+    mut plan: plan::Plan,
+    progress: &Progress,
+) -> anyhow::Result<crate::progress::Report> {
+    let Some(dest) = plan.ostree.clone() else {
+        return crate::fetch::pull(&plan, progress).await;
+    };
+    let staging = crate::store::ostree::Staging::new(&dest.repo)?;
+    plan.dest_dir = staging.path().to_owned();
+    let mut report = crate::fetch::pull(&plan, progress).await?;
+    let import = crate::store::ostree::import(&dest, staging.path(), &plan.tag, &plan.image);
+    let imported = tokio::select! {
+        r = import => r.map_err(|e| {
+            error::Failure::new(Kind::Handoff, error::one_line(&format!("{e:#}")))
+        })?,
+        kind = crate::fetch::cancelled() => {
+            return error::fail(kind, "interrupted: the ostree import was stopped");
+        }
+    };
+    report.dest = dest.repo.display().to_string();
+    report.ostree = Some(imported);
+    Ok(report)
 }
 
 /// Pull, then hand the layout over. The layout defaults to a directory per
@@ -303,6 +335,12 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
         }
         plan_for(&o)?
     };
+    if plan.ostree.is_some() {
+        return error::fail(
+            Kind::Usage,
+            "rebase hands over an OCI layout: give --layout DIR or --dest oci:DIR",
+        );
+    }
     plan.dest_dir = std::path::absolute(&plan.dest_dir)?;
     if let Some(parent) = plan.dest_dir.parent() {
         std::fs::create_dir_all(parent)?;

@@ -113,6 +113,7 @@ pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
             })
             .collect(),
         worker: report,
+        ostree: None,
     })
 }
 
@@ -259,7 +260,7 @@ async fn try_pull(
 }
 
 /// Resolves on SIGINT or SIGTERM, with the matching exit code.
-async fn cancelled() -> Kind {
+pub(crate) async fn cancelled() -> Kind {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),

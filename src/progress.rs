@@ -28,6 +28,9 @@ pub struct Report {
     /// For each host, where its credential came from (never the secret).
     pub credentials: Vec<CredentialReport>,
     pub worker: WorkerReport,
+    /// With `--dest ostree:`, what the import did (`dest` is then the repository).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ostree: Option<crate::store::ostree::Imported>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -39,12 +42,14 @@ pub struct CredentialReport {
 
 impl Report {
     pub fn summary(&self) -> String {
+        let into = match &self.ostree {
+            Some(o) => format!("ostree:{} (commit {})", self.dest, o.commit),
+            None => format!("oci:{}:{}", self.dest, self.tag),
+        };
         format!(
-            "Pulled {} ({}) into oci:{}:{}: {} layers, {} fetched, {} reused, {:.1} MiB in {:.2} s",
+            "Pulled {} ({}) into {into}: {} layers, {} fetched, {} reused, {:.1} MiB in {:.2} s",
             self.image,
             self.manifest_digest,
-            self.dest,
-            self.tag,
             self.layers_total,
             self.layers_fetched,
             self.layers_reused,

@@ -22,6 +22,8 @@ use crate::manifest::Descriptor;
 use crate::plan::imgref::Sha256Digest;
 use crate::verify::Verifier;
 
+pub mod ostree;
+
 const BLOBS: &str = "blobs/sha256";
 const INDEX: &str = "index.json";
 const OCI_LAYOUT: &str = "oci-layout";

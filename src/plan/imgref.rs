@@ -267,19 +267,32 @@ pub fn valid_hostname(h: &str) -> bool {
         })
 }
 
-/// Where a pull goes: an OCI image layout directory and the tag inside it.
+/// Where a pull goes: an OCI image layout directory and the tag inside it, or
+/// an ostree repository (the pull is staged in a layout, then imported).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dest {
     pub dir: PathBuf,
     pub tag: Option<String>,
+    pub ostree: Option<OstreeDest>,
+}
+
+/// `ostree:REPO[:REF]`: the repository, and the ref to point at the imported commit.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct OstreeDest {
+    pub repo: PathBuf,
+    #[serde(rename = "ref")]
+    pub ostree_ref: Option<String>,
 }
 
 impl Dest {
-    /// Parse `oci:DIR[:TAG]`. As in containers/image, DIR ends at the first colon.
+    /// Parse `oci:DIR[:TAG]` or `ostree:REPO[:REF]`. As in containers/image, DIR
+    /// ends at the first colon.
     pub fn parse(input: &str) -> anyhow::Result<Self> {
         let bad = |why: &str| fail(Kind::Usage, format!("invalid destination {input:?}: {why}"));
-        let Some(rest) = input.strip_prefix("oci:") else {
-            return bad("only oci:DIR[:TAG] is supported");
+        let (ostree, rest) = match (input.strip_prefix("oci:"), input.strip_prefix("ostree:")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => return bad("only oci:DIR[:TAG] and ostree:REPO[:REF] are supported"),
         };
         let (dir, tag) = match rest.split_once(':') {
             Some((d, t)) => (d, Some(t)),
@@ -287,6 +300,23 @@ impl Dest {
         };
         if dir.is_empty() {
             return bad("empty directory");
+        }
+        if ostree {
+            if let Some(r) = tag
+                && !valid_ostree_ref(r)
+            {
+                return bad(
+                    "REF must be an ostree ref: /-separated [A-Za-z0-9_][A-Za-z0-9._-]* parts, not under ostree/",
+                );
+            }
+            return Ok(Self {
+                dir: PathBuf::new(),
+                tag: None,
+                ostree: Some(OstreeDest {
+                    repo: dir.into(),
+                    ostree_ref: tag.map(str::to_owned),
+                }),
+            });
         }
         if let Some(t) = tag
             && !valid_oci_ref_name(t)
@@ -298,8 +328,22 @@ impl Dest {
         Ok(Self {
             dir: dir.into(),
             tag: tag.map(str::to_owned),
+            ostree: None,
         })
     }
+}
+
+/// An ostree ref name (libostree's `ostree_validate_rev`), outside `ostree/`,
+/// where ostree-ext keeps the images and layers it manages.
+pub fn valid_ostree_ref(r: &str) -> bool {
+    r.len() <= 255
+        && r.split('/').next() != Some("ostree")
+        && r.split('/').all(|part| {
+            let mut b = part.bytes();
+            b.next()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_')
+                && b.all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+        })
 }
 
 /// One component of the OCI `org.opencontainers.image.ref.name` grammar:
@@ -456,9 +500,43 @@ mod tests {
             "oci:/x:a b",
             "oci:/x:.a",
             "oci:/x:a-",
+            "ostree:",
+            "ostree::ref",
+            "ostree:/r:",
+            "ostree:/r:a//b",
+            "ostree:/r:a/",
+            "ostree:/r:-a",
+            "ostree:/r:a:b",
+            "ostree:/r:a b",
+            "ostree:/r:ostree/container/image/x",
+            "ostree:/r:ostree",
+            "ostree/r",
         ] {
             let e = Dest::parse(bad).expect_err(bad);
             assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+        }
+    }
+
+    #[test]
+    fn ostree_dest_parse() {
+        let o = |repo: &str, r: Option<&str>| OstreeDest {
+            repo: repo.into(),
+            ostree_ref: r.map(str::to_owned),
+        };
+        let cases = [
+            (
+                "ostree:/sysroot/ostree/repo",
+                o("/sysroot/ostree/repo", None),
+            ),
+            (
+                "ostree:repo:fcos/x86_64/stable",
+                o("repo", Some("fcos/x86_64/stable")),
+            ),
+            ("ostree:/r:_a.b-c", o("/r", Some("_a.b-c"))),
+        ];
+        for (input, want) in cases {
+            let d = Dest::parse(input).unwrap();
+            assert_eq!(d.ostree, Some(want), "{input}");
         }
     }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::error::{Failure, Kind, fail};
 use crate::manifest::Platform;
 use crate::sandbox::{Limits, SandboxMode, WorkerSpec, unit};
-use imgref::{Dest, ImageRef};
+use imgref::{Dest, ImageRef, OstreeDest};
 
 /// The worker's domain in selinux/hostpull.te.
 pub const WORKER_SELINUX_CONTEXT: &str = "system_u:system_r:hostpull_worker_t:s0";
@@ -23,8 +23,12 @@ pub const WORKER_SELINUX_CONTEXT: &str = "system_u:system_r:hostpull_worker_t:s0
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub image: ImageRef,
+    /// The layout the pull writes; for an ostree destination, the staging
+    /// layout, chosen when the pull starts (`store::ostree::Staging`).
     pub dest_dir: PathBuf,
     pub tag: String,
+    /// `ostree:REPO[:REF]`: import the verified layout into REPO afterwards.
+    pub ostree: Option<OstreeDest>,
     pub platform: Platform,
     pub worker: WorkerSpec,
     pub retry: RetryPolicy,
@@ -107,12 +111,39 @@ pub struct Request {
     pub root: PathBuf,
 }
 
+/// An ostree destination needs a build with the `ostree` feature, and an
+/// existing repository: hostpull does not choose a repository's mode for it.
+fn check_ostree(d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
+    if !built_with_ostree {
+        return fail(
+            Kind::Usage,
+            "this hostpull was built without ostree support (cargo feature `ostree`): \
+             --dest ostree: is not available",
+        );
+    }
+    if !d.repo.join("config").is_file() {
+        return fail(
+            Kind::Usage,
+            format!(
+                "{} is not an ostree repository (create it with ostree init)",
+                d.repo.display()
+            ),
+        );
+    }
+    Ok(())
+}
+
 pub fn plan(req: &Request) -> anyhow::Result<Plan> {
     let image = ImageRef::parse(&req.image)?;
     let dest = Dest::parse(&req.dest)?;
+    if let Some(o) = &dest.ostree {
+        check_ostree(o, cfg!(feature = "ostree"))?;
+    }
     let tag = match (dest.tag, &image.tag) {
         (Some(t), _) => t,
         (None, Some(t)) => t.clone(),
+        // The staging layout's tag, which nobody else sees.
+        (None, None) if dest.ostree.is_some() => "latest".to_owned(),
         (None, None) => {
             return fail(
                 Kind::Usage,
@@ -203,6 +234,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         image,
         dest_dir: dest.dir,
         tag,
+        ostree: dest.ostree,
         platform,
         worker: WorkerSpec {
             mode,
@@ -345,6 +377,9 @@ pub struct Summary {
     pub signature: String,
     /// The signature lookaside from registries.d, if any.
     pub lookaside: Option<String>,
+    /// `--dest ostree:`: `dest` is then the repository.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ostree: Option<OstreeDest>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -365,7 +400,10 @@ impl Plan {
         Summary {
             image: self.image.to_string(),
             platform: self.platform.to_string(),
-            dest: self.dest_dir.display().to_string(),
+            dest: match &self.ostree {
+                Some(o) => o.repo.display().to_string(),
+                None => self.dest_dir.display().to_string(),
+            },
             tag: self.tag.clone(),
             sandbox: w.mode,
             memory_max: w.limits.memory_max.clone(),
@@ -413,6 +451,7 @@ impl Plan {
                 .collect(),
             signature: self.policy.describe(),
             lookaside: self.policy.lookaside.clone(),
+            ostree: self.ostree.clone(),
         }
     }
 }
@@ -420,15 +459,16 @@ impl Plan {
 impl Summary {
     /// The summary for a terminal.
     pub fn text(&self) -> String {
+        let dest = match &self.ostree {
+            Some(o) => match &o.ostree_ref {
+                Some(r) => format!("ostree:{}:{r}", self.dest),
+                None => format!("ostree:{}", self.dest),
+            },
+            None => format!("oci:{}:{}", self.dest, self.tag),
+        };
         let mut t = format!(
-            "image     {} ({})\ndest      oci:{}:{}\nsandbox   {:?}, MemoryMax={}, TasksMax={}\n",
-            self.image,
-            self.platform,
-            self.dest,
-            self.tag,
-            self.sandbox,
-            self.memory_max,
-            self.tasks_max
+            "image     {} ({})\ndest      {dest}\nsandbox   {:?}, MemoryMax={}, TasksMax={}\n",
+            self.image, self.platform, self.sandbox, self.memory_max, self.tasks_max
         );
         for h in &self.hosts {
             t += &format!("host      {} ({})\n", h.host, h.role);
@@ -618,6 +658,39 @@ mod tests {
                 (Err(e), None) => assert_eq!(crate::error::exit_code(&e), 2),
                 (r, _) => panic!("{image} {dest}: {r:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn ostree_destinations() {
+        let td = tempfile::tempdir().unwrap();
+        let d = OstreeDest {
+            repo: td.path().into(),
+            ostree_ref: None,
+        };
+        let e = check_ostree(&d, false).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(
+            e.to_string().contains("built without ostree support"),
+            "{e}"
+        );
+        let e = check_ostree(&d, true).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("not an ostree repository"), "{e}");
+        std::fs::write(td.path().join("config"), "[core]\n").unwrap();
+        check_ostree(&d, true).unwrap();
+        let dest = format!("ostree:{}:os/stable", td.path().display());
+        let pinned =
+            "h.io/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        match plan(&req(pinned, &dest)) {
+            Ok(p) if cfg!(feature = "ostree") => {
+                assert_eq!(p.ostree.unwrap().ostree_ref.as_deref(), Some("os/stable"));
+                assert_eq!(p.tag, "latest");
+            }
+            Err(e) if cfg!(not(feature = "ostree")) => {
+                assert_eq!(crate::error::exit_code(&e), 2)
+            }
+            r => panic!("{r:?}"),
         }
     }
 
