@@ -6,6 +6,7 @@ mod fault;
 mod handoff;
 mod hostile;
 mod mirrors;
+mod ostree;
 mod pull;
 mod signatures;
 mod systemd;
