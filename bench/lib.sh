@@ -57,3 +57,11 @@ alive() {
 }
 # kids PID: children of every thread of PID (tokio spawns its children from worker threads)
 kids() { local f; for f in /proc/"$1"/task/*/children; do echo $(<"$f"); done 2>/dev/null || true; }
+
+# bench_systemd_for SCRIPT ARGS...: bench_in_systemd, with BENCH_DIR, RIG_DIR and HOSTPULL
+# exported and hostpull's own directory shared too.
+bench_systemd_for() {
+    export BENCH_DIR RIG_DIR HOSTPULL BENCH_SHARE
+    BENCH_SHARE=$(dirname "$HOSTPULL")
+    bench_in_systemd "$@"
+}

@@ -54,9 +54,7 @@ mkdir -p "$BENCH_DIR"
 if [ "$MODE" = systemd ]; then
     # shellcheck source=bench/lib.sh
     . "$ROOT/bench/lib.sh"
-    export BENCH_DIR RIG_DIR HOSTPULL BENCH_SHARE
-    BENCH_SHARE=$(dirname "$HOSTPULL")
-    bench_in_systemd "$ROOT/bench/pull.sh" "${ARGS[@]}"   # returns only if PID 1 is systemd
+    bench_systemd_for "$ROOT/bench/pull.sh" "${ARGS[@]}"   # returns only if PID 1 is systemd
 fi
 RESULTS=$BENCH_DIR/results.tsv
 printf 'tool\twall_s\tmaxrss_kib\tself_hwm_kib\tchild_hwm_kib\n' >"$RESULTS"

@@ -34,9 +34,7 @@ mkdir -p "$BENCH_DIR"
 if [ "$MODE" = systemd ]; then
     # shellcheck source=bench/lib.sh
     . "$ROOT/bench/lib.sh"
-    export BENCH_DIR RIG_DIR HOSTPULL BENCH_SHARE
-    BENCH_SHARE=$(dirname "$HOSTPULL")
-    bench_in_systemd "$ROOT/bench/signatures.sh" "${ARGS[@]}"   # returns if PID 1 is systemd
+    bench_systemd_for "$ROOT/bench/signatures.sh" "${ARGS[@]}"   # returns only if PID 1 is systemd
 fi
 
 REG=$(rig RIG_REGISTRY) SIG=$(rig RIG_SIG_DIR) AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR)

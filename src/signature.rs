@@ -57,7 +57,8 @@ pub async fn check(
     let mut gpg: Option<Vec<(Sha256Digest, Vec<u8>)>> = None;
     let mut sigstore: Option<Vec<Attached>> = None;
     for req in &policy.requirements {
-        let (accepted, tried) = match req {
+        // Each signature's verdict: who signed it, or why it does not count.
+        let checked: Vec<Result<String, String>> = match req {
             Requirement::InsecureAcceptAnything => continue,
             Requirement::Reject => return rejected(plan, req, "the policy rejects this image"),
             Requirement::SignedBy {
@@ -73,25 +74,15 @@ pub async fn check(
                 if gpg.is_none() {
                     gpg = Some(lookaside(worker, base, image, digests).await?);
                 }
-                let sigs = gpg.as_deref().unwrap_or_default();
-                let mut tried = Vec::new();
-                let mut accepted = None;
-                for (d, sig) in sigs {
-                    let r = gpg_verify(worker.scratch(), keyring, sig).await?.and_then(
-                        |(fpr, payload)| {
-                            check_payload(&payload, ATOMIC, d, image, identity)?;
-                            Ok(format!("gpg {fpr}"))
-                        },
-                    );
-                    match r {
-                        Ok(by) => {
-                            accepted = Some(by);
-                            break;
-                        }
-                        Err(why) => tried.push(why),
-                    }
+                let mut checked = Vec::new();
+                for (d, sig) in gpg.as_deref().unwrap_or_default() {
+                    let r = gpg_verify(worker.scratch(), keyring, sig).await?;
+                    checked.push(r.and_then(|(fpr, payload)| {
+                        check_payload(&payload, ATOMIC, d, image, identity)?;
+                        Ok(format!("gpg {fpr}"))
+                    }));
                 }
-                (accepted, tried)
+                checked
             }
             Requirement::SigstoreSigned {
                 keys,
@@ -108,35 +99,36 @@ pub async fn check(
                 if sigstore.is_none() {
                     sigstore = Some(attachments(worker, image, digests).await?);
                 }
-                let mut tried = Vec::new();
-                let mut accepted = None;
-                for a in sigstore.as_deref().unwrap_or_default() {
-                    let r = sigstore_verify(keys, &a.payload, &a.signature).and_then(|()| {
-                        check_payload(&a.payload, COSIGN, &a.digest, image, identity)
-                    });
-                    match r {
-                        Ok(()) => {
-                            accepted = Some(format!("sigstore {source}"));
-                            break;
-                        }
-                        Err(why) => tried.push(why),
-                    }
-                }
-                (accepted, tried)
+                let attached = sigstore.as_deref().unwrap_or_default();
+                attached
+                    .iter()
+                    .map(|a| {
+                        sigstore_verify(keys, &a.payload, &a.signature)?;
+                        check_payload(&a.payload, COSIGN, &a.digest, image, identity)?;
+                        Ok(format!("sigstore {source}"))
+                    })
+                    .collect()
             }
         };
-        match accepted {
-            Some(by) => verdict.verified_by.push(by),
-            None if tried.is_empty() => return rejected(plan, req, "no signature found"),
-            None => {
-                let why = format!(
-                    "none of {} signature(s) is acceptable: {}",
-                    tried.len(),
-                    tried.join("; ")
-                );
-                return rejected(plan, req, &why);
-            }
+        if let Some(by) = checked.iter().find_map(|r| r.as_ref().ok()) {
+            verdict.verified_by.push(by.clone());
+            continue;
         }
+        let why = if checked.is_empty() {
+            "no signature found".to_owned()
+        } else {
+            let tried: Vec<&str> = checked
+                .iter()
+                .filter_map(|r| r.as_ref().err())
+                .map(String::as_str)
+                .collect();
+            format!(
+                "none of {} signature(s) is acceptable: {}",
+                tried.len(),
+                tried.join("; ")
+            )
+        };
+        return rejected(plan, req, &why);
     }
     Ok(verdict)
 }

@@ -70,9 +70,12 @@ pub fn config_root(root: impl AsRef<Path>) -> PathBuf {
     let root = root.as_ref();
     let dir = root.join("etc/containers");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/accept-anything.json"
+        ),
         dir.join("policy.json"),
-        r#"{"default":[{"type":"insecureAcceptAnything"}]}"#,
     )
     .unwrap();
     root.to_owned()

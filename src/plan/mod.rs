@@ -568,20 +568,17 @@ mod tests {
     use super::*;
 
     fn req(image: &str, dest: &str) -> Request {
-        let policy =
-            std::env::temp_dir().join(format!("hostpull-test-policy-{}.json", std::process::id()));
-        std::fs::write(
-            &policy,
-            r#"{"default":[{"type":"insecureAcceptAnything"}]}"#,
-        )
-        .unwrap();
+        let policy = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/accept-anything.json"
+        );
         Request {
             image: image.into(),
             dest: dest.into(),
             tls_verify: true,
             sandbox: Some(SandboxMode::None),
             root: "/nonexistent-root".into(),
-            policy: Some(policy),
+            policy: Some(policy.into()),
             ..Default::default()
         }
     }
