@@ -426,6 +426,9 @@ fn journal_report(report: &crate::progress::Report) {
             layers_reused = report.layers_reused,
             bytes_fetched = report.bytes_fetched,
             elapsed_ms = report.elapsed_ms as u64,
+            signature_requirement = %report.signature.requirement,
+            signed_by = %report.signature.verified_by.join(" "),
+            ostree_commit = report.ostree.as_ref().map(|o| o.commit.as_str()),
             "{}",
             report.summary()
         );

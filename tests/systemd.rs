@@ -502,18 +502,20 @@ fn the_pull_service_pulls_its_profile() {
             .unwrap()
             .success()
     );
+    let since = format!(
+        "@{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    );
     let st = Command::new("systemctl")
         .args(["start", "hostpull-pull@demo.service"])
         .status()
         .unwrap();
     let log = Command::new("journalctl")
-        .args([
-            "-u",
-            "hostpull-pull@demo.service",
-            "-o",
-            "cat",
-            "--no-pager",
-        ])
+        .args(["-u", "hostpull-pull@demo.service", "--since", &since])
+        .args(["-o", "cat", "--no-pager"])
         .output()
         .unwrap();
     let log = String::from_utf8_lossy(&log.stdout);
@@ -528,15 +530,11 @@ fn the_pull_service_pulls_its_profile() {
     ]))
     .unwrap();
     assert_eq!(inspected["Digest"], registry_digest(var("RIG_IMG_SMALL")));
-    // The result is also a journal entry with fields.
+    // The result is also a journal entry with fields, from this run (the
+    // journal may hold earlier ones).
     let entries = Command::new("journalctl")
-        .args([
-            "-u",
-            "hostpull-pull@demo.service",
-            "-o",
-            "json",
-            "--no-pager",
-        ])
+        .args(["-u", "hostpull-pull@demo.service", "--since", &since])
+        .args(["-o", "json", "--no-pager"])
         .output()
         .unwrap();
     let entry = String::from_utf8_lossy(&entries.stdout)
@@ -546,6 +544,8 @@ fn the_pull_service_pulls_its_profile() {
         .expect("an entry with MANIFEST_DIGEST");
     assert_eq!(entry["MANIFEST_DIGEST"], inspected["Digest"]);
     assert_eq!(entry["TAG"], "v1");
+    // The host's policy (containers-common's) accepts anything.
+    assert_eq!(entry["SIGNATURE_REQUIREMENT"], "insecureAcceptAnything");
 }
 
 /// The machine-config daemon's call (docs/mcd.md): the in-cluster registry by
