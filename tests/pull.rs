@@ -810,3 +810,58 @@ fn man_page_and_completions() {
         bash.stderr
     );
 }
+
+/// The scheduling policy of every thread of `pid` (field 41 of
+/// /proc/PID/task/TID/stat: 0 SCHED_OTHER, 3 SCHED_BATCH, 5 SCHED_IDLE).
+fn policies(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let after_comm = &stat[stat.rfind(')')? + 2..];
+            after_comm.split(' ').nth(41 - 3)?.parse().ok()
+        })
+        .collect()
+}
+
+/// A pull is batch work: every thread of hostpull runs SCHED_BATCH, unless the
+/// caller chose another policy (here SCHED_IDLE with chrt), which is kept.
+#[test]
+fn pull_runs_as_batch_work() {
+    let s = scratch();
+    for (chrt, want) in [(None, 3), (Some("--idle"), 5)] {
+        let dest = oci(&s.path().join(format!("{want}")), None);
+        let pull = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &dest));
+        let mut c = match chrt {
+            None => pull,
+            Some(policy) => {
+                let mut c = Command::new("chrt");
+                c.args([policy, "0"])
+                    .arg(pull.get_program())
+                    .args(pull.get_args());
+                for (k, v) in pull.get_envs() {
+                    c.env(k, v.unwrap());
+                }
+                c
+            }
+        };
+        let mut child = c
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut seen = Vec::new();
+        wait_for(
+            "hostpull's runtime threads",
+            std::time::Duration::from_secs(20),
+            || {
+                seen = policies(child.id());
+                seen.len() > 2
+            },
+        );
+        assert!(seen.iter().all(|p| *p == want), "{chrt:?}: {seen:?}");
+        assert!(child.wait().unwrap().success());
+    }
+}
