@@ -51,9 +51,9 @@ fi
 
 BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
 mkdir -p "$BENCH_DIR"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"   # hwm, alive, kids, bench_systemd_for
 if [ "$MODE" = systemd ]; then
-    # shellcheck source=bench/lib.sh
-    . "$ROOT/bench/lib.sh"
     bench_systemd_for "$ROOT/bench/pull.sh" "${ARGS[@]}"   # returns only if PID 1 is systemd
 fi
 RESULTS=$BENCH_DIR/results.tsv
@@ -62,20 +62,6 @@ printf 'tool\twall_s\tmaxrss_kib\tself_hwm_kib\tchild_hwm_kib\n' >"$RESULTS"
 # Both commands, less the destination (appended per run).
 HP_CMD=("$HOSTPULL" pull "docker://$IMAGE" --authfile "$AUTH" --cert-dir "$CERTS" --sandbox "$MODE" --json)
 SK_CMD=(skopeo copy --authfile "$AUTH" --src-cert-dir "$CERTS" "docker://$IMAGE")
-
-# hwm PID: VmHWM (peak RSS, KiB) of PID, 0 if gone.  alive PID: exists, not a zombie.
-hwm() {
-    local k v _
-    while read -r k v _; do [ "$k" = VmHWM: ] && { echo "$v"; return; }; done 2>/dev/null <"/proc/$1/status"
-    echo 0
-}
-alive() {
-    local k v _
-    while read -r k v _; do [ "$k" = State: ] && { [ "$v" != Z ]; return; }; done 2>/dev/null <"/proc/$1/status"
-    return 1
-}
-# kids PID: children of every thread of PID (tokio spawns skopeo from a worker thread)
-kids() { local f; for f in /proc/"$1"/task/*/children; do echo $(<"$f"); done 2>/dev/null || true; }
 
 # measure TOOL CMD...: run CMD under /usr/bin/time; append wall, %M and the sampled peaks
 # of the tool process itself and of its direct children (hostpull's skopeo) to $RESULTS.
