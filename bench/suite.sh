@@ -22,6 +22,8 @@
 # brought up with RIG_BENCH=1 if it is not up or lacks the benchmark images; HOSTPULL (default:
 # `cargo build --release`, copied to $BENCH_DIR/bin so a rebuild during the run changes
 # nothing). Raw rows: $BENCH_DIR/suite.tsv; summary: $BENCH_DIR/suite.txt.
+# The rig stays up for the next run (building its 2 GiB image takes a while); stop it with
+# RIG_DIR=$BENCH_DIR/rig tests/rig.sh down.
 set -euo pipefail
 
 die() { echo "bench: $*" >&2; exit 1; }
