@@ -14,11 +14,11 @@ fn killed_registry_mid_blob_is_retried_to_an_identical_result() {
     // image takes seconds, so "mid-blob" is real.
     let fw = Forwarder::start(var("RIG_REGISTRY"), 64 << 20);
     let dest = s.path().join("retried");
-    let child = pull_via(&fw, s.path(), &format!("oci:{}", dest.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_piped(&mut pull_via(
+        &fw,
+        s.path(),
+        &format!("oci:{}", dest.display()),
+    ));
     wait_for(
         "100 MB through the forwarder",
         Duration::from_secs(60),
@@ -49,11 +49,7 @@ fn stalled_registry_fails_with_6_and_leaves_no_worker() {
     let t0 = Instant::now();
     let mut c = pull_via(&fw, s.path(), &format!("oci:{}", dest.display()));
     c.args(["--stall-timeout", "5"]);
-    let child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_piped(&mut c);
     let pid = child.id();
     wait_for("its worker", Duration::from_secs(30), || {
         !workers_of(pid).is_empty()

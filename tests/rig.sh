@@ -321,12 +321,13 @@ build_tamper() {  # random bytes: no other image shares these blobs
     verify_layout "$d" v1
 }
 
-build_big() {     # 8 layers x 64 MiB of random data
-    local d=$1 s=$RIG_DIR/tmp/big i
+# build_random DIR NAME SIZE: 8 layers of SIZE random bytes each
+build_random() {
+    local d=$1 name=$2 size=$3 s=$RIG_DIR/tmp/$2 i
     umoci init --layout "$d"; umoci new --image "$d:v1"
     for i in $(seq 8); do
-        rm -rf "$s"; mkdir -p "$s/big"
-        head -c 64M /dev/urandom >"$s/big/layer$i.bin"
+        rm -rf "$s"; mkdir -p "$s/$name"
+        head -c "$size" /dev/urandom >"$s/$name/layer$i.bin"
         add_layer "$d:v1" "$s"
     done
     umoci gc --layout "$d"
@@ -334,7 +335,8 @@ build_big() {     # 8 layers x 64 MiB of random data
     verify_layout "$d" v1
 }
 
-# ---- benchmark images (RIG_BENCH=1 only)
+build_big() { build_random "$1" big 64M; }   # 8 layers x 64 MiB
+
 build_big2() {    # v2 = big:v1's first 7 layers (the same blobs) + a new random 64 MiB layer
     local d=$1 b=$IMAGES/big s=$RIG_DIR/tmp/big2 m c f dig
     mkdir -p "$d"
@@ -368,18 +370,7 @@ build_big2() {    # v2 = big:v1's first 7 layers (the same blobs) + a new random
         || die "big2: v2 does not share big:v1's first 7 layers"
 }
 
-build_huge() {    # 8 layers x 256 MiB of random data (2 GiB)
-    local d=$1 s=$RIG_DIR/tmp/huge i
-    umoci init --layout "$d"; umoci new --image "$d:v1"
-    for i in $(seq 8); do
-        rm -rf "$s"; mkdir -p "$s/huge"
-        head -c 256M /dev/urandom >"$s/huge/layer$i.bin"
-        add_layer "$d:v1" "$s"
-    done
-    umoci gc --layout "$d"
-    rm -rf "$s"
-    verify_layout "$d" v1
-}
+build_huge() { build_random "$1" huge 256M; }   # 8 layers x 256 MiB (2 GiB)
 
 # ensure_image NAME: build $IMAGES/NAME once (marker file .built), reuse afterwards
 ensure_image() {

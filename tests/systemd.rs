@@ -74,11 +74,7 @@ fn unit_has_the_configured_properties() {
     let mut c = systemd_pull(var("RIG_IMG_BIG"), &dest);
     c.args(["--tasks-max", "128", "--config-root"])
         .arg(config_root(&root));
-    let child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_piped(&mut c);
     let pid = child.id();
     // The proxy session is the second unit, after the manifest's `inspect`.
     let unit = format!("hostpull-worker-{pid}-");
@@ -267,11 +263,7 @@ fn staging_is_removed_after_success_and_failure() {
             "--cert-dir",
             var("RIG_CERT_DIR"),
         ]);
-        let child = c
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = spawn_piped(&mut c);
         let pid = child.id();
         let out = child.wait_with_output().unwrap();
         assert_eq!(

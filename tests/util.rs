@@ -94,6 +94,15 @@ pub fn read_port(child: &mut std::process::Child, what: &str) -> u16 {
         .unwrap_or_else(|| panic!("{what} did not start: {line:?}"))
 }
 
+/// Start `c` with stdout and stderr captured, for `wait_with_output` later.
+pub fn spawn_piped(c: &mut Command) -> std::process::Child {
+    use std::process::Stdio;
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the command")
+}
+
 pub fn with_rig_creds(mut c: Command) -> Command {
     c.args([
         "--authfile",
