@@ -32,7 +32,8 @@ With --json, pull prints one object on stdout: image, manifest_digest,
 source_digest, platform, dest, tag, layers_total, layers_fetched,
 layers_reused, bytes_fetched, elapsed_ms, signature {scope, requirement,
 verified_by}, credentials [{host, source, key}],
-worker {sandbox, unit, uid, memory_peak_bytes, startup_ms}; with --dest
+worker {sandbox, unit, uid, memory_peak_bytes, startup_ms, skopeo,
+protocol, blobs_via}; with --dest
 ostree:, dest is the repository and ostree {repo, commit, refs} tells the
 imported commit and the refs pointing at it.";
 
@@ -187,6 +188,10 @@ pub struct PullOpts {
     /// The worker's IOWeight=, 1 to 10000 [default: 50]
     #[arg(long)]
     pub io_weight: Option<u32>,
+    /// The skopeo binary that runs as the worker [default: skopeo on PATH;
+    /// HOSTPULL_SKOPEO, a test hook, comes between this and the config file]
+    #[arg(long, value_name = "PATH")]
+    pub skopeo: Option<PathBuf>,
     /// The worker unit's SELinux context where SELinux is enabled
     /// [default: system_u:system_r:hostpull_worker_t:s0]
     #[arg(long, value_name = "CONTEXT")]
@@ -230,6 +235,10 @@ impl PullOpts {
             systemd_booted: std::path::Path::new("/run/systemd/system").is_dir(),
             selinux_enabled: std::path::Path::new("/sys/fs/selinux/enforce").exists(),
             selinux_context: self.worker_selinux_context.clone(),
+            skopeo: self
+                .skopeo
+                .clone()
+                .or_else(|| std::env::var_os(crate::sandbox::SKOPEO_ENV).map(PathBuf::from)),
             memory_max: self.memory_max.clone(),
             cpu_quota: self.cpu_quota.clone(),
             tasks_max: self.tasks_max,
@@ -429,6 +438,8 @@ fn journal_report(report: &crate::progress::Report) {
             signature_requirement = %report.signature.requirement,
             signed_by = %report.signature.verified_by.join(" "),
             ostree_commit = report.ostree.as_ref().map(|o| o.commit.as_str()),
+            worker_skopeo = report.worker.skopeo.as_deref(),
+            worker_protocol = report.worker.protocol.as_deref(),
             "{}",
             report.summary()
         );

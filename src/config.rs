@@ -57,6 +57,8 @@ pub struct WorkerConfig {
     pub tasks_max: Option<u32>,
     pub io_weight: Option<u32>,
     pub selinux_context: Option<String>,
+    /// The skopeo binary that runs as the worker.
+    pub skopeo: Option<PathBuf>,
 }
 
 /// `[pull]`: time limits, in seconds, and the signature policy.
@@ -112,6 +114,7 @@ impl Config {
             self.worker.tasks_max => w.tasks_max,
             self.worker.io_weight => w.io_weight,
             self.worker.selinux_context => w.selinux_context,
+            self.worker.skopeo => w.skopeo,
             self.pull.timeout => p.timeout,
             self.pull.stall_timeout => p.stall_timeout,
             self.pull.policy => p.policy,
@@ -132,6 +135,7 @@ impl Config {
             .selinux_context
             .take()
             .or_else(|| w.selinux_context.clone());
+        req.skopeo = req.skopeo.take().or_else(|| w.skopeo.clone());
         req.timeout = req.timeout.or(self.pull.timeout);
         req.stall_timeout = req.stall_timeout.or(self.pull.stall_timeout);
         req.policy = req.policy.take().or_else(|| self.pull.policy.clone());

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use containers_image_proxy::{ImageProxy, OpenedImage};
-use tokio::io::{AsyncBufRead, AsyncReadExt};
+use containers_image_proxy::{Error as ProxyError, ImageProxy, OpenedImage};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::error::{Failure, Kind, fail, failure};
 use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
@@ -81,7 +81,7 @@ pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
         r = pull_with(&worker, plan, progress) => r,
         kind = cancelled() => Err(Failure::new(kind, "interrupted: the pull was stopped").into()),
     };
-    let report = worker.report();
+    let report = worker.report().await;
     worker.shutdown().await;
     let (resolved, fetched, signature) = result?;
     let total = resolved.manifest.layers.len();
@@ -374,7 +374,7 @@ async fn fetch_blobs(
         let proxy = ImageProxy::new_with_config(config)
             .await
             .map_err(|e| proxy_failure("starting the worker", e))?;
-        worker.record_startup(started.elapsed());
+        worker.record_session(started.elapsed(), &proxy);
         let result = async {
             let img = proxy
                 .open_image(&image.to_transport())
@@ -431,9 +431,7 @@ pub async fn fetch_small(
                 );
             }
             let doing = format!("fetching {} of {image}", d.digest);
-            let digest = oci_spec::image::Digest::try_from(d.digest.as_str())?;
-            let (reader, finish) = proxy
-                .get_blob(&img, &digest, d.size)
+            let (reader, finish) = open_blob(&proxy, &img, d, proxy.supports_get_raw_blob())
                 .await
                 .map_err(|e| proxy_failure(&doing, e))?;
             let mut buf = Vec::new();
@@ -548,12 +546,15 @@ impl Watchdog {
     }
 }
 
-/// Keep `IN_FLIGHT` blobs streaming. skopeo answers one request at a time and a
-/// FinishPipe returns only when its blob is complete, so requests go out in a
-/// strict order, GetBlob A B C D, FinishPipe A, GetBlob E, FinishPipe B, …:
-/// while FinishPipe waits for the oldest blob, the younger ones keep flowing.
-/// Each pipe is read, hashed and written by a task of its own, so that the
-/// hashing of several blobs spreads over the cores.
+/// Keep `IN_FLIGHT` blobs streaming. Below protocol 0.2.8, skopeo answers one
+/// request at a time and a FinishPipe returns only when its blob is complete,
+/// so requests go out in a strict order, GetBlob A B C D, FinishPipe A, GetBlob
+/// E, FinishPipe B, …: while FinishPipe waits for the oldest blob, the younger
+/// ones keep flowing. From 0.2.8 on, `GetRawBlob` hands over the blob without
+/// hashing it in the worker (root hashes it anyway) and reports the worker's
+/// side on an error pipe of its own, with a typed `retryable` code. Each pipe is
+/// read, hashed and written by a task of its own, so that the hashing of
+/// several blobs spreads over the cores.
 async fn transfer(
     proxy: &ImageProxy,
     img: &OpenedImage,
@@ -561,6 +562,7 @@ async fn transfer(
     todo: &[Descriptor],
     watchdog: &Watchdog,
 ) -> anyhow::Result<()> {
+    let raw = proxy.supports_get_raw_blob();
     let mut pending = todo.iter().enumerate();
     let mut window = VecDeque::new();
     let result = async {
@@ -569,9 +571,7 @@ async fn transfer(
                 let Some((i, d)) = pending.next() else { break };
                 let what = what(d);
                 let doing = format!("fetching {what} {}", d.digest);
-                let digest = oci_spec::image::Digest::try_from(d.digest.as_str())?;
-                let (reader, finish) = proxy
-                    .get_blob(img, &digest, d.size)
+                let (reader, finish) = open_blob(proxy, img, d, raw)
                     .await
                     .map_err(|e| proxy_failure(&doing, e))?;
                 widen_pipes();
@@ -605,6 +605,41 @@ async fn transfer(
     result
 }
 
+/// A blob's data, and the worker's verdict on sending it (FinishPipe's reply,
+/// or what `GetRawBlob`'s error pipe says).
+type BlobPipe<'a> = (
+    Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    std::pin::Pin<Box<dyn Future<Output = Result<(), ProxyError>> + Send + 'a>>,
+);
+
+/// Ask the worker for blob `d`: `GetRawBlob` where it speaks 0.2.8, else `GetBlob`.
+async fn open_blob<'a>(
+    proxy: &'a ImageProxy,
+    img: &OpenedImage,
+    d: &Descriptor,
+    raw: bool,
+) -> Result<BlobPipe<'a>, ProxyError> {
+    let digest = oci_spec::image::Digest::try_from(d.digest.as_str())
+        .map_err(|e| ProxyError::Other(e.to_string().into()))?;
+    if !raw {
+        let (reader, finish) = proxy.get_blob(img, &digest, d.size).await?;
+        return Ok((Box::new(reader), Box::pin(finish)));
+    }
+    let (size, file, errors) = proxy.get_raw_blob(img, &digest).await?;
+    // The registry's Content-Length, as the worker tells it: a wrong one is
+    // caught by root's own count anyway, but need not be streamed first.
+    if let Some(size) = size.filter(|&s| s != d.size) {
+        return Err(ProxyError::Other(
+            format!("size mismatch: the registry sends {size} bytes, the descriptor says {}", d.size)
+                .into(),
+        ));
+    }
+    Ok((
+        Box::new(file),
+        Box::pin(async move { errors.await.map_err(ProxyError::from) }),
+    ))
+}
+
 /// A blob reader task, aborted when dropped: a pull that is cancelled (its
 /// future dropped) stops reading at once, which closes the pipes.
 #[derive(Debug)]
@@ -624,7 +659,7 @@ impl Drop for Reader {
 fn merge_errors(
     doing: &str,
     ours: Result<(), Consumed>,
-    theirs: Result<(), containers_image_proxy::Error>,
+    theirs: Result<(), ProxyError>,
 ) -> anyhow::Result<()> {
     match (ours, theirs) {
         (Ok(()), Ok(())) => Ok(()),
@@ -656,7 +691,7 @@ enum Consumed {
 /// that reach the disk may block for a while under writeback throttling, so
 /// they leave the async worker to others (`block_in_place`).
 async fn consume(
-    mut reader: impl AsyncBufRead + Unpin,
+    mut reader: impl AsyncRead + Unpin,
     layout: Arc<Layout>,
     what: &'static str,
     d: Descriptor,
@@ -686,9 +721,15 @@ async fn consume(
     }
 }
 
-fn proxy_failure(doing: &str, e: containers_image_proxy::Error) -> anyhow::Error {
-    let text = e.to_string();
-    let f: Failure = worker_failure(doing, &text);
+/// A proxy error as a [`Failure`]. From protocol 0.2.8 on, the worker marks
+/// transient errors itself (`error_code: "retryable"`, containers/common's
+/// `IsErrorRetryable()`); that fact, not its wording, makes them transient.
+fn proxy_failure(doing: &str, e: ProxyError) -> anyhow::Error {
+    let mut f: Failure = worker_failure(doing, &e.to_string());
+    if e.is_retryable() && f.kind != Kind::Network {
+        f = Failure::new(Kind::Network, format!("transient error while {doing}"))
+            .with_detail(f.detail.unwrap_or_default());
+    }
     f.into()
 }
 

@@ -87,6 +87,8 @@ pub struct Request {
     pub selinux_enabled: bool,
     /// The worker's SELinux context, when SELinux is enabled.
     pub selinux_context: Option<String>,
+    /// The worker's skopeo: `--skopeo`, `HOSTPULL_SKOPEO`, then `[worker] skopeo`.
+    pub skopeo: Option<PathBuf>,
     pub memory_max: Option<String>,
     pub cpu_quota: Option<String>,
     pub tasks_max: Option<u32>,
@@ -238,7 +240,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         platform,
         worker: WorkerSpec {
             mode,
-            skopeo: WorkerSpec::skopeo_from_env(),
+            skopeo: req.skopeo.clone().unwrap_or_else(|| "skopeo".into()),
             credentials,
             cert_dir: req.cert_dir.clone(),
             tls_verify: req.tls_verify,

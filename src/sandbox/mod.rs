@@ -60,7 +60,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct WorkerSpec {
     /// `Systemd` or `None`; `Auto` is resolved by the plan.
     pub mode: SandboxMode,
-    /// The skopeo binary: `skopeo` on PATH unless `HOSTPULL_SKOPEO` names another.
+    /// The skopeo binary: `--skopeo`, `HOSTPULL_SKOPEO`, `[worker] skopeo`, or
+    /// `skopeo` on PATH.
     pub skopeo: PathBuf,
     /// The credentials this pull may use, one per host; none means `--no-creds`.
     /// The worker gets an authfile with exactly these entries.
@@ -79,12 +80,6 @@ pub struct WorkerSpec {
     pub registries_conf: String,
 }
 
-impl WorkerSpec {
-    pub fn skopeo_from_env() -> PathBuf {
-        std::env::var_os(SKOPEO_ENV).map_or_else(|| "skopeo".into(), PathBuf::from)
-    }
-}
-
 /// What the final report says about the worker.
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkerReport {
@@ -94,6 +89,20 @@ pub struct WorkerReport {
     pub memory_peak_bytes: Option<u64>,
     /// From starting the proxy's worker to its `Initialize` reply.
     pub startup_ms: Option<u64>,
+    /// The worker's `skopeo --version`, e.g. `1.22.0`.
+    pub skopeo: Option<String>,
+    /// The proxy protocol of its `Initialize` reply, e.g. `0.2.8`.
+    pub protocol: Option<String>,
+    /// How blobs came: `GetRawBlob` (0.2.8 on) or `GetBlob`.
+    pub blobs_via: Option<&'static str>,
+}
+
+/// What the proxy session said about itself.
+#[derive(Debug, Clone, Default)]
+struct Session {
+    startup: Option<Duration>,
+    protocol: Option<String>,
+    raw_blobs: bool,
 }
 
 /// One command that starts the worker, and the unit it runs as, if any.
@@ -126,7 +135,9 @@ pub struct Worker {
     seq: AtomicU32,
     units: Mutex<Vec<String>>,
     observed: Mutex<Option<Observed>>,
-    startup: Mutex<Option<Duration>>,
+    session: Mutex<Session>,
+    /// `skopeo --version`, asked while the pull runs.
+    version: Mutex<Option<tokio::task::JoinHandle<Option<String>>>>,
 }
 
 impl Worker {
@@ -145,7 +156,8 @@ impl Worker {
             seq: AtomicU32::new(0),
             units: Mutex::default(),
             observed: Mutex::default(),
-            startup: Mutex::default(),
+            session: Mutex::default(),
+            version: Mutex::new(Some(tokio::spawn(skopeo_version(spec.skopeo.clone())))),
         };
         match spec.mode {
             SandboxMode::Systemd => {
@@ -295,7 +307,8 @@ impl Worker {
     /// without a credentials option: without an authfile, `--no-creds` keeps
     /// skopeo from falling back to ambient files.
     fn client_args(&self, unit: Option<&str>) -> Vec<OsString> {
-        let mut a: Vec<OsString> = Vec::new();
+        // Root alone enforces the signature policy, never the host's policy.json.
+        let mut a: Vec<OsString> = vec!["--insecure-policy".into()];
         match self.authfile_for(unit) {
             Some(f) => a.extend(["--authfile".into(), f.into()]),
             None => a.push("--no-creds".into()),
@@ -379,6 +392,9 @@ impl Worker {
         cfg.auth_anonymous = cfg.authfile.is_none();
         cfg.certificate_directory = self.cert_dir_for(unit.as_deref());
         cfg.insecure_skip_tls_verification = Some(!self.spec.tls_verify);
+        // Root alone enforces the signature policy: from protocol 0.2.6 on, the
+        // proxy would apply the host's policy.json inside OpenImage.
+        cfg.insecure_policy = Some(true);
         cfg.skopeo_cmd = Some(cmd);
         Ok((cfg, unit))
     }
@@ -537,29 +553,43 @@ impl Worker {
             .path()
     }
 
-    /// Record how long the proxy took to answer `Initialize`.
-    pub fn record_startup(&self, took: Duration) {
-        *self.startup.lock().unwrap() = Some(took);
+    /// Record how long the proxy took to answer `Initialize`, and what it answered.
+    pub fn record_session(&self, took: Duration, proxy: &containers_image_proxy::ImageProxy) {
+        *self.session.lock().unwrap() = Session {
+            startup: Some(took),
+            protocol: Some(proxy.protocol_version().to_string()),
+            raw_blobs: proxy.supports_get_raw_blob(),
+        };
     }
 
-    pub fn report(&self) -> WorkerReport {
+    pub async fn report(&self) -> WorkerReport {
         let seen = self.observed.lock().unwrap().clone();
-        let startup_ms = self.startup.lock().unwrap().map(|d| d.as_millis() as u64);
-        match seen {
-            Some(o) => WorkerReport {
-                sandbox: self.spec.mode,
-                unit: Some(o.unit),
-                uid: o.uid,
-                memory_peak_bytes: o.memory_peak_bytes,
-                startup_ms,
-            },
-            None => WorkerReport {
-                sandbox: self.spec.mode,
-                unit: None,
-                uid: (self.systemd.is_none()).then(|| rustix::process::getuid().as_raw()),
-                memory_peak_bytes: None,
-                startup_ms,
-            },
+        let session = self.session.lock().unwrap().clone();
+        let version = self.version.lock().unwrap().take();
+        let skopeo = match version {
+            Some(v) => v.await.ok().flatten(),
+            None => None,
+        };
+        let (unit, uid, memory_peak_bytes) = match seen {
+            Some(o) => (Some(o.unit), o.uid, o.memory_peak_bytes),
+            None => (
+                None,
+                (self.systemd.is_none()).then(|| rustix::process::getuid().as_raw()),
+                None,
+            ),
+        };
+        WorkerReport {
+            sandbox: self.spec.mode,
+            unit,
+            uid,
+            memory_peak_bytes,
+            startup_ms: session.startup.map(|d| d.as_millis() as u64),
+            blobs_via: session
+                .protocol
+                .is_some()
+                .then_some(if session.raw_blobs { "GetRawBlob" } else { "GetBlob" }),
+            protocol: session.protocol,
+            skopeo,
         }
     }
 
@@ -693,6 +723,27 @@ fn stage_ca_bundle(staging: &Staging, dir: &str, t: &HostTrust) -> anyhow::Resul
     Ok(())
 }
 
+/// `skopeo --version` of the worker's binary, e.g. `1.22.0`: the host's own
+/// program, asked nothing from the network, with a clean environment.
+async fn skopeo_version(skopeo: PathBuf) -> Option<String> {
+    let mut c = tokio::process::Command::new(skopeo);
+    c.arg("--version")
+        .env_clear()
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(10), c.output())
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text.split_whitespace().skip_while(|w| *w != "version").nth(1)?;
+    version
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || ".-+~".contains(c))
+        .then(|| version.to_owned())
+}
+
 pub(crate) fn rand_u32() -> u32 {
     let mut b = [0u8; 4];
     // getrandom(2) cannot fail for 4 bytes once the pool is initialized.
@@ -794,7 +845,7 @@ mod tests {
     #[tokio::test]
     async fn client_args_never_ambient() {
         let w = Worker::prepare(&spec(SandboxMode::None)).await.unwrap();
-        assert_eq!(w.client_args(None), ["--no-creds"]);
+        assert_eq!(w.client_args(None), ["--insecure-policy", "--no-creds"]);
         let w = Worker::prepare(&WorkerSpec {
             credentials: vec![Chosen {
                 host: "reg.io".into(),
@@ -810,9 +861,9 @@ mod tests {
         .unwrap();
         // The worker's authfile is a staged, root-only one with just that entry.
         let args = w.client_args(None);
-        let staged = PathBuf::from(&args[1]);
-        assert_eq!(args[0], "--authfile");
-        assert_eq!(args[2..], ["--cert-dir", "/certs", "--tls-verify=false"]);
+        let staged = PathBuf::from(&args[2]);
+        assert_eq!(args[..2], ["--insecure-policy", "--authfile"]);
+        assert_eq!(args[3..], ["--cert-dir", "/certs", "--tls-verify=false"]);
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(&staged).unwrap().permissions(),
         );
@@ -827,6 +878,7 @@ mod tests {
         assert_eq!(
             w.client_args(Some("u.service")),
             [
+                "--insecure-policy",
                 "--authfile",
                 "/run/credentials/u.service/auth.json",
                 "--cert-dir",
@@ -863,7 +915,11 @@ mod tests {
         );
         let args: Vec<_> = cmd.get_args().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(args[0], "--registries-conf", "this pull's, not the host's");
-        assert_eq!(args[2..], ["experimental-image-proxy", "--no-creds"]);
+        // The host's policy.json never applies in the worker: root enforces it.
+        assert_eq!(
+            args[2..],
+            ["experimental-image-proxy", "--no-creds", "--insecure-policy"]
+        );
         let staging = home.parent().unwrap().to_owned();
         w.shutdown().await;
         assert!(!staging.exists(), "staging removed");
