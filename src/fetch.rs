@@ -630,8 +630,11 @@ async fn open_blob<'a>(
     // caught by root's own count anyway, but need not be streamed first.
     if let Some(size) = size.filter(|&s| s != d.size) {
         return Err(ProxyError::Other(
-            format!("size mismatch: the registry sends {size} bytes, the descriptor says {}", d.size)
-                .into(),
+            format!(
+                "size mismatch: the registry sends {size} bytes, the descriptor says {}",
+                d.size
+            )
+            .into(),
         ));
     }
     Ok((

@@ -28,10 +28,20 @@ fn killed_registry_mid_blob_is_retried_to_an_identical_result() {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("attempt 1 failed"),
-        "a retry happened: {stderr}"
+    // Either hostpull retried (a new worker session for what was missing), or
+    // the worker resumed the blob itself with a Range request (skopeo 1.18 on);
+    // 1.9.3 cannot resume, so with it the retry must be ours.
+    let retried = stderr.contains("attempt 1 failed");
+    eprintln!(
+        "protocol {}: {}",
+        worker_protocol(),
+        if retried {
+            "hostpull retried"
+        } else {
+            "the worker resumed the blob"
+        }
     );
+    assert!(retried || !worker_is_1_9(), "a retry happened: {stderr}");
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["manifest_digest"], registry_digest(var("RIG_IMG_BIG")));
 

@@ -10,7 +10,8 @@ needs HTTP Basic auth with HOSTILE_AUTH, else 401.
 
 Some scenarios start a second server (same cert, another port) standing for a
 host that is not the registry: `foreign-urls` names it in a layer's `urls`,
-`redirect` sends blob GETs there with a 307. It serves blobs without auth.
+`redirect` sends blob GETs there with a 307 (by another host name, localhost;
+`redirect-port` by the same name, 127.0.0.1). It serves blobs without auth.
 
 Prints "PORT SECOND_PORT" on one line once both listen (SECOND_PORT is 0 when
 there is no second server), then serves until killed. Appends a JSON line per
@@ -41,7 +42,8 @@ SCENARIOS = {
     "many-layers": "the manifest lists 2000 layers",
     "config-not-json": "the config blob is not JSON (right digest and size)",
     "foreign-urls": "a layer descriptor has urls naming the second server",
-    "redirect": "blob GETs answer 307 to the same path on the second server",
+    "redirect": "blob GETs answer 307 to the same path on the second server, named localhost",
+    "redirect-port": "blob GETs answer 307 to the same path on the second server, as 127.0.0.1",
 }
 
 REPO = "hostile/img"
@@ -179,7 +181,8 @@ class Handler(BaseHTTPRequestHandler):
             digest = path[len(prefix + "blobs/"):]
             if digest in reg.blobs:
                 if reg.redirect_port:
-                    where = f"https://127.0.0.1:{reg.redirect_port}{self.path}"
+                    name = "localhost" if reg.scenario == "redirect" else "127.0.0.1"
+                    where = f"https://{name}:{reg.redirect_port}{self.path}"
                     return self.reply(307, b"", [("Location", where)], head)
                 return self.reply(200, reg.blobs[digest], [
                     ("Content-Type", "application/octet-stream"),
@@ -216,7 +219,8 @@ def main():
 
     # The second server comes first: the manifest may name its port.
     second_port = 0
-    if a.scenario in ("foreign-urls", "redirect"):
+    redirects = a.scenario in ("redirect", "redirect-port")
+    if a.scenario == "foreign-urls" or redirects:
         # It listens before the image exists; it gets the image's blobs below.
         second = Registry("second", a.scenario, b"", {}, a.log, None)
         second_port = serve(second, 0, tls)
@@ -224,7 +228,7 @@ def main():
     if second_port:
         second.manifest, second.digest, second.blobs = manifest, sha256(manifest), blobs
     main_reg = Registry("main", a.scenario, manifest, blobs, a.log, auth,
-                        redirect_port=second_port if a.scenario == "redirect" else None)
+                        redirect_port=second_port if redirects else None)
     port = serve(main_reg, a.port, tls)
     print(port, second_port, flush=True)
     threading.Event().wait()

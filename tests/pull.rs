@@ -573,11 +573,13 @@ fn sigint_leaves_the_layout_as_it_was() {
 /// hashing catches it, and nothing is published.
 #[test]
 fn a_lying_worker_is_caught_by_root() {
-    let (_dir, liar) = script_under_run("lying-worker.py");
+    let (dir, liar) = script_under_run("lying-worker.py");
+    std::fs::write(dir.path().join("real-skopeo"), worker_skopeo()).unwrap();
+    std::fs::write(dir.path().join("protocol"), worker_protocol()).unwrap();
     let s = scratch();
     let dest = s.path().join("layout");
     let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest, None)));
-    c.env("HOSTPULL_SKOPEO", &liar);
+    c.arg("--skopeo").arg(&liar);
     let r = run(&mut c);
     r.assert_failure(7);
     assert!(

@@ -12,3 +12,4 @@ mod signatures;
 mod systemd;
 mod tty;
 mod util;
+mod workers;

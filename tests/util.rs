@@ -45,6 +45,34 @@ pub fn sandbox() -> String {
     std::env::var("HOSTPULL_TEST_SANDBOX").unwrap_or_else(|_| "none".into())
 }
 
+/// The worker the suite runs against: `HOSTPULL_SKOPEO` (tests/run.sh runs
+/// the systemd pass once per skopeo the rig installed), or the host's skopeo.
+pub fn worker_skopeo() -> String {
+    std::env::var("HOSTPULL_SKOPEO").unwrap_or_else(|_| "/usr/bin/skopeo".into())
+}
+
+/// The worker's proxy protocol (`Initialize`'s answer), e.g. `0.2.8`.
+pub fn worker_protocol() -> &'static str {
+    static PROTOCOL: OnceLock<String> = OnceLock::new();
+    PROTOCOL.get_or_init(|| {
+        let out = Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/proxy-protocol.py"
+        ))
+        .arg(worker_skopeo())
+        .output()
+        .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    })
+}
+
+/// Whether the worker is Debian 12's skopeo 1.9.3 (protocol 0.2.3), whose HTTP
+/// stack neither resumes a blob nor forwards credentials to another port.
+pub fn worker_is_1_9() -> bool {
+    worker_protocol() == "0.2.3"
+}
+
 /// A scratch directory removed at the end of the test. It lives under the rig's
 /// directory, which the systemd rig shares with its units.
 pub fn scratch() -> tempfile::TempDir {
@@ -437,12 +465,7 @@ pub fn authfile_for(host_port: &str, dir: &Path) -> PathBuf {
 /// A copy of the test script `tests/NAME` in a fresh directory under /run
 /// (0755): a worker unit has a private /tmp, and the checkout may be below /tmp.
 pub fn script_under_run(name: &str) -> (tempfile::TempDir, PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new()
-        .prefix("hostpull-test-")
-        .tempdir_in("/run")
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = dir_under_run();
     let script = dir.path().join(name);
     std::fs::copy(
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -452,6 +475,18 @@ pub fn script_under_run(name: &str) -> (tempfile::TempDir, PathBuf) {
     )
     .unwrap();
     (dir, script)
+}
+
+/// A fresh 0755 directory under /run, which worker units see (their /tmp is
+/// private, and the checkout may be below /tmp).
+pub fn dir_under_run() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("hostpull-test-")
+        .tempdir_in("/run")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
 }
 
 /// Write a root-only (0600) file.

@@ -584,10 +584,11 @@ impl Worker {
             uid,
             memory_peak_bytes,
             startup_ms: session.startup.map(|d| d.as_millis() as u64),
-            blobs_via: session
-                .protocol
-                .is_some()
-                .then_some(if session.raw_blobs { "GetRawBlob" } else { "GetBlob" }),
+            blobs_via: session.protocol.is_some().then_some(if session.raw_blobs {
+                "GetRawBlob"
+            } else {
+                "GetBlob"
+            }),
             protocol: session.protocol,
             skopeo,
         }
@@ -737,7 +738,10 @@ async fn skopeo_version(skopeo: PathBuf) -> Option<String> {
         .ok()?
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let version = text.split_whitespace().skip_while(|w| *w != "version").nth(1)?;
+    let version = text
+        .split_whitespace()
+        .skip_while(|w| *w != "version")
+        .nth(1)?;
     version
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || ".-+~".contains(c))
@@ -918,7 +922,11 @@ mod tests {
         // The host's policy.json never applies in the worker: root enforces it.
         assert_eq!(
             args[2..],
-            ["experimental-image-proxy", "--no-creds", "--insecure-policy"]
+            [
+                "experimental-image-proxy",
+                "--no-creds",
+                "--insecure-policy"
+            ]
         );
         let staging = home.parent().unwrap().to_owned();
         w.shutdown().await;

@@ -1,0 +1,135 @@
+//! The worker is whatever skopeo the host ships: Debian 12's 1.9.3 (proxy
+//! protocol 0.2.3) and the 1.18 (0.2.6) and 1.22 (0.2.8) that tests/rig.sh
+//! installs beside it. tests/run.sh runs the whole suite against each
+//! (`HOSTPULL_SKOPEO`); these tests check what differs between them.
+
+use std::path::{Path, PathBuf};
+
+use crate::util::*;
+
+const ACCEPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/accept-anything.json"
+);
+
+/// `--skopeo` for a wrapper that starts the suite's worker with `--policy
+/// POLICY`: the worker then sees POLICY as its host's policy.json, whether it
+/// runs as our child or in a unit (which sees the host's /etc as it is).
+fn worker_with_host_policy(dir: &Path, policy: &str) -> PathBuf {
+    let policy_file = dir.join("host-policy.json");
+    std::fs::write(&policy_file, policy).unwrap();
+    let wrapper = dir.join("skopeo");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec {} --policy {} \"$@\"\n",
+            worker_skopeo(),
+            policy_file.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    wrapper
+}
+
+/// Root alone enforces the signature policy. From protocol 0.2.6 on, skopeo's
+/// proxy evaluates a policy inside OpenImage; a host policy that rejects
+/// everything, or requires a signature the image does not have, must not
+/// change a pull that the policy root applies (`--policy`) accepts.
+#[test]
+fn the_hosts_policy_never_applies_in_the_worker() {
+    let signed_by = format!(
+        r#"{{"default":[{{"type":"signedBy","keyType":"GPGKeys","keyPath":"{}"}}]}}"#,
+        Path::new(var("RIG_SIG_DIR")).join("signer.asc").display()
+    );
+    for host_policy in [r#"{"default":[{"type":"reject"}]}"#, signed_by.as_str()] {
+        let dir = dir_under_run();
+        let skopeo = worker_with_host_policy(dir.path(), host_policy);
+        let s = scratch();
+        let dest = s.path().join("l");
+        let mut c = with_rig_creds(pull_cmd(
+            var("RIG_IMG_SMALL"),
+            &format!("oci:{}", dest.display()),
+        ));
+        c.arg("--skopeo").arg(&skopeo).args(["--policy", ACCEPT]);
+        let r = run(&mut c).json();
+        assert_eq!(
+            r["manifest_digest"],
+            registry_digest(var("RIG_IMG_SMALL")),
+            "{host_policy}"
+        );
+        assert_eq!(r["worker"]["protocol"], worker_protocol());
+    }
+}
+
+/// The same with the host's own /etc/containers/policy.json: in a mount
+/// namespace where it rejects everything, a pull under `--policy`
+/// accept-anything succeeds. Host pass only (tests/run.sh filters `host_pass_`
+/// out of the systemd passes): units see PID 1's /etc, not our namespace.
+#[test]
+fn host_pass_a_rejecting_etc_policy_json_does_not_reach_the_worker() {
+    let s = scratch();
+    let reject = s.path().join("reject.json");
+    std::fs::write(&reject, r#"{"default":[{"type":"reject"}]}"#).unwrap();
+    let dest = s.path().join("l");
+    let mut pull = with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL"),
+        &format!("oci:{}", dest.display()),
+    ));
+    pull.args(["--skopeo", &worker_skopeo(), "--policy", ACCEPT]);
+    let mut c = std::process::Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount --bind {} /etc/containers/policy.json && exec \"$@\"",
+            reject.display()
+        ))
+        .arg("sh")
+        .arg(pull.get_program())
+        .args(pull.get_args());
+    let r = run(&mut c).json();
+    assert_eq!(r["manifest_digest"], registry_digest(var("RIG_IMG_SMALL")));
+}
+
+/// `--json` names the worker: its version and protocol, and how its blobs
+/// came: `GetRawBlob` from protocol 0.2.8 on, with the worker hashing nothing
+/// (root does), `GetBlob` below.
+#[test]
+fn the_report_names_the_worker_and_its_protocol() {
+    let s = scratch();
+    let dest = format!("oci:{}", s.path().join("l").display());
+    let r = pulled(var("RIG_IMG_SMALL"), &dest);
+    let w = &r["worker"];
+    assert_eq!(w["protocol"], worker_protocol());
+    let version = skopeo_version();
+    assert_eq!(w["skopeo"], version.as_str());
+    let raw = semver_at_least(worker_protocol(), (0, 2, 8));
+    assert_eq!(w["blobs_via"], if raw { "GetRawBlob" } else { "GetBlob" });
+    // The default worker is the host's skopeo; --skopeo names another.
+    let mut c = with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL2"),
+        &format!("oci:{}", s.path().join("m").display()),
+    ));
+    c.env_remove("HOSTPULL_SKOPEO")
+        .args(["--skopeo", "/usr/bin/skopeo"]);
+    assert_eq!(run(&mut c).json()["worker"]["protocol"], "0.2.3");
+}
+
+/// `skopeo --version` of the suite's worker, e.g. `1.22.0`.
+fn skopeo_version() -> String {
+    let out = std::process::Command::new(worker_skopeo())
+        .arg("--version")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.split_whitespace()
+        .skip_while(|w| *w != "version")
+        .nth(1)
+        .unwrap()
+        .to_owned()
+}
+
+fn semver_at_least(v: &str, min: (u64, u64, u64)) -> bool {
+    let p: Vec<u64> = v.split('.').map(|x| x.parse().unwrap()).collect();
+    (p[0], p[1], p[2]) >= min
+}
