@@ -2,14 +2,17 @@
 # tests/rig.sh - hostpull's test rig: a real TLS + htpasswd registry on 127.0.0.1
 # (Debian's docker-registry = distribution 2.8) filled with test images built offline.
 #
-#   rig.sh install           apt-get install the tools that are missing (needs root)
+#   rig.sh install           apt-get install the tools that are missing (needs root), and
+#                            the newer skopeo workers (tests/skopeo-versions.sh)
+#   rig.sh workers           print the workers: PATH VERSION PROTOCOL, one a line
 #   rig.sh up                (re)create certs/credentials, start the registry, push images,
 #                            write $RIG_DIR/env (KEY=VALUE lines)
 #   rig.sh env               print $RIG_DIR/env; fails if the rig is not up
 #   rig.sh restart-registry  stop and start the registry again (same config, port, storage)
 #   rig.sh down              stop the registry
 #
-# Knobs: RIG_DIR (default /tmp/hostpull-rig), RIG_BIG=0 to skip the 8x64 MiB image,
+# Knobs: RIG_DIR (default /tmp/hostpull-rig), RIG_WORKERS_PREFIX (default
+# /opt/hostpull-skopeo: Debian 13's and unstable's skopeo), RIG_BIG=0 to skip the 8x64 MiB image,
 # RIG_BENCH=1 to add the benchmark images (bench/suite.sh; off by default, needs jq):
 # hostpull/big:v2 (big:v1 with its last layer replaced) and hostpull/huge:v1 (8 x 256 MiB).
 # Built images are cached in $RIG_DIR/images/v$IMAGES_VERSION: bump IMAGES_VERSION when
@@ -20,6 +23,10 @@ trap 'echo "rig: error at line $LINENO: $BASH_COMMAND" >&2' ERR   # no silent se
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 RIG_BIG=${RIG_BIG:-1}
 RIG_BENCH=${RIG_BENCH:-0}
+RIG_WORKERS_PREFIX=${RIG_WORKERS_PREFIX:-/opt/hostpull-skopeo}
+# The workers the suite runs against: Debian 12's, 13's (1.18, protocol 0.2.6) and
+# unstable's (1.22, 0.2.8), the last two with their own release's libc.
+WORKERS=(/usr/bin/skopeo "$RIG_WORKERS_PREFIX/trixie/skopeo" "$RIG_WORKERS_PREFIX/sid/skopeo")
 IMAGES_VERSION=1
 RIG_USER=hostpull
 # A name only a worker's own /etc/hosts or DNS resolves (tests: --add-host, --dns);
@@ -68,11 +75,22 @@ cmd_install() {
         [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] \
             || missing+=("$p")
     done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    note "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if [ ${#missing[@]} -gt 0 ]; then
+        note "installing ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+    bash "$TESTS/skopeo-versions.sh" "$RIG_WORKERS_PREFIX" >/dev/null
+}
+
+cmd_workers() {
+    local w version protocol
+    for w in "${WORKERS[@]}"; do
+        version=$("$w" --version) || die "worker $w does not run: run '$0 install'"
+        protocol=$(python3 "$TESTS/proxy-protocol.py" "$w") || die "worker $w: no proxy protocol"
+        echo "$w ${version#skopeo version } $protocol"
+    done
 }
 
 # ---------------------------------------------------------------- registry process
@@ -398,7 +416,7 @@ cmd_up() {
     local port mtls_port mirror_port t0 names=(small multi tamper) n tamper_layer
     t0=$(date +%s.%N)
     case $RIG_DIR in *[[:space:]]*) die "RIG_DIR must not contain whitespace" ;; esac
-    for n in skopeo umoci openssl htpasswd curl gpg gpgv python3 "$REGISTRY_BIN"; do
+    for n in skopeo umoci openssl htpasswd curl gpg gpgv python3 "$REGISTRY_BIN" "${WORKERS[@]}"; do
         command -v "$n" >/dev/null || die "$n missing: run '$0 install'"
     done
     [ "$RIG_BIG" = 0 ] || names+=(big)
@@ -473,6 +491,7 @@ cmd_up() {
         echo "RIG_AUTHFILE=$RIG_DIR/auth.json"
         echo "RIG_BAD_AUTHFILE=$RIG_DIR/bad-auth.json"
         echo "RIG_USER=$RIG_USER"
+        echo "RIG_WORKERS=${WORKERS[*]}"
         echo "RIG_PASSWORD_FILE=$RIG_DIR/password"
         echo "RIG_STORAGE=$RIG_DIR/registry/data"
         echo "RIG_REGISTRY_LOG=$LOGS/registry.log"
@@ -498,6 +517,7 @@ cmd_up() {
     } >"$RIG_DIR/env.tmp"
     mv "$RIG_DIR/env.tmp" "$RIG_DIR/env"
     rm -rf "$RIG_DIR/tmp"
+    cmd_workers | while read -r n version protocol; do note "worker $n: skopeo $version, protocol $protocol"; done
     note "up: registry $REGISTRY pid $(cat "$PIDFILE"), images ${names[*]}, env $RIG_DIR/env ($(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')s)"
 }
 
@@ -522,9 +542,10 @@ cmd_down() {
 
 case ${1:-} in
     install) cmd_install ;;
+    workers) cmd_workers ;;
     up) cmd_up ;;
     env) cmd_env ;;
     restart-registry) cmd_restart_registry ;;
     down) cmd_down ;;
-    *) echo "usage: $0 install|up|env|restart-registry|down" >&2; exit 2 ;;
+    *) echo "usage: $0 install|workers|up|env|restart-registry|down" >&2; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 #!/bin/bash
 # tests/run.sh - the whole test suite, rig included, on a fresh Debian 12 machine:
 # installs what is missing, checks the SELinux module, brings up the registry rig,
-# runs every test (without systemd, then under a real systemd), tears down.
+# runs every test (without systemd, then under a real systemd once per skopeo worker:
+# Debian 12's 1.9.3, 13's 1.18 and unstable's 1.22), tears down.
 #
 # Knobs: RIG_DIR (default /tmp/hostpull-rig).
 set -euo pipefail
@@ -21,24 +22,44 @@ export RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 trap 'bash tests/rig.sh down' EXIT
 bash tests/rig.sh up
 
+# The host pass runs once (Debian 12's skopeo); the systemd pass once per worker the rig
+# installed (tests/rig.sh workers), as HOSTPULL_SKOPEO. Tests named `host_pass_` need the
+# orchestrator's own mount namespace to reach the worker, so they run in the host pass only;
+# `systemd::` tests need systemd, so they run in the systemd passes only.
 if cargo nextest --version >/dev/null 2>&1; then
     host_tests() { cargo nextest run --locked --no-fail-fast "${FEATURES[@]}" -E 'not test(/^systemd::/)'; }
-    all_tests() { cargo nextest run --locked --no-fail-fast "${FEATURES[@]}"; }
+    all_tests() { cargo nextest run --locked --no-fail-fast "${FEATURES[@]}" -E 'not test(/host_pass_/)'; }
 else
     host_tests() { cargo test --locked --no-fail-fast "${FEATURES[@]}" -- --skip systemd::; }
-    all_tests() { cargo test --locked --no-fail-fast "${FEATURES[@]}"; }
+    all_tests() { cargo test --locked --no-fail-fast "${FEATURES[@]}" -- --skip host_pass_; }
 fi
 
+failed=()
 echo "== unit and integration tests, --sandbox none, on the host" >&2
-HOSTPULL_TEST_SANDBOX=none host_tests
+HOSTPULL_TEST_SANDBOX=none host_tests || failed+=("the host pass")
 
 # The same suite again with every worker in a transient unit, plus the systemd
-# tests, inside a real systemd (booted by tests/sysd.sh unless it is PID 1).
-echo "== the suite again, --sandbox systemd, under systemd" >&2
-if [ "$(cat /proc/1/comm)" = systemd ]; then
-    HOSTPULL_TEST_SANDBOX=systemd all_tests
-else
+# tests, inside a real systemd (booted by tests/sysd.sh unless it is PID 1), once
+# per worker.
+mapfile -t workers < <(bash tests/rig.sh workers)
+systemd_pass() {   # systemd_pass PATH VERSION PROTOCOL
+    echo "== the suite again, --sandbox systemd, under systemd, worker skopeo $2 (protocol $3)" >&2
+    if [ "$(cat /proc/1/comm)" = systemd ]; then
+        HOSTPULL_TEST_SANDBOX=systemd HOSTPULL_SKOPEO=$1 all_tests
+    else
+        bash tests/sysd.sh exec env HOSTPULL_TEST_SANDBOX=systemd HOSTPULL_SKOPEO="$1" \
+            bash -c "$(declare -p FEATURES); $(declare -f all_tests); all_tests"
+    fi
+}
+if [ "$(cat /proc/1/comm)" != systemd ]; then
     trap 'bash tests/sysd.sh down; bash tests/rig.sh down' EXIT
     bash tests/sysd.sh up
-    bash tests/sysd.sh exec env HOSTPULL_TEST_SANDBOX=systemd bash -c "$(declare -p FEATURES); $(declare -f all_tests); all_tests"
+fi
+for w in "${workers[@]}"; do
+    # shellcheck disable=SC2086
+    systemd_pass $w || failed+=("the systemd pass with ${w%% *}")
+done
+if [ ${#failed[@]} -gt 0 ]; then
+    printf 'run.sh: failed: %s\n' "${failed[@]}" >&2
+    exit 1
 fi

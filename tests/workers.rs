@@ -63,32 +63,39 @@ fn the_hosts_policy_never_applies_in_the_worker() {
     }
 }
 
-/// The same with the host's own /etc/containers/policy.json: in a mount
-/// namespace where it rejects everything, a pull under `--policy`
-/// accept-anything succeeds. Host pass only (tests/run.sh filters `host_pass_`
-/// out of the systemd passes): units see PID 1's /etc, not our namespace.
+/// The same with the host's own /etc/containers/policy.json, for every worker
+/// the rig installed: in a mount namespace where it rejects everything, a pull
+/// under `--policy` accept-anything succeeds. Host pass only (tests/run.sh
+/// filters `host_pass_` out of the systemd passes): units see PID 1's /etc,
+/// not our namespace.
 #[test]
-fn host_pass_a_rejecting_etc_policy_json_does_not_reach_the_worker() {
+fn host_pass_a_rejecting_etc_policy_json_does_not_reach_any_worker() {
     let s = scratch();
     let reject = s.path().join("reject.json");
     std::fs::write(&reject, r#"{"default":[{"type":"reject"}]}"#).unwrap();
-    let dest = s.path().join("l");
-    let mut pull = with_rig_creds(pull_cmd(
-        var("RIG_IMG_SMALL"),
-        &format!("oci:{}", dest.display()),
-    ));
-    pull.args(["--skopeo", &worker_skopeo(), "--policy", ACCEPT]);
-    let mut c = std::process::Command::new("unshare");
-    c.args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(format!(
-            "mount --bind {} /etc/containers/policy.json && exec \"$@\"",
-            reject.display()
-        ))
-        .arg("sh")
-        .arg(pull.get_program())
-        .args(pull.get_args());
-    let r = run(&mut c).json();
-    assert_eq!(r["manifest_digest"], registry_digest(var("RIG_IMG_SMALL")));
+    for (i, worker) in var("RIG_WORKERS").split(' ').enumerate() {
+        let dest = s.path().join(format!("l{i}"));
+        let mut pull = with_rig_creds(pull_cmd(
+            var("RIG_IMG_SMALL"),
+            &format!("oci:{}", dest.display()),
+        ));
+        pull.args(["--skopeo", worker, "--policy", ACCEPT]);
+        let mut c = std::process::Command::new("unshare");
+        c.args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount --bind {} /etc/containers/policy.json && exec \"$@\"",
+                reject.display()
+            ))
+            .arg("sh")
+            .arg(pull.get_program())
+            .args(pull.get_args());
+        let r = run(&mut c).json();
+        assert_eq!(
+            r["manifest_digest"],
+            registry_digest(var("RIG_IMG_SMALL")),
+            "{worker}"
+        );
+    }
 }
 
 /// `--json` names the worker: its version and protocol, and how its blobs
