@@ -90,7 +90,7 @@ fn unit_has_the_configured_properties() {
         shown = systemctl(&[
             "show",
             "-p",
-            "DynamicUser,MemoryMax,MemoryLimit,TasksMax,CapabilityBoundingSet,CPUQuotaPerSecUSec,IOWeight,NoNewPrivileges,ProtectSystem,Slice",
+            "DynamicUser,MemoryMax,MemoryLimit,TasksMax,CapabilityBoundingSet,CPUQuotaPerSecUSec,IOWeight,NoNewPrivileges,ProtectSystem,Slice,IPAddressAllow",
             &u,
         ]);
         if !shown.contains("DynamicUser=yes") {
@@ -109,6 +109,31 @@ fn unit_has_the_configured_properties() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // `systemd-analyze security` of the running unit, with this worker: the
+    // system calls are narrowed, and the rig's hosts are addresses root knows,
+    // so the worker may reach only them. What is left is the network itself.
+    let exposure: f64 = security
+        .lines()
+        .find_map(|l| {
+            l.split_once("Overall exposure level for ")?
+                .1
+                .split_once(": ")
+        })
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level in\n{security}"));
+    eprintln!("worker {}: exposure {exposure}", worker_protocol());
+    assert!(exposure <= 1.0, "exposure {exposure}:\n{security}");
+    for gone in [
+        "SystemCallFilter=~@privileged",
+        "SystemCallFilter=~@resources",
+    ] {
+        assert!(
+            !security
+                .lines()
+                .any(|l| l.contains('✗') && l.contains(gone)),
+            "{gone} still counts against the unit:\n{security}"
+        );
+    }
     for want in [
         "DynamicUser=yes",
         "MemoryMax=419430400",
@@ -119,6 +144,7 @@ fn unit_has_the_configured_properties() {
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
         "Slice=hostpull.slice",
+        "IPAddressAllow=127.0.0.1",
     ] {
         assert!(shown.contains(want), "{want:?} not in\n{shown}");
     }

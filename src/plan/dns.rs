@@ -66,6 +66,31 @@ impl Dns {
         Ok(dns)
     }
 
+    /// The addresses of `hosts` (`HOST[:PORT]`, the hosts of one pull), when
+    /// root knows every one: an IP address, or an `--add-host` name. A name
+    /// that DNS resolves is unknown here, since root never asks the network:
+    /// then `None`, and the worker may reach any address.
+    pub fn addresses_of(&self, hosts: &[String]) -> Option<Vec<IpAddr>> {
+        let mut out: Vec<IpAddr> = Vec::new();
+        for h in hosts {
+            let name = match h.strip_prefix('[') {
+                Some(v6) => v6.split_once(']')?.0,
+                None => h.split(':').next()?,
+            };
+            let ip = name.parse::<IpAddr>().ok().or_else(|| {
+                let entry = self
+                    .hosts
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name));
+                entry.map(|(_, ip)| *ip)
+            })?;
+            if !out.contains(&ip) {
+                out.push(ip);
+            }
+        }
+        (!out.is_empty()).then_some(out)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.servers.is_empty() && self.search.is_empty() && self.hosts.is_empty()
     }
@@ -169,5 +194,28 @@ mod tests {
             "127.0.0.1 localhost\n# added by hostpull for its worker\n127.0.0.1\treg.svc\n"
         );
         assert_eq!(Dns::default().hosts_file("x"), None);
+    }
+
+    #[test]
+    fn addresses_known_to_root() {
+        let dns = Dns::parse(&[], &[], &["reg.svc:172.30.0.5".into()]).unwrap();
+        let hosts = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // (hosts of the pull, the allow list)
+        let cases: &[(&[&str], Option<Vec<IpAddr>>)] = &[
+            (&["127.0.0.1:5000"], Some(vec![ip("127.0.0.1")])),
+            (&["[::1]:5000", "[::1]"], Some(vec![ip("::1")])),
+            (
+                &["REG.svc:5000", "10.0.0.1"],
+                Some(vec![ip("172.30.0.5"), ip("10.0.0.1")]),
+            ),
+            // One name that only DNS knows, and root cannot say.
+            (&["127.0.0.1:5000", "quay.io"], None),
+            (&["localhost:5000"], None),
+            (&[], None),
+        ];
+        for (h, want) in cases {
+            assert_eq!(&dns.addresses_of(&hosts(h)), want, "{h:?}");
+        }
     }
 }

@@ -246,6 +246,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             tls_verify: req.tls_verify,
             limits,
             trust,
+            ip_allow: dns.addresses_of(&hosts),
             dns,
             registries_conf: registries::worker_conf(&route),
             selinux_context: req.selinux_enabled.then(|| {

@@ -76,8 +76,31 @@ pub struct WorkerSpec {
     pub trust: Vec<HostTrust>,
     /// The worker's own resolver settings and /etc/hosts entries.
     pub dns: Dns,
+    /// The only addresses a worker unit may reach (`IPAddressAllow=`), where
+    /// root knows the address of every host of the pull; else any.
+    pub ip_allow: Option<Vec<std::net::IpAddr>>,
     /// The worker's registries.conf: this image's table only.
     pub registries_conf: String,
+}
+
+#[cfg(test)]
+impl WorkerSpec {
+    /// A worker with nothing but defaults: no credentials, trust or DNS.
+    pub(crate) fn for_tests(mode: SandboxMode) -> Self {
+        Self {
+            mode,
+            skopeo: "/usr/bin/skopeo".into(),
+            credentials: Vec::new(),
+            cert_dir: None,
+            tls_verify: true,
+            limits: Limits::default(),
+            selinux_context: None,
+            trust: Vec::new(),
+            dns: Dns::default(),
+            ip_allow: None,
+            registries_conf: String::new(),
+        }
+    }
 }
 
 /// What the final report says about the worker.
@@ -339,13 +362,7 @@ impl Worker {
                     mounts.binds.push((tree, "/etc/containers/certs.d".into()));
                 }
                 self.units.lock().unwrap().push(unit.clone());
-                let mut cmd = unit::systemd_run(
-                    &unit,
-                    &self.spec.limits,
-                    &mounts,
-                    self.spec.selinux_context.as_deref(),
-                    program,
-                );
+                let mut cmd = unit::systemd_run(&unit, &self.spec, &mounts, program);
                 if skopeo {
                     let conf = unit::credentials_dir(&unit).join(REGISTRIES_CONF);
                     cmd.arg("--registries-conf").arg(conf);
@@ -832,18 +849,7 @@ mod tests {
     }
 
     fn spec(mode: SandboxMode) -> WorkerSpec {
-        WorkerSpec {
-            mode,
-            skopeo: "/usr/bin/skopeo".into(),
-            credentials: Vec::new(),
-            cert_dir: None,
-            tls_verify: true,
-            limits: Limits::default(),
-            selinux_context: None,
-            trust: Vec::new(),
-            dns: Dns::default(),
-            registries_conf: String::new(),
-        }
+        WorkerSpec::for_tests(mode)
     }
 
     #[tokio::test]
