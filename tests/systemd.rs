@@ -471,6 +471,7 @@ fn show(unit: &str, property: &str) -> String {
 /// page included), and `systemctl start hostpull-pull@demo.service` pulls
 /// what /etc/hostpull/pulls.d/demo.toml names through a sandboxed worker
 /// unit; the timer loads and has a next elapse; `man hostpull` renders.
+/// The unit, as installed, runs the host's skopeo whatever HOSTPULL_SKOPEO says.
 #[test]
 fn the_installed_pull_service_pulls_its_profile() {
     let s = scratch();
