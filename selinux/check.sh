@@ -82,9 +82,11 @@ variant() {
         fi
         grep -vxF "$line" "$work/$name/hostpull.te" >"$work/$name/te" && mv "$work/$name/te" "$work/$name/hostpull.te"
     done
-    make -s -C "$work/$name" -f "$devel_makefile" hostpull.pp >"$work/$name/build.log" 2>&1 ||
+    # The Makefile's rule, which `make install` uses too.
+    make -s -C "$here/.." selinux-pp SELINUX_SRC="$work/$name" OUT="$work/$name/out" \
+        SELINUX_DEVEL="$devel_makefile" >"$work/$name/build.log" 2>&1 ||
         { sed 's/^/  /' "$work/$name/build.log"; return 1; }
-    /usr/libexec/selinux/hll/pp <"$work/$name/hostpull.pp" >"$work/$name/hostpull.cil"
+    /usr/libexec/selinux/hll/pp <"$work/$name/out/selinux/hostpull.pp" >"$work/$name/hostpull.cil"
 }
 link() {
     secilc --mls=true -c 33 -o "$work/$1/policy.33" -f "$work/$1/file_contexts" \

@@ -18,6 +18,11 @@ cargo build --locked --all-targets "${FEATURES[@]}"
 echo "== selinux/check.sh" >&2
 bash selinux/check.sh
 
+# Installing on a host: make install into a DESTDIR, the spec's %files against
+# it, rpmbuild -bs, rpmlint. (The installed units run in the systemd pass.)
+echo "== contrib/packaging/check.sh" >&2
+bash contrib/packaging/check.sh
+
 export RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 trap 'bash tests/rig.sh down' EXIT
 bash tests/rig.sh up

@@ -467,25 +467,41 @@ fn oci_path(p: &Path) -> String {
     format!("oci:{}", p.display())
 }
 
-/// The shipped units: `systemd-analyze verify` accepts them, and
-/// `systemctl start hostpull-pull@demo.service` pulls what
-/// /etc/hostpull/pulls.d/demo.toml names (inside the rig's systemd, whose
-/// root is an overlay: nothing reaches the host).
+/// `make install` into this systemd's root (an overlay: nothing reaches the
+/// host), as an admin building from source would; the installed units and
+/// man page.
+fn make_install(out: &Path) -> std::path::PathBuf {
+    let st = Command::new("make")
+        .args([
+            "-s",
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "install",
+            "PREFIX=/usr",
+        ])
+        .arg(concat!("BIN=", env!("CARGO_BIN_EXE_hostpull")))
+        .arg(format!("OUT={}", out.display()))
+        .status()
+        .expect("make (tests/rig.sh install brings it)");
+    assert!(st.success(), "make install failed");
+    Path::new("/usr/lib/systemd/system").to_owned()
+}
+
+fn show(unit: &str, property: &str) -> String {
+    systemctl(&["show", "--value", "-p", property, unit])
+        .trim()
+        .to_owned()
+}
+
+/// The installed units: `systemd-analyze verify` accepts them (their man:
+/// page included), and `systemctl start hostpull-pull@demo.service` pulls
+/// what /etc/hostpull/pulls.d/demo.toml names through a sandboxed worker
+/// unit; the timer loads and has a next elapse; `man hostpull` renders.
+/// The unit, as installed, runs the host's skopeo whatever HOSTPULL_SKOPEO says.
 #[test]
-fn the_pull_service_pulls_its_profile() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    std::fs::copy(env!("CARGO_BIN_EXE_hostpull"), "/usr/bin/hostpull").unwrap();
-    for unit in [
-        "hostpull.slice",
-        "hostpull-pull@.service",
-        "hostpull-pull@.timer",
-    ] {
-        std::fs::copy(
-            repo.join("systemd").join(unit),
-            Path::new("/etc/systemd/system").join(unit),
-        )
-        .unwrap();
-    }
+fn the_installed_pull_service_pulls_its_profile() {
+    let s = scratch();
+    let unitdir = make_install(s.path());
     let verify = Command::new("systemd-analyze")
         .args([
             "verify",
@@ -564,6 +580,73 @@ fn the_pull_service_pulls_its_profile() {
     assert_eq!(entry["TAG"], "v1");
     // The host's policy (containers-common's) accepts anything.
     assert_eq!(entry["SIGNATURE_REQUIREMENT"], "insecureAcceptAnything");
+    // It was the installed unit (Debian's systemd finds it as /lib/systemd/...).
+    for (unit, file) in [
+        ("hostpull-pull@demo.service", "hostpull-pull@.service"),
+        ("hostpull.slice", "hostpull.slice"),
+    ] {
+        let loaded = std::fs::canonicalize(show(unit, "FragmentPath")).unwrap();
+        assert_eq!(loaded, std::fs::canonicalize(unitdir.join(file)).unwrap());
+    }
+    // The orchestrator (whose PID logged the result) ran skopeo's proxy as a
+    // transient unit, hostpull-worker-PID-*.service.
+    let worker = format!("hostpull-worker-{}-*", entry["_PID"].as_str().unwrap());
+    let workers = Command::new("journalctl")
+        .args(["-u", &worker, "--since", &since])
+        .args(["-o", "cat", "--no-pager"])
+        .output()
+        .unwrap();
+    let workers = String::from_utf8_lossy(&workers.stdout);
+    assert!(
+        workers.contains("Started hostpull-worker-")
+            && workers.contains("experimental-image-proxy"),
+        "{worker}: {workers}"
+    );
+    // The timer an admin enables: it loads, and systemd shows its next elapse.
+    assert!(
+        Command::new("systemctl")
+            .args(["enable", "--now", "hostpull-pull@demo.timer"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let timers = systemctl(&[
+        "list-timers",
+        "--all",
+        "--no-legend",
+        "hostpull-pull@demo.timer",
+    ]);
+    let _ = Command::new("systemctl")
+        .args(["disable", "--now", "hostpull-pull@demo.timer"])
+        .status();
+    assert_eq!(show("hostpull-pull@demo.timer", "LoadState"), "loaded");
+    assert!(
+        timers.contains("hostpull-pull@demo.timer") && timers.contains(" left "),
+        "no next elapse in: {timers}"
+    );
+    // The man page and the bash completion, where man and bash-completion look.
+    let man = Command::new("man")
+        .args(["-P", "cat", "hostpull"])
+        .env("MANWIDTH", "80")
+        .output()
+        .expect("man (tests/rig.sh install brings man-db)");
+    let page = String::from_utf8_lossy(&man.stdout);
+    assert!(
+        man.status.success() && page.contains("hostpull - Pull container images"),
+        "{page}{}",
+        String::from_utf8_lossy(&man.stderr)
+    );
+    let complete = Command::new("bash")
+        .args([
+            "-c",
+            ". /usr/share/bash-completion/completions/hostpull && complete -p hostpull",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&complete.stdout).starts_with("complete "),
+        "{complete:?}"
+    );
 }
 
 /// The machine-config daemon's call (docs/mcd.md): the in-cluster registry by
