@@ -18,7 +18,9 @@
 # If PID 1 is not systemd, the measurements run inside a private one (tests/sysd.sh, state
 # in SYSD_DIR=/tmp/hostpull-bench-sysd), booted and powered off by this script.
 #
-# Knobs: BENCH_DIR (/tmp/hostpull-bench): results, destinations; RIG_DIR ($BENCH_DIR/rig):
+# Knobs: SKOPEO (/usr/bin/skopeo): the worker, and the `skopeo copy` it is compared with
+# (bench/workers.sh runs the suite once per worker the rig installs);
+# BENCH_DIR (/tmp/hostpull-bench): results, destinations; RIG_DIR ($BENCH_DIR/rig):
 # brought up with RIG_BENCH=1 if it is not up or lacks the benchmark images; HOSTPULL (default:
 # `cargo build --release`, copied to $BENCH_DIR/bin so a rebuild during the run changes
 # nothing). Raw rows: $BENCH_DIR/suite.tsv; summary: $BENCH_DIR/suite.txt.
@@ -82,17 +84,21 @@ AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR)
 BIG=$(rig RIG_IMG_BIG) BIG2=$(rig RIG_IMG_BIG2) HUGE=$(rig RIG_IMG_HUGE)
 [ -n "$HUGE" ] && [ -n "$BIG2" ] || die "rig in $RIG_DIR lacks the benchmark images (RIG_BENCH=1)"
 HOSTPULL=${HOSTPULL:-$BENCH_DIR/bin/hostpull}
-HP=("$HOSTPULL" pull --authfile "$AUTH" --cert-dir "$CERTS" --json)
-SK=(skopeo copy --quiet --authfile "$AUTH" --src-cert-dir "$CERTS")
+SKOPEO=${SKOPEO:-/usr/bin/skopeo}
+HP=("$HOSTPULL" pull --skopeo "$SKOPEO" --authfile "$AUTH" --cert-dir "$CERTS" --json)
+SK=("$SKOPEO" copy --quiet --authfile "$AUTH" --src-cert-dir "$CERTS")
 D=$BENCH_DIR/dest
 TSV=$BENCH_DIR/suite.tsv BLOCKS=$BENCH_DIR/blocks.tsv OUT=$BENCH_DIR/suite.txt
-printf 'block\tvariant\trun\trc\twall_s\tmaxrss_kib\tself_hwm_kib\telapsed_ms\tstartup_ms\tworker_peak_b\tfetched\treused\tbytes\n' >"$TSV"
+printf 'block\tvariant\trun\trc\twall_s\tmaxrss_kib\tself_hwm_kib\telapsed_ms\tstartup_ms\tworker_peak_b\tfetched\treused\tbytes\tcpu_s\n' >"$TSV"
 printf 'block\tload_before\twaited_s\tload_after\tseconds\tbusy_cpu_s\tother_cpu_s\n' >"$BLOCKS"
 
 # measure BLOCK VARIANT RUN CMD...: run CMD under GNU time; sample the VmHWM of CMD's process
-# every 50 ms; append a row (JSON fields if CMD printed hostpull's --json). rc kept, not fatal.
+# every 50 ms; append a row (JSON fields if CMD printed hostpull's --json; cpu_s: the CPU
+# seconds the whole machine spent meanwhile, worker units and registry included, the same
+# for both sides of a comparison). rc kept, not fatal.
 measure() {
-    local block=$1 var=$2 run=$3 tpid p h self=0 rc=0 wall rss js; shift 3
+    local block=$1 var=$2 run=$3 tpid p h self=0 rc=0 wall rss js busy0; shift 3
+    cpu_now; busy0=$BUSY
     /usr/bin/time -f '%e %M' -o "$BENCH_DIR/time.txt" "$@" >"$BENCH_DIR/last.out" 2>"$BENCH_DIR/last.err" &
     tpid=$!
     while alive "$tpid"; do
@@ -105,7 +111,9 @@ measure() {
                  .layers_reused, .bytes_fetched] | map(. // "") | @tsv' "$BENCH_DIR/last.out" 2>/dev/null) \
         || js=
     [ -n "$js" ] || js=$'\t\t\t\t\t'   # not hostpull's JSON (skopeo, or a failure)
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$block" "$var" "$run" "$rc" "$wall" "$rss" "$self" "$js" >>"$TSV"
+    cpu_now
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$block" "$var" "$run" "$rc" "$wall" "$rss" "$self" "$js" \
+        "$(calc "$BUSY - $busy0")" >>"$TSV"
     if [ "$rc" != 0 ]; then
         note "$block $var run $run failed (exit $rc):"; tail -n 5 "$BENCH_DIR/last.err" >&2
         cp "$BENCH_DIR/last.err" "$BENCH_DIR/failed-$block-$var-$run.err"
@@ -183,7 +191,8 @@ update() {
     rm -rf "$D"
 }
 
-note "hostpull $("$HOSTPULL" --version 2>/dev/null || echo '?') ($HOSTPULL), $(skopeo --version), $(nproc) CPUs"
+calc() { awk "BEGIN { printf \"%.${2:-2}f\", $1 }" 2>/dev/null || echo n/a; }
+note "hostpull $("$HOSTPULL" --version 2>/dev/null || echo '?') ($HOSTPULL), $("$SKOPEO" --version) ($SKOPEO), $(nproc) CPUs"
 if want P1; then
     begin_block P1
     for v in systemd none skopeo; do full P1 "$v" warm "$BIG" --sandbox "$v"; done
@@ -223,7 +232,6 @@ range() {
         sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { if (NR) printf "%s-%s", lo, hi }'
 }
 ok() { awk -F'\t' -v b="$1" -v v="$2" '$1 == b && $2 == v && $3 != "warm" { n++; if ($4 == 0) k++ } END { printf "%d/%d", k, n }' "$TSV"; }
-calc() { awk "BEGIN { printf \"%.${2:-2}f\", $1 }" 2>/dev/null || echo n/a; }
 verdict() { awk "BEGIN { exit !($1) }" && echo met || echo MISSED; }
 load() {   # the block's load line
     awk -F'\t' -v b="$1" '$1 == b { printf "load %s before (waited %s s), %s after; %s s, CPU busy %s s, of which outside the benchmark (registry included) %s s", $2, $3, $4, $5, $6, $7 }' "$BLOCKS"
@@ -231,7 +239,7 @@ load() {   # the block's load line
 
 {
 echo "hostpull benchmark suite, $(date -u '+%F %H:%M UTC'), $RUNS runs per variant, $(nproc) CPUs"
-echo "hostpull: $HOSTPULL ($(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?')); $(skopeo --version)"
+echo "hostpull: $HOSTPULL ($(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?')); worker and copy: $("$SKOPEO" --version) ($SKOPEO)"
 if want P1; then
     h=$(med P1 systemd 5) n=$(med P1 none 5) s=$(med P1 skopeo 5)
     echo
@@ -241,6 +249,8 @@ if want P1; then
     printf '  %-26s median %6.2f s  (%s s, %s ok)\n' "hostpull --sandbox none" "$n" "$(range P1 none 5)" "$(ok P1 none)"
     printf '  %-26s median %6.2f s  (%s s, %s ok)\n' "skopeo copy" "$s" "$(range P1 skopeo 5)" "$(ok P1 skopeo)"
     r=$(calc "$h / $s"); echo "  ratio systemd/skopeo $r (none/skopeo $(calc "$n / $s"))   goal <= 0.90: $(verdict "$r <= 0.90")"
+    # machine CPU seconds per GiB pulled (512 MiB each): worker, orchestrator and registry
+    echo "  CPU-s per GiB (whole machine): systemd $(calc "$(med P1 systemd 14) * 2"), none $(calc "$(med P1 none 14) * 2"), skopeo copy $(calc "$(med P1 skopeo 14) * 2")"
     p=$(med P1 systemd 9)
     echo
     echo "P2 worker.startup_ms (systemd-run -> Initialize), P1 systemd pulls"
@@ -254,6 +264,7 @@ if want P3; then
     printf '  %-22s full %6.2f s  update %6.2f s (%s s, %s ok)\n' "hostpull systemd" "$hf" "$hu" "$(range P3 hostpull-update 5)" "$(ok P3 hostpull-update)"
     printf '  %-22s full %6.2f s  update %6.2f s (%s s, %s ok)\n' "skopeo copy" "$sf" "$su" "$(range P3 skopeo-update 5)" "$(ok P3 skopeo-update)"
     r=$(calc "$hu / $hf"); echo "  ratio update/full (hostpull) $r; update vs skopeo update $(calc "$hu / $su")   goal <= 0.20: $(verdict "$r <= 0.20")"
+    echo "  CPU-s: hostpull full $(med P3 hostpull-full 14), update $(med P3 hostpull-update 14); skopeo full $(med P3 skopeo-full 14), update $(med P3 skopeo-update 14)"
 fi
 if want P5; then
     h=$(med P5 systemd-128M 5) s=$(med P5 skopeo 5)
