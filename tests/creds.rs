@@ -170,8 +170,8 @@ fn a_refused_credential_moves_on_to_the_next() {
         (used["candidate"].as_u64(), used["candidates"].as_u64()),
         (Some(2), Some(2))
     );
-    let mut plan = pull_with(s.path(), "plan", &args);
-    let argv: Vec<_> = plan.get_args().map(|a| a.to_owned()).collect();
+    let pull = pull_with(s.path(), "plan", &args);
+    let argv: Vec<_> = pull.get_args().map(|a| a.to_owned()).collect();
     let mut plan = Command::new(env!("CARGO_BIN_EXE_hostpull"));
     plan.arg("plan").args(argv.iter().skip(1));
     let p = run(&mut plan).json();

@@ -153,11 +153,7 @@ impl Entry {
         match &self.auth {
             Some(a) if !a.is_empty() => {
                 let decoded = go_decode(&GO_STD, a).ok_or("auth is not base64")?;
-                let auth = user_colon_password(&decoded);
-                if auth.is_none() {
-                    tracing::warn!("an auth entry is not user:password; ignored");
-                }
-                Ok(auth)
+                Ok(user_colon_password(&decoded))
             }
             _ => Ok(self.basic()),
         }
@@ -649,6 +645,13 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
                     let auth = e
                         .containers_auth()
                         .map_err(|why| bad(path, format!("entry {key:?}: {why}")))?;
+                    // `{}` is docker's marker for a helper; anything else is a mistake.
+                    if auth.is_none() && e.auth.as_deref().is_some_and(|a| !a.is_empty()) {
+                        tracing::warn!(
+                            "{}: entry {key:?} holds no user:password; no credential",
+                            path.display()
+                        );
+                    }
                     out.extend(auth.map(|a| chosen(a, path, key.clone())));
                 }
             }
