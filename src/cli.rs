@@ -31,7 +31,8 @@ const EXIT_CODES: &str = "EXIT STATUS:
 With --json, pull prints one object on stdout: image, manifest_digest,
 source_digest, platform, dest, tag, layers_total, layers_fetched,
 layers_reused, bytes_fetched, elapsed_ms, signature {scope, requirement,
-verified_by}, credentials [{host, source, key}],
+verified_by}, credentials [{host, source, key, candidate, candidates}] (the
+one used per host, among its candidates),
 worker {sandbox, unit, uid, memory_peak_bytes, startup_ms, skopeo,
 protocol, blobs_via}; with --dest
 ostree:, dest is the repository and ostree {repo, commit, refs} tells the

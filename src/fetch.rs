@@ -76,13 +76,34 @@ impl Resolved {
 /// stopped, and the layout is left as it was.
 pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
     let start = Instant::now();
-    let worker = Worker::prepare(&plan.worker).await?;
-    let result = tokio::select! {
-        r = pull_with(&worker, plan, progress) => r,
-        kind = cancelled() => Err(Failure::new(kind, "interrupted: the pull was stopped").into()),
+    // As kubelet does: when the registry refuses a credential, the next one,
+    // each try with a worker and an authfile of its own.
+    let tries = crate::plan::auth::attempts(&plan.credentials).max(1);
+    let mut n = 0;
+    let (result, report) = loop {
+        let mut spec = plan.worker.clone();
+        spec.credentials = crate::plan::auth::attempt(&plan.credentials, n);
+        let worker = Worker::prepare(&spec).await?;
+        let result = tokio::select! {
+            r = pull_with(&worker, plan, progress) => r,
+            kind = cancelled() => Err(Failure::new(kind, "interrupted: the pull was stopped").into()),
+        };
+        let report = worker.report().await;
+        worker.shutdown().await;
+        let refused = matches!(&result, Err(e) if failure(e).is_some_and(|f| f.kind == Kind::Auth));
+        if refused && n + 1 < tries {
+            tracing::warn!("credential {} of {tries} refused, trying the next", n + 1);
+            n += 1;
+            continue;
+        }
+        break match result {
+            Err(e) if refused && n > 0 => (
+                Err(e.context(format!("all {tries} credentials were refused"))),
+                report,
+            ),
+            r => (r, report),
+        };
     };
-    let report = worker.report().await;
-    worker.shutdown().await;
     let (resolved, fetched, signature) = result?;
     let total = resolved.manifest.layers.len();
     let fetched_layers = fetched
@@ -102,16 +123,7 @@ pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
         bytes_fetched: fetched.iter().map(|d| d.size).sum(),
         elapsed_ms: start.elapsed().as_millis(),
         signature,
-        credentials: plan
-            .worker
-            .credentials
-            .iter()
-            .map(|c| crate::progress::CredentialReport {
-                host: c.host.clone(),
-                source: c.source.clone(),
-                key: c.key.clone(),
-            })
-            .collect(),
+        credentials: crate::progress::CredentialReport::of_attempt(&plan.credentials, n),
         worker: report,
         ostree: None,
     })

@@ -25,7 +25,8 @@ pub struct Report {
     pub elapsed_ms: u128,
     /// The signature policy's verdict.
     pub signature: crate::signature::Verdict,
-    /// For each host, where its credential came from (never the secret).
+    /// For each host, where the credential that was used came from (never
+    /// the secret).
     pub credentials: Vec<CredentialReport>,
     pub worker: WorkerReport,
     /// With `--dest ostree:`, what the import did (`dest` is then the repository).
@@ -38,6 +39,29 @@ pub struct CredentialReport {
     pub host: String,
     pub source: String,
     pub key: String,
+    /// Which of the host's candidates it was (1 is the first), of how many:
+    /// the pull moves on to the next one when the registry refuses one.
+    pub candidate: usize,
+    pub candidates: usize,
+}
+
+impl CredentialReport {
+    /// The credentials of try `n` (`plan::auth::attempt`), among all candidates.
+    pub fn of_attempt(all: &[crate::plan::auth::Chosen], n: usize) -> Vec<Self> {
+        crate::plan::auth::attempt(all, n)
+            .into_iter()
+            .map(|c| {
+                let mine: Vec<_> = all.iter().filter(|o| o.host == c.host).collect();
+                Self {
+                    candidate: 1 + mine.iter().position(|o| **o == c).unwrap_or_default(),
+                    candidates: mine.len(),
+                    host: c.host,
+                    source: c.source,
+                    key: c.key,
+                }
+            })
+            .collect()
+    }
 }
 
 impl Report {

@@ -140,6 +140,82 @@ fn only_the_needed_entry_reaches_the_worker() {
     assert_eq!(staged, serde_json::json!({"auths": {reg: {"auth": auth}}}));
 }
 
+/// kubelet's rotation: every matching credential, in order, each try with an
+/// authfile of its own. A stale first credential is refused (exit 3 kind),
+/// the second works, and the report names the second; `hostpull plan` lists
+/// both. With only stale ones, exit 3 says how many were tried.
+#[test]
+fn a_refused_credential_moves_on_to_the_next() {
+    let s = scratch();
+    let reg = var("RIG_REGISTRY");
+    let stale = write(
+        s.path(),
+        "stale.json",
+        &format!(
+            r#"{{"auths":{{"{reg}":{{"auth":"{}"}}}}}}"#,
+            B64.encode(format!("{}:rotated-away", var("RIG_USER")))
+        ),
+    );
+    let good = write(
+        s.path(),
+        "good.json",
+        &format!(r#"{{"auths":{{"{reg}":{{"auth":"{}"}}}}}}"#, rig_auth()),
+    );
+    let args = ["--pull-secret", &stale, "--pull-secret", &good];
+    let r = run(&mut pull_with(s.path(), "rotated", &args)).json();
+    assert_eq!(r["credentials"].as_array().unwrap().len(), 1, "{r}");
+    let used = &r["credentials"][0];
+    assert_eq!(used["source"], good.as_str(), "{r}");
+    assert_eq!(
+        (used["candidate"].as_u64(), used["candidates"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let pull = pull_with(s.path(), "plan", &args);
+    let argv: Vec<_> = pull.get_args().map(|a| a.to_owned()).collect();
+    let mut plan = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    plan.arg("plan").args(argv.iter().skip(1));
+    let p = run(&mut plan).json();
+    let host = &p["hosts"][0];
+    assert_eq!(host["credential"], format!("{stale} (key {reg})"), "{p}");
+    assert_eq!(
+        host["fallbacks"],
+        serde_json::json!([format!("{good} (key {reg})")]),
+        "{p}"
+    );
+    // Only stale credentials: the last refusal, and how many were tried.
+    // The same credential from two sources is tried once.
+    let r = run(&mut pull_with(
+        s.path(),
+        "stale",
+        &["--pull-secret", &stale, "--authfile", &stale],
+    ));
+    r.assert_failure(3);
+    assert!(
+        !r.stderr.contains("credentials were refused"),
+        "{}",
+        r.stderr
+    );
+    let again = write(
+        s.path(),
+        "stale2.json",
+        &format!(
+            r#"{{"auths":{{"{reg}":{{"auth":"{}"}}}}}}"#,
+            B64.encode(format!("{}:older", var("RIG_USER")))
+        ),
+    );
+    let r = run(&mut pull_with(
+        s.path(),
+        "stale",
+        &["--pull-secret", &stale, "--pull-secret", &again],
+    ));
+    r.assert_failure(3);
+    assert!(
+        r.stderr.contains("all 2 credentials were refused"),
+        "{}",
+        r.stderr
+    );
+}
+
 #[test]
 fn a_rotated_token_is_read_again() {
     let s = scratch();
@@ -342,9 +418,12 @@ json.dump({{"apiVersion": "credentialprovider.kubelet.k8s.io/v1", "kind": "Crede
     let r = run(&mut pull_with(s.path(), "a", &args)).json();
     assert_eq!(r["credentials"][0]["source"], "credential provider first");
     assert_eq!(r["credentials"][0]["key"], reg);
-    // Again: the answer comes from the root-only cache, the plugin is not run.
+    // Both providers match, so both are asked (kubelet's providersDockerKeyring):
+    // the second's answer is a candidate after the first's. Again, the answers
+    // come from the root-only cache: no plugin runs.
+    assert_eq!(std::fs::read_to_string(&calls).unwrap(), "first\nsecond\n");
     run(&mut pull_with(s.path(), "b", &args)).json();
-    assert_eq!(std::fs::read_to_string(&calls).unwrap(), "first\n");
+    assert_eq!(std::fs::read_to_string(&calls).unwrap(), "first\nsecond\n");
     for e in std::fs::read_dir(s.path().join("var/cache/hostpull/credential-providers")).unwrap() {
         let mode =
             std::os::unix::fs::PermissionsExt::mode(&e.unwrap().metadata().unwrap().permissions());

@@ -1,13 +1,14 @@
 //! Credentials: every source an image-based host has, resolved on root's side
-//! to the one credential this pull needs, and the least-privilege authfile the
-//! worker gets: the image's registry and nothing else.
+//! to the credentials this pull may try, and the least-privilege authfile the
+//! worker gets for each try: the image's registry and nothing else.
 //!
 //! Matching follows the documented rules: containers-auth.json(5) for authfiles
-//! (the most specific of `host/ns/…/repo`, …, `host` wins), kubelet's for pull
-//! secrets and kubelet's config.json (equal port, as many host labels with `*`
-//! globbing one, a path prefix, the longest key first). Sources are tried in
-//! order, the first match wins: the command line's in the order given, then the
-//! host's defaults.
+//! (the most specific of `host/ns/…/repo`, …, `host` wins), kubelet's keyring
+//! (`pkg/credentialprovider/keyring.go`) for pull secrets, kubelet's
+//! config.json and credential provider answers. Every match is a candidate, in
+//! order: the command line's sources in the order given (all pull secrets
+//! together as one keyring, as kubelet merges them), then the host's defaults.
+//! A pull tries the next candidate only when the registry refuses one.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -87,22 +88,84 @@ pub fn parse_token(arg: &str, username: &str) -> anyhow::Result<Source> {
 }
 
 /// One auth.json entry: `auth` (base64 user:pass) or `username`/`password`.
+/// Every field is a string, as kubelet's `DockerConfigEntry` types them, so
+/// that `"email": false` fails the file as it fails kubelet.
 #[derive(Debug, Default, Deserialize)]
 struct Entry {
-    #[serde(default)]
     auth: Option<String>,
-    #[serde(default)]
     username: Option<String>,
-    #[serde(default)]
     password: Option<String>,
+    #[allow(dead_code)]
+    email: Option<String>,
+}
+
+/// Go's `base64.StdEncoding` and `RawStdEncoding`: padding required or
+/// refused, non-zero trailing bits accepted (Go is not `Strict` by default).
+const GO_STD: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireCanonical),
+);
+const GO_RAW: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_encode_padding(false)
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireNone),
+);
+
+/// Go's decoders skip `\r` and `\n` anywhere in the input.
+fn go_decode(engine: &base64::engine::GeneralPurpose, s: &str) -> Option<Vec<u8>> {
+    let s: String = s.chars().filter(|c| !matches!(c, '\r' | '\n')).collect();
+    engine.decode(s).ok()
+}
+
+/// `user:password`, re-encoded the one way skopeo reads it.
+fn user_colon_password(decoded: &[u8]) -> Option<String> {
+    decoded.contains(&b':').then(|| B64.encode(decoded))
 }
 
 impl Entry {
-    fn auth(&self) -> Option<String> {
-        match (&self.auth, &self.username, &self.password) {
-            (Some(a), _, _) if !a.is_empty() => Some(a.clone()),
-            (_, Some(u), Some(p)) => Some(B64.encode(format!("{u}:{p}"))),
-            _ => None,
+    /// kubelet's `decodeDockerConfigFieldAuth`: padded base64 when it ends in
+    /// `=`, else unpadded, and it must hold a `:`. `auth` overrides
+    /// `username`/`password`. `Ok(None)`: the entry holds no credential.
+    fn kubelet_auth(&self) -> Result<Option<String>, &'static str> {
+        match &self.auth {
+            Some(a) if !a.is_empty() => {
+                let engine = if a.trim().ends_with('=') {
+                    &GO_STD
+                } else {
+                    &GO_RAW
+                };
+                let decoded = go_decode(engine, a).ok_or("auth is not base64")?;
+                user_colon_password(&decoded)
+                    .map(Some)
+                    .ok_or("auth is not base64 of user:password")
+            }
+            _ => Ok(self.basic()),
+        }
+    }
+
+    /// containers/image's `decodeDockerAuth`: padded base64; without a `:`
+    /// the entry holds no credential, with a warning, as docker does.
+    fn containers_auth(&self) -> Result<Option<String>, &'static str> {
+        match &self.auth {
+            Some(a) if !a.is_empty() => {
+                let decoded = go_decode(&GO_STD, a).ok_or("auth is not base64")?;
+                Ok(user_colon_password(&decoded))
+            }
+            _ => Ok(self.basic()),
+        }
+    }
+
+    fn basic(&self) -> Option<String> {
+        match (&self.username, &self.password) {
+            (None, None) => None,
+            (u, p) => Some(basic(
+                u.as_deref().unwrap_or_default(),
+                p.as_deref().unwrap_or_default(),
+            )),
         }
     }
 }
@@ -115,6 +178,15 @@ fn bad(name: &Path, why: impl std::fmt::Display) -> anyhow::Error {
     .into()
 }
 
+/// JSON, which every writer of these files produces, else YAML (a Kubernetes
+/// Secret as `kubectl get -o yaml` prints it). JSON first: YAML refuses some
+/// valid JSON, such as a surrogate-pair escape or a key over 1024 characters.
+pub(crate) fn parse_json_or_yaml(text: &str) -> Option<Value> {
+    serde_json::from_str(text)
+        .ok()
+        .or_else(|| serde_yaml::from_str(text).ok())
+}
+
 /// What one credentials file holds: `{key: entry}` and, in an authfile, the
 /// `credHelpers` named per registry host.
 #[derive(Debug, Default)]
@@ -124,18 +196,15 @@ struct FileCreds {
 }
 
 /// Read an authfile, dockerconfigjson or dockercfg, bare or inside a Kubernetes
-/// Secret (YAML or JSON).
+/// Secret (YAML or JSON). A Secret whose data key does not fit its type holds
+/// no credential (kubelet's `secretsToTrackedDockerConfigs` skips it).
 fn read_creds(name: &Path, text: &str) -> anyhow::Result<FileCreds> {
-    // YAML is a superset of JSON: one parser reads both. Errors never echo
-    // the file, which holds secrets.
-    let v: Value = serde_yaml::from_str(text).map_err(|_| bad(name, "not JSON or YAML"))?;
+    // Errors never echo the file, which holds secrets.
+    let v = parse_json_or_yaml(text).ok_or_else(|| bad(name, "not JSON or YAML"))?;
     let v = if v["kind"] == "Secret" {
-        let data = &v["data"];
-        let (field, inner) = match v["type"].as_str() {
-            Some("kubernetes.io/dockerconfigjson") => {
-                (".dockerconfigjson", &data[".dockerconfigjson"])
-            }
-            Some("kubernetes.io/dockercfg") => (".dockercfg", &data[".dockercfg"]),
+        let field = match v["type"].as_str() {
+            Some("kubernetes.io/dockerconfigjson") => ".dockerconfigjson",
+            Some("kubernetes.io/dockercfg") => ".dockercfg",
             other => {
                 return Err(bad(
                     name,
@@ -143,6 +212,15 @@ fn read_creds(name: &Path, text: &str) -> anyhow::Result<FileCreds> {
                 ));
             }
         };
+        let inner = &v["data"][field];
+        if inner.is_null() || inner == "" {
+            tracing::warn!(
+                "{}: a Secret of type {} without data.{field} holds no credential",
+                name.display(),
+                v["type"].as_str().unwrap_or_default()
+            );
+            return Ok(FileCreds::default());
+        }
         let decoded = inner
             .as_str()
             .and_then(|s| B64.decode(s.trim()).ok())
@@ -170,12 +248,21 @@ fn read_creds(name: &Path, text: &str) -> anyhow::Result<FileCreds> {
                 .map_err(|_| bad(name, format!("entry {k:?} is malformed")))
         })
         .collect::<anyhow::Result<_>>()?;
-    let helpers = match v.get("credHelpers") {
+    let helpers: BTreeMap<String, String> = match v.get("credHelpers") {
         None => BTreeMap::new(),
         Some(h) => {
             serde_json::from_value(h.clone()).map_err(|_| bad(name, "credHelpers is malformed"))?
         }
     };
+    if let Some((host, _)) = helpers
+        .iter()
+        .find(|(_, h)| h.is_empty() || h.contains('/'))
+    {
+        return Err(bad(
+            name,
+            format!("credHelpers.{host:?} is not a helper name"),
+        ));
+    }
     Ok(FileCreds { entries, helpers })
 }
 
@@ -287,44 +374,107 @@ pub fn match_containers<'a, T>(
     }
 }
 
-/// kubelet's rules: the key gets `https://` if it has no scheme and loses a
-/// leading `/v1/` or `/v2/`; ports are equal; hosts have as many labels, `*`
-/// globbing one; the key's path is a string prefix of the image's path. Of
-/// all matches, the longest key wins. An image with no registry host uses
-/// `index.docker.io`'s entry.
-pub fn match_kubelet<'a, T>(
-    keys: &'a BTreeMap<String, T>,
-    image: &ImageRef,
-) -> Option<(&'a String, &'a T)> {
-    let (img_host, img_port) = split_port(&image.domain);
-    let img_host = if img_host == "docker.io" {
-        "index.docker.io"
-    } else {
-        img_host
-    };
-    let matches = |key: &str| {
-        let k = key.split_once("://").map_or(key, |(_, rest)| rest);
-        let (hostport, path) = k.split_once('/').unwrap_or((k, ""));
-        let path = path
-            .strip_prefix("v1/")
-            .or_else(|| path.strip_prefix("v2/"))
-            .unwrap_or(path);
-        let path = if path == "v1" || path == "v2" {
-            ""
+/// kubelet's keyring (`pkg/credentialprovider/keyring.go`): keys normalized as
+/// its `Add` does (no scheme; a leading `/v1/` or `/v2/` dropped), every key
+/// that matches in reverse lexical order of the normalized key (so
+/// `host/a/b` before `host/a` before `host`), and several values of one key
+/// in the order they were added.
+#[derive(Debug)]
+pub struct Keyring<T> {
+    creds: BTreeMap<String, Vec<(String, T)>>,
+}
+
+impl<T> Default for Keyring<T> {
+    fn default() -> Self {
+        Self {
+            creds: BTreeMap::new(),
+        }
+    }
+}
+
+/// kubelet's fallback key for Docker Hub, as `Add` stores
+/// `https://index.docker.io/v1/`.
+const DEFAULT_REGISTRY_KEY: &str = "index.docker.io";
+
+impl<T> Keyring<T> {
+    pub fn add(&mut self, key: &str, value: T) {
+        let rest = key
+            .strip_prefix("https://")
+            .or_else(|| key.strip_prefix("http://"))
+            .unwrap_or(key);
+        let (host, path) = split_host_path(rest);
+        let path = if path.starts_with("/v2/") || path.starts_with("/v1/") {
+            &path[3..]
         } else {
             path
         };
-        let (host, port) = split_port(hostport);
-        let labels: Vec<&str> = host.split('.').collect();
-        let img_labels: Vec<&str> = img_host.split('.').collect();
-        port == img_port
-            && labels.len() == img_labels.len()
-            && labels.iter().zip(&img_labels).all(|(k, i)| glob(k, i))
-            && image.path.starts_with(path.trim_end_matches('/'))
-    };
-    keys.iter()
-        .filter(|(k, _)| matches(k))
-        .max_by_key(|(k, _)| k.len())
+        let normalized = if path.is_empty() || path == "/" {
+            host.to_owned()
+        } else {
+            format!("{host}{path}")
+        };
+        self.creds
+            .entry(normalized)
+            .or_default()
+            .push((key.to_owned(), value));
+    }
+
+    /// Every `(key, value)` for `target`, a normalized repository such as
+    /// `docker.io/library/nginx`, in kubelet's order. With no match, Docker
+    /// Hub's images take the exact key `index.docker.io`'s values.
+    pub fn lookup(&self, target: &str) -> Vec<(&str, &T)> {
+        let hits: Vec<(&str, &T)> = self
+            .creds
+            .iter()
+            .rev()
+            .filter(|(k, _)| urls_match(k, target))
+            .flat_map(|(_, v)| entries(v))
+            .collect();
+        match self.creds.get(DEFAULT_REGISTRY_KEY) {
+            Some(v) if hits.is_empty() && is_default_registry(target) => entries(v).collect(),
+            _ => hits,
+        }
+    }
+}
+
+fn entries<T>(v: &[(String, T)]) -> impl Iterator<Item = (&str, &T)> {
+    v.iter().map(|(k, t)| (k.as_str(), t))
+}
+
+/// Whether `target` is on Docker Hub. kubelet also counts a first component
+/// without `.` or `:` (`localhost/x`); hostpull's references are normalized,
+/// so only `docker.io` is, and `localhost` never gets a Docker Hub credential.
+fn is_default_registry(target: &str) -> bool {
+    matches!(
+        target.split('/').next(),
+        Some("docker.io" | DEFAULT_REGISTRY_KEY)
+    )
+}
+
+/// `host[:port]` and `/path` of a schemeless URL; a query or fragment is not
+/// part of either, as in Go's `url.Parse`.
+fn split_host_path(s: &str) -> (&str, &str) {
+    let s = s.split(['?', '#']).next().unwrap_or_default();
+    match s.find('/') {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, ""),
+    }
+}
+
+/// kubelet's `URLsMatchStr`: equal ports, as many host labels, each label
+/// matched by a glob (`filepath.Match`), and the glob's path a string prefix
+/// of the target's. Used for keyring keys and for a provider's `matchImages`.
+pub fn urls_match(glob_url: &str, target: &str) -> bool {
+    let (ghost, gpath) = split_host_path(glob_url);
+    let (thost, tpath) = split_host_path(target);
+    let (ghost, gport) = split_port(ghost);
+    let (thost, tport) = split_port(thost);
+    let glabels: Vec<&str> = ghost.split('.').collect();
+    let tlabels: Vec<&str> = thost.split('.').collect();
+    gport == tport
+        && glabels.len() == tlabels.len()
+        && tpath.starts_with(gpath)
+        && glabels.iter().zip(&tlabels).all(|(g, t)| glob(g, t))
 }
 
 fn split_port(hostport: &str) -> (&str, Option<&str>) {
@@ -334,28 +484,144 @@ fn split_port(hostport: &str) -> (&str, Option<&str>) {
     }
 }
 
-/// A glob of one DNS label: `*` matches any run of characters.
-fn glob(pattern: &str, label: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern.eq_ignore_ascii_case(label),
-        Some((pre, rest)) => {
-            let lower = label.to_ascii_lowercase();
-            lower.starts_with(&pre.to_ascii_lowercase())
-                && (0..=lower.len().saturating_sub(pre.len()))
-                    .any(|i| glob(rest, &lower[pre.len() + i..]))
-        }
-    }
+/// One element of a `filepath.Match` pattern.
+#[derive(Debug, PartialEq)]
+enum Glob {
+    Star,
+    /// `?`: any one character.
+    Any,
+    Char(char),
+    /// `[…]` or `[^…]` (negated): inclusive ranges.
+    Class(bool, Vec<(char, char)>),
 }
 
-/// The credential for `image`'s registry: the first source with a match.
-pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Result<Option<Chosen>> {
+/// Parse a `filepath.Match` pattern; `None` for a malformed one, which
+/// matches nothing (kubelet treats Go's `ErrBadPattern` as no match).
+fn parse_glob(pattern: &str) -> Option<Vec<Glob>> {
+    let p: Vec<char> = pattern.chars().collect();
+    let mut i = 0;
+    let mut out = Vec::new();
+    while let Some(&c) = p.get(i) {
+        i += 1;
+        out.push(match c {
+            '*' => Glob::Star,
+            '?' => Glob::Any,
+            '[' => {
+                let negated = p.get(i) == Some(&'^');
+                i += usize::from(negated);
+                let mut ranges = Vec::new();
+                while ranges.is_empty() || p.get(i) != Some(&']') {
+                    let lo = class_char(&p, &mut i)?;
+                    let hi = if p.get(i) == Some(&'-') {
+                        i += 1;
+                        class_char(&p, &mut i)?
+                    } else {
+                        lo
+                    };
+                    ranges.push((lo, hi));
+                }
+                i += 1;
+                Glob::Class(negated, ranges)
+            }
+            '\\' => {
+                i += 1;
+                Glob::Char(*p.get(i - 1)?)
+            }
+            c => Glob::Char(c),
+        });
+    }
+    Some(out)
+}
+
+/// Go's `getEsc`: one character of a class, `\`-escaped or not; an
+/// unescaped `-` or `]` here is malformed.
+fn class_char(p: &[char], i: &mut usize) -> Option<char> {
+    let mut c = *p.get(*i)?;
+    if c == '-' || c == ']' {
+        return None;
+    }
+    *i += 1;
+    if c == '\\' {
+        c = *p.get(*i)?;
+        *i += 1;
+    }
+    Some(c)
+}
+
+/// A glob of one DNS label (`filepath.Match`: `*`, `?`, `[…]`, `\`), ASCII
+/// case-insensitive as DNS is (kubelet compares case-sensitively).
+fn glob(pattern: &str, label: &str) -> bool {
+    glob_steps(pattern, label).0
+}
+
+/// The match, and how many steps it took. A `*` only ever backtracks to the
+/// last `*` seen, so the steps are at most (pattern + 1) × (label + 1): a key
+/// from a Secret cannot make matching exponential.
+fn glob_steps(pattern: &str, label: &str) -> (bool, usize) {
+    let Some(p) = parse_glob(&pattern.to_ascii_lowercase()) else {
+        return (false, 0);
+    };
+    let t: Vec<char> = label.to_ascii_lowercase().chars().collect();
+    let one = |g: &Glob, c: char| match g {
+        Glob::Any => true,
+        Glob::Char(x) => *x == c,
+        Glob::Class(negated, r) => r.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c)) != *negated,
+        Glob::Star => false,
+    };
+    let (mut pi, mut ti, mut steps) = (0, 0, 0);
+    let mut last_star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        steps += 1;
+        match p.get(pi) {
+            Some(Glob::Star) => {
+                last_star = Some((pi, ti));
+                pi += 1;
+            }
+            Some(g) if one(g, t[ti]) => {
+                pi += 1;
+                ti += 1;
+            }
+            _ => match last_star {
+                // The last `*` takes one more character; retry after it.
+                Some((sp, st)) => {
+                    last_star = Some((sp, st + 1));
+                    pi = sp + 1;
+                    ti = st + 1;
+                }
+                None => return (false, steps),
+            },
+        }
+    }
+    while p.get(pi) == Some(&Glob::Star) {
+        pi += 1;
+    }
+    (pi == p.len(), steps)
+}
+
+/// Every credential for `image`'s registry, in the order a pull tries them:
+/// each authfile's helper or most specific match and each token, in the order
+/// given, and every kubelet source (pull secrets; kubelet's config.json) as
+/// one keyring, at the place of the first. The same credential twice is
+/// tried once.
+pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Result<Vec<Chosen>> {
+    let chosen = |auth: String, source: &Path, key: String| Chosen {
+        host: image.domain.clone(),
+        auth,
+        source: source.display().to_string(),
+        key,
+    };
+    let mut out: Vec<Chosen> = Vec::new();
+    let mut keyring_done = false;
     for (source, matching) in sources {
-        let (path, found) = match source {
-            Source::Token {
-                prefix,
-                file,
-                username,
-            } => {
+        match (source, matching) {
+            (
+                Source::Token {
+                    prefix,
+                    file,
+                    username,
+                },
+                _,
+            ) => {
                 let keys = BTreeMap::from([(prefix.clone(), ())]);
                 if match_containers(&keys, image).is_none() {
                     continue;
@@ -367,37 +633,88 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
                         format!("--registry-token {}: {e}", file.display()),
                     )
                 })?;
-                let auth = B64.encode(format!("{username}:{}", token.trim()));
-                (file, Some((prefix.clone(), auth)))
+                out.push(chosen(basic(username, token.trim()), file, prefix.clone()));
             }
-            Source::Authfile(path) | Source::PullSecret(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    Failure::new(Kind::Usage, format!("reading {}: {e}", path.display()))
-                })?;
-                let creds = read_creds(path, &text)?;
+            (Source::Authfile(path) | Source::PullSecret(path), Matching::Containers) => {
+                let creds = read_creds(path, &read(path)?)?;
                 if let Some(helper) = creds.helpers.get(&image.domain) {
                     // A helper named for this registry answers for it.
                     let auth = run_helper(helper, &image.domain)?;
-                    (path, Some((format!("credHelpers.{}", image.domain), auth)))
-                } else {
-                    let hit = match matching {
-                        Matching::Containers => match_containers(&creds.entries, image),
-                        Matching::Kubelet => match_kubelet(&creds.entries, image),
-                    };
-                    (path, hit.and_then(|(k, e)| Some((k.clone(), e.auth()?))))
+                    out.push(chosen(auth, path, format!("credHelpers.{}", image.domain)));
+                } else if let Some((key, e)) = match_containers(&creds.entries, image) {
+                    let auth = e
+                        .containers_auth()
+                        .map_err(|why| bad(path, format!("entry {key:?}: {why}")))?;
+                    // `{}` is docker's marker for a helper; anything else is a mistake.
+                    if auth.is_none() && e.auth.as_deref().is_some_and(|a| !a.is_empty()) {
+                        tracing::warn!(
+                            "{}: entry {key:?} holds no user:password; no credential",
+                            path.display()
+                        );
+                    }
+                    out.extend(auth.map(|a| chosen(a, path, key.clone())));
                 }
             }
-        };
-        if let Some((key, auth)) = found {
-            return Ok(Some(Chosen {
-                host: image.domain.clone(),
-                auth,
-                source: path.display().to_string(),
-                key,
-            }));
+            (_, Matching::Kubelet) if keyring_done => {}
+            (_, Matching::Kubelet) => {
+                keyring_done = true;
+                let mut keyring = Keyring::default();
+                for (s, m) in sources {
+                    let (Source::Authfile(path) | Source::PullSecret(path), Matching::Kubelet) =
+                        (s, m)
+                    else {
+                        continue;
+                    };
+                    // kubelet fails on any malformed entry, whatever its host.
+                    for (key, e) in read_creds(path, &read(path)?)?.entries {
+                        let auth = e
+                            .kubelet_auth()
+                            .map_err(|why| bad(path, format!("entry {key:?}: {why}")))?;
+                        if let Some(auth) = auth {
+                            keyring.add(&key, (path, auth));
+                        }
+                    }
+                }
+                for (key, (path, auth)) in keyring.lookup(&image.repository()) {
+                    out.push(chosen(auth.clone(), path, key.to_owned()));
+                }
+            }
         }
     }
-    Ok(None)
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|c| seen.insert(c.auth.clone()));
+    Ok(out)
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| Failure::new(Kind::Usage, format!("reading {}: {e}", path.display())).into())
+}
+
+/// How many credential sets a pull may try: the most candidates of any host.
+pub fn attempts(all: &[Chosen]) -> usize {
+    let mut hosts: Vec<&str> = all.iter().map(|c| c.host.as_str()).collect();
+    hosts.dedup();
+    hosts
+        .iter()
+        .map(|h| all.iter().filter(|c| c.host == *h).count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The credential set of try `n`: each host's `n`-th candidate, or its last
+/// one when it has fewer. One credential per host, so each try's authfile is
+/// as narrow as the first's.
+pub fn attempt(all: &[Chosen], n: usize) -> Vec<Chosen> {
+    let mut out: Vec<Chosen> = Vec::new();
+    for c in all {
+        if out.iter().any(|o| o.host == c.host) {
+            continue;
+        }
+        let mine: Vec<&Chosen> = all.iter().filter(|o| o.host == c.host).collect();
+        out.push(mine[n.min(mine.len() - 1)].clone());
+    }
+    out
 }
 
 /// `user:password` as auth.json's `auth` holds it.
@@ -424,6 +741,18 @@ mod tests {
 
     fn keys(k: &[&str]) -> BTreeMap<String, ()> {
         k.iter().map(|k| (k.to_string(), ())).collect()
+    }
+
+    fn keyring(k: &[(&str, &'static str)]) -> Keyring<&'static str> {
+        let mut r = Keyring::default();
+        for (key, v) in k {
+            r.add(key, *v);
+        }
+        r
+    }
+
+    fn lookup(r: &Keyring<&'static str>, target: &str) -> Vec<&'static str> {
+        r.lookup(target).into_iter().map(|(_, v)| *v).collect()
     }
 
     #[test]
@@ -457,45 +786,408 @@ mod tests {
         assert!(match_containers(&legacy, &img("fedora")).is_some());
     }
 
+    /// kubernetes pkg/credentialprovider/keyring_test.go, TestURLsMatch.
     #[test]
-    fn kubelet_rules() {
-        let k = keys(&[
-            "*.example.com",
-            "reg.example.com/team",
-            "reg.example.com/teamx/app",
-            "https://index.docker.io/v1/",
-            "localhost:5000",
-            "*.*.svc:5000",
-        ]);
+    fn kubelet_urls_match() {
         let cases = [
-            ("reg.example.com/team/app", Some("reg.example.com/team")),
+            ("*.kubernetes.io", "prefix.kubernetes.io", true),
+            ("prefix.*.io", "prefix.kubernetes.io", true),
+            ("prefix.kubernetes.*", "prefix.kubernetes.io", true),
+            ("*-good.kubernetes.io", "prefix-good.kubernetes.io", true),
+            ("*.kubernetes.io/blah", "prefix.kubernetes.io/blah", true),
+            ("prefix.*.io/foo", "prefix.kubernetes.io/foo/bar", true),
             (
-                "reg.example.com/teamx/app",
-                Some("reg.example.com/teamx/app"),
+                "*.kubernetes.io:1111/blah",
+                "prefix.kubernetes.io:1111/blah",
+                true,
             ),
-            ("reg.example.com/other", Some("*.example.com")),
-            ("a.b.example.com/x", None),
-            ("example.com/x", None),
-            ("fedora", Some("https://index.docker.io/v1/")),
-            ("localhost:5000/x", Some("localhost:5000")),
-            ("localhost:5001/x", None),
             (
-                "image-registry.openshift-image-registry.svc:5000/ns/img",
-                Some("*.*.svc:5000"),
+                "prefix.*.io:1111/foo",
+                "prefix.kubernetes.io:1111/foo/bar",
+                true,
             ),
-            ("a.b.c.svc:5000/ns/img", None),
-            ("registry.ns.svc:5000/ns/img", Some("*.*.svc:5000")),
+            ("*.kubernetes.io", "kubernetes.io", false),
+            ("*.*.kubernetes.io", "prefix.kubernetes.io", false),
+            ("*.*.kubernetes.io", "kubernetes.io", false),
+            ("kubernetes.io", "kubernetes.com", false),
+            ("k*.io", "quay.io", false),
+            (
+                "*.kubernetes.io:1234/blah",
+                "prefix.kubernetes.io:1111/blah",
+                false,
+            ),
+            (
+                "prefix.*.io/foo",
+                "prefix.kubernetes.io:1111/foo/bar",
+                false,
+            ),
         ];
-        for (i, want) in cases {
+        for (g, t, want) in cases {
+            assert_eq!(urls_match(g, t), want, "{g} {t}");
+        }
+    }
+
+    /// keyring_test.go, TestDockerKeyringForGlob and TestKeyringMiss: each key
+    /// alone, looked up as `TARGET/foo/bar`.
+    #[test]
+    fn kubelet_keyring_glob_hits_and_misses() {
+        let hits = [
+            ("https://hello.kubernetes.io", "hello.kubernetes.io"),
+            ("https://*.docker.io", "prefix.docker.io"),
+            ("https://prefix.*.io", "prefix.docker.io"),
+            ("https://prefix.docker.*", "prefix.docker.io"),
+            ("https://*.docker.io/path", "prefix.docker.io/path"),
+            ("https://prefix.*.io/path", "prefix.docker.io/path/subpath"),
+            ("https://prefix.docker.*/path", "prefix.docker.io/path"),
+            ("https://*.docker.io:8888", "prefix.docker.io:8888"),
+            ("https://prefix.*.io:8888", "prefix.docker.io:8888"),
+            ("https://prefix.docker.*:8888", "prefix.docker.io:8888"),
+            (
+                "https://*.docker.io/path:1111",
+                "prefix.docker.io/path:1111",
+            ),
+            ("https://*.docker.io/v1/", "prefix.docker.io/path:1111"),
+            ("https://*.docker.io/v2/", "prefix.docker.io/path:1111"),
+            (
+                "https://prefix.docker.*/path:1111",
+                "prefix.docker.io/path:1111",
+            ),
+            ("prefix.docker.io:1111", "prefix.docker.io:1111/path"),
+            ("*.docker.io:1111", "prefix.docker.io:1111/path"),
+        ];
+        for (key, target) in hits {
+            let r = keyring(&[(key, "foo:bar")]);
             assert_eq!(
-                match_kubelet(&k, &img(i)).map(|(k, _)| k.as_str()),
-                want,
-                "{i}"
+                lookup(&r, &format!("{target}/foo/bar")),
+                ["foo:bar"],
+                "{key}"
             );
         }
-        // The path is a plain string prefix: /foo matches /foobar.
-        let k = keys(&["reg.io/foo"]);
-        assert!(match_kubelet(&k, &img("reg.io/foobar/x")).is_some());
+        let misses = [
+            ("https://hello.kubernetes.io", "world.mesos.org/foo/bar"),
+            ("https://*.docker.com", "prefix.docker.io"),
+            ("https://suffix.*.io", "prefix.docker.io"),
+            ("https://prefix.docker.c*", "prefix.docker.io"),
+            (
+                "https://prefix.*.io/path:1111",
+                "prefix.docker.io/path/subpath:1111",
+            ),
+            ("suffix.*.io", "prefix.docker.io"),
+            // TestKeyringMissWithDockerHubCredentials.
+            ("https://index.docker.io/v1/", "world.mesos.org"),
+        ];
+        for (key, target) in misses {
+            let r = keyring(&[(key, "foo:bar")]);
+            assert!(lookup(&r, &format!("{target}/foo/bar")).is_empty(), "{key}");
+        }
+    }
+
+    /// keyring_test.go, TestDockerKeyringLookup and TestIssue3797: every
+    /// matching key, the more specific first.
+    #[test]
+    fn kubelet_keyring_order() {
+        let r = keyring(&[
+            ("bar.example.com/pong", "grace"),
+            ("bar.example.com", "ada"),
+        ]);
+        let cases: [(&str, &[&str]); 7] = [
+            ("bar.example.com", &["ada"]),
+            ("bar.example.com/pong", &["grace", "ada"]),
+            ("bar.example.com/ping", &["ada"]),
+            ("bar.example.com/pongz", &["grace", "ada"]),
+            ("bar.example.com/pong/pang", &["grace", "ada"]),
+            ("example.com", &[]),
+            ("foo.example.com", &[]),
+        ];
+        for (target, want) in cases {
+            assert_eq!(lookup(&r, target), want, "{target}");
+        }
+        let r = keyring(&[("https://quay.io/v1/", "rex")]);
+        for target in ["quay.io", "quay.io/foo", "quay.io/foo/bar"] {
+            assert_eq!(lookup(&r, target), ["rex"], "{target}");
+        }
+        // Index order, not key length: `*.example.com` sorts before
+        // `reg.example.com`, and one key's values keep the order they came in.
+        let r = keyring(&[
+            ("*.example.com", "glob"),
+            ("reg.example.com", "first"),
+            ("https://reg.example.com", "second"),
+            ("reg.example.com/team", "team"),
+        ]);
+        assert_eq!(
+            lookup(&r, "reg.example.com/team/app"),
+            ["team", "first", "second", "glob"]
+        );
+    }
+
+    /// Docker Hub: kubelet looks up the normalized `docker.io/library/NAME`;
+    /// the exact key `index.docker.io` answers only when nothing else does.
+    /// keyring_test.go, TestKeyringHitWith{Unqualified,UnqualifiedLibrary,
+    /// Qualified}DockerHub and TestIsDefaultRegistryMatch.
+    #[test]
+    fn kubelet_docker_hub() {
+        for (key, hit) in [
+            ("docker.io", true),
+            ("https://docker.io", true),
+            ("docker.io/library", true),
+            ("docker.io/library/nginx", true),
+            ("docker.*", true),
+            ("index.docker.io", true),
+            ("https://index.docker.io/v1/", true),
+            ("*.docker.io", false),
+            ("index.docker.io/library", false),
+            ("docker.io/other", false),
+        ] {
+            let r = keyring(&[(key, "hub")]);
+            let want: &[&str] = if hit { &["hub"] } else { &[] };
+            assert_eq!(lookup(&r, &img("nginx").repository()), want, "{key}");
+        }
+        let r = keyring(&[
+            ("https://index.docker.io/v1/", "hub"),
+            ("docker.io", "direct"),
+        ]);
+        assert_eq!(lookup(&r, &img("nginx").repository()), ["direct"]);
+        let r = keyring(&[("https://index.docker.io/v1/", "hub")]);
+        for image in [
+            "google/docker-registry",
+            "jenkins",
+            "index.docker.io/google/docker-registry",
+        ] {
+            assert_eq!(lookup(&r, &img(image).repository()), ["hub"], "{image}");
+        }
+        for (image, hub) in [
+            ("foo/bar", true),
+            ("docker.io/foo/bar", true),
+            ("index.docker.io/foo/bar", true),
+            ("foo", true),
+            ("registry.tld/foo/bar", false),
+            ("registry:5000/foo/bar", false),
+            ("myhostdocker.io/foo/bar", false),
+            // kubelet says true (no `.` or `:`); hostpull never sends a Docker
+            // Hub credential to localhost.
+            ("localhost/foo", false),
+        ] {
+            assert_eq!(
+                is_default_registry(&img(image).repository()),
+                hub,
+                "{image}"
+            );
+        }
+    }
+
+    /// kubernetes pkg/credentialprovider/config_test.go,
+    /// TestDockerConfigEntryJSONDecode and TestDecodeDockerConfigFieldAuth.
+    #[test]
+    fn kubelet_entry_decoding() {
+        let cases = [
+            (
+                r#"{"username": "foo", "password": "bar", "email": "foo@example.com"}"#,
+                Some("foo:bar"),
+            ),
+            (
+                r#"{"auth": "Zm9vOmJhcg==", "email": "foo@example.com"}"#,
+                Some("foo:bar"),
+            ),
+            (
+                r#"{"username": "foo", "password": "bar", "auth": "cGluZzpwb25n", "email": "foo@example.com"}"#,
+                Some("ping:pong"),
+            ),
+            (r#"{"auth": "pants", "email": "foo@example.com"}"#, None),
+            (r#"{"email": false}"#, None),
+            (r#"{"auth": "cGFudHM="}"#, None),
+            // Go's decoders: unpadded when it does not end in `=`, and `\n` skipped.
+            (r#"{"auth": "Zm9vOmJhcg"}"#, Some("foo:bar")),
+            (r#"{"auth": "Zm9vOm\nJhcg==\n"}"#, Some("foo:bar")),
+            (r#"{"auth": "Zm9vOmJhcg="}"#, None),
+        ];
+        for (input, want) in cases {
+            let got = serde_json::from_str::<Entry>(input)
+                .ok()
+                .and_then(|e| e.kubelet_auth().ok().flatten());
+            assert_eq!(got, want.map(|w| B64.encode(w)), "{input}");
+        }
+        // containers/image: padded only; no `:` is no credential, not an error.
+        let containers = |a: &str| {
+            Entry {
+                auth: Some(a.into()),
+                ..Default::default()
+            }
+            .containers_auth()
+        };
+        assert_eq!(containers("Zm9vOmJhcg=="), Ok(Some(B64.encode("foo:bar"))));
+        assert_eq!(containers("cGFudHM="), Ok(None));
+        assert!(containers("Zm9vOmJhcg").is_err());
+    }
+
+    /// A `*` per character against a long label: bounded steps, where the
+    /// old recursive matcher took exponential time (issue 17, item 2).
+    #[test]
+    fn glob_is_polynomial() {
+        let label = "a".repeat(250);
+        for pattern in [
+            "*a*a*a*a*a*a*a*a*b",
+            &"*".repeat(40),
+            &format!("{}b", "a*".repeat(30)),
+        ] {
+            let (hit, steps) = glob_steps(pattern, &label);
+            assert!(!hit || !pattern.ends_with('b'), "{pattern}");
+            let bound = (pattern.len() + 1) * (label.len() + 1);
+            assert!(steps <= bound, "{pattern}: {steps} steps > {bound}");
+        }
+        assert!(glob_steps(&"*".repeat(40), &label).0);
+        // The whole key too: many starred labels against a long host.
+        let host = vec!["a".repeat(60); 4].join(".");
+        assert!(!urls_match("*a*a*a*a*a*a*a*b.*.*.*", &host));
+    }
+
+    /// Go's `filepath.Match` syntax, as kubelet uses it per label.
+    #[test]
+    fn glob_syntax() {
+        for (pattern, label, want) in [
+            ("reg?", "reg1", true),
+            ("reg?", "reg", false),
+            ("reg[0-9]", "reg7", true),
+            ("reg[^0-9]", "reg7", false),
+            ("reg[^0-9]", "regx", true),
+            ("[a-c]*", "bravo", true),
+            ("r\\*g", "r*g", true),
+            ("r\\*g", "rug", false),
+            ("REG", "reg", true),
+            // Malformed: no match, as kubelet ignores ErrBadPattern.
+            ("reg[", "reg[", false),
+            ("reg[]", "reg", false),
+            ("reg\\", "reg", false),
+            ("[-a]", "a", false),
+        ] {
+            assert_eq!(glob(pattern, label), want, "{pattern} {label}");
+        }
+    }
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn secret(kind: &str, key: &str, content: &str) -> String {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Secret","type":"kubernetes.io/{kind}","data":{{"{key}":"{}"}}}}"#,
+            B64.encode(content)
+        )
+    }
+
+    fn kubelet(paths: &[PathBuf], image: &str) -> anyhow::Result<Vec<String>> {
+        let sources: Vec<_> = paths
+            .iter()
+            .map(|p| (Source::PullSecret(p.clone()), Matching::Kubelet))
+            .collect();
+        Ok(resolve(&sources, &img(image))?
+            .into_iter()
+            .map(|c| String::from_utf8(B64.decode(c.auth).unwrap()).unwrap())
+            .collect())
+    }
+
+    /// kubernetes pkg/credentialprovider/secrets/secrets_test.go,
+    /// Test_MakeDockerKeyring (the default keyring's cases are in
+    /// plan::tests::kubelet_default_keyring), and several secrets as one keyring.
+    #[test]
+    fn kubelet_secrets() {
+        let td = tempfile::tempdir().unwrap();
+        let d = td.path();
+        let auth = r#"{"auth": "dXNlcjpwYXNzd29yZA=="}"#;
+        let userpass = r#"{"username": "user", "password": "password"}"#;
+        let cases = [
+            (
+                "dockerconfigjson",
+                ".dockerconfigjson",
+                format!(r#"{{"auths": {{"test.registry.io": {auth}}}}}"#),
+                true,
+            ),
+            (
+                "dockercfg",
+                ".dockercfg",
+                format!(r#"{{"test.registry.io": {auth}}}"#),
+                true,
+            ),
+            (
+                "dockerconfigjson",
+                ".dockerconfigjson",
+                format!(r#"{{"auths": {{"test.registry.io": {userpass}}}}}"#),
+                true,
+            ),
+            (
+                "dockercfg",
+                ".dockercfg",
+                format!(r#"{{"test.registry.io": {userpass}}}"#),
+                true,
+            ),
+            // A data key that does not fit the type: skipped, no credential.
+            (
+                "dockercfg",
+                ".dockerconfigjson",
+                format!(r#"{{"auths": {{"test.registry.io": {auth}}}}}"#),
+                false,
+            ),
+            (
+                "dockerconfigjson",
+                ".dockercfg",
+                format!(r#"{{"test.registry.io": {auth}}}"#),
+                false,
+            ),
+            (
+                "dockerconfigjson",
+                ".dockerconfigjson",
+                format!(r#"{{"auths": {{"foobar.io": {auth}}}}}"#),
+                false,
+            ),
+        ];
+        for (i, (kind, key, content, found)) in cases.iter().enumerate() {
+            let f = write(d, &format!("s{i}"), &secret(kind, key, content));
+            let want: &[&str] = if *found { &["user:password"] } else { &[] };
+            assert_eq!(
+                kubelet(&[f], "test.registry.io/x").unwrap(),
+                want,
+                "{kind} {key}"
+            );
+        }
+        // Two secrets, one keyring: the second's more specific key comes
+        // first, and the same key keeps the secrets' order.
+        let a = write(
+            d,
+            "a",
+            &format!(
+                r#"{{"auths": {{"reg.io": {{"auth": "{}"}}}}}}"#,
+                B64.encode("a:host")
+            ),
+        );
+        let b = write(
+            d,
+            "b",
+            &format!(
+                r#"{{"auths": {{"reg.io/team": {{"auth": "{}"}}, "reg.io": {{"auth": "{}"}}}}}}"#,
+                B64.encode("b:team"),
+                B64.encode("b:host")
+            ),
+        );
+        assert_eq!(
+            kubelet(&[a.clone(), b.clone()], "reg.io/team/app").unwrap(),
+            ["b:team", "a:host", "b:host"]
+        );
+        assert_eq!(
+            kubelet(&[a, b], "reg.io/other").unwrap(),
+            ["a:host", "b:host"]
+        );
+        // A malformed entry fails the pull, whatever host it is for, as in kubelet.
+        for bad in [
+            r#"{"auths": {"other.io": {"auth": "pants"}, "reg.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#,
+            r#"{"auths": {"other.io": {"auth": "cGFudHM="}}}"#,
+            r#"{"auths": {"other.io": {"username": "u", "password": "p", "email": false}}}"#,
+            r#"{"auths": {"reg.io": 3}}"#,
+        ] {
+            let f = write(d, "bad", bad);
+            let e = kubelet(&[f], "reg.io/a").unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+        }
     }
 
     #[test]
@@ -511,21 +1203,28 @@ mod tests {
                 "apiVersion: v1\nkind: Secret\ntype: kubernetes.io/dockerconfigjson\ndata:\n  .dockerconfigjson: {}\n",
                 B64.encode(&cfgjson)
             ),
-            format!(
-                r#"{{"apiVersion":"v1","kind":"Secret","type":"kubernetes.io/dockercfg","data":{{".dockercfg":"{}"}}}}"#,
-                B64.encode(&cfg)
-            ),
+            secret("dockercfg", ".dockercfg", &cfg),
             r#"{"auths":{"reg.io":{"username":"u","password":"p"}}}"#.to_owned(),
+            // Valid JSON that YAML refuses (issue 17, item 10): a surrogate
+            // pair, and a key over 1024 characters.
+            format!(r#"{{"auths":{{"reg.io":{{"auth":"{auth}","email":"\ud83d\ude00"}}}}}}"#),
+            format!(
+                r#"{{"auths":{{"reg.io":{{"auth":"{auth}"}},"{}.io":{{"auth":"{auth}"}}}}}}"#,
+                "k".repeat(1100)
+            ),
         ];
         for (i, text) in cases.iter().enumerate() {
-            let f = td.path().join(format!("s{i}"));
-            std::fs::write(&f, text).unwrap();
+            let f = write(td.path(), &format!("s{i}"), text);
             let chosen = resolve(
                 &[(Source::PullSecret(f), Matching::Kubelet)],
                 &img("reg.io/a/b"),
             )
             .unwrap();
-            assert_eq!(chosen.map(|c| c.auth), Some(auth.clone()), "{text}");
+            assert_eq!(
+                chosen.into_iter().map(|c| c.auth).collect::<Vec<_>>(),
+                std::slice::from_ref(&auth),
+                "{text}"
+            );
         }
         for bad in [
             "{",
@@ -533,8 +1232,7 @@ mod tests {
             "kind: Secret\ntype: kubernetes.io/dockercfg\ndata:\n  .dockercfg: '!!'\n",
             r#"{"auths":{"reg.io":3}}"#,
         ] {
-            let f = td.path().join("bad");
-            std::fs::write(&f, format!("{bad}\n# secret-marker")).unwrap();
+            let f = write(td.path(), "bad", &format!("{bad}\n# secret-marker"));
             let e = resolve(
                 &[(Source::PullSecret(f), Matching::Kubelet)],
                 &img("reg.io/a"),
@@ -549,21 +1247,17 @@ mod tests {
     }
 
     #[test]
-    fn first_source_wins_and_tokens_are_reread() {
+    fn every_source_in_order_and_tokens_are_reread() {
         let td = tempfile::tempdir().unwrap();
-        let w = |n: &str, s: &str| {
-            let p = td.path().join(n);
-            std::fs::write(&p, s).unwrap();
-            p
-        };
-        let a = w(
+        let a = write(
+            td.path(),
             "a.json",
             &format!(
                 r#"{{"auths":{{"reg.io":{{"auth":"{}"}}}}}}"#,
                 B64.encode("a:1")
             ),
         );
-        let token = w("token", "t0k3n\n");
+        let token = write(td.path(), "token", "t0k3n\n");
         let sources = vec![
             (
                 parse_token(
@@ -573,23 +1267,63 @@ mod tests {
                 .unwrap(),
                 Matching::Containers,
             ),
+            (Source::Authfile(a.clone()), Matching::Containers),
+            // The same credential again is not tried twice.
             (Source::Authfile(a), Matching::Containers),
         ];
-        let c = resolve(&sources, &img("reg.io/team/app")).unwrap().unwrap();
-        assert_eq!(c.auth, B64.encode("serviceaccount:t0k3n"));
+        let auths = |image: &str| -> Vec<String> {
+            resolve(&sources, &img(image))
+                .unwrap()
+                .into_iter()
+                .map(|c| c.auth)
+                .collect()
+        };
+        assert_eq!(
+            auths("reg.io/team/app"),
+            [B64.encode("serviceaccount:t0k3n"), B64.encode("a:1")]
+        );
         std::fs::write(&token, "rotated").unwrap();
-        let c = resolve(&sources, &img("reg.io/team/app")).unwrap().unwrap();
-        assert_eq!(c.auth, B64.encode("serviceaccount:rotated"));
-        // Outside the token's path, the authfile answers.
-        let c = resolve(&sources, &img("reg.io/other/app"))
-            .unwrap()
-            .unwrap();
-        assert_eq!(c.auth, B64.encode("a:1"));
-        assert!(resolve(&sources, &img("other.io/x")).unwrap().is_none());
-        let file: Value = serde_json::from_slice(&minimal_authfile(&[c])).unwrap();
+        assert_eq!(
+            auths("reg.io/team/app")[0],
+            B64.encode("serviceaccount:rotated")
+        );
+        // Outside the token's path, only the authfile answers.
+        assert_eq!(auths("reg.io/other/app"), [B64.encode("a:1")]);
+        assert!(auths("other.io/x").is_empty());
+        let c = resolve(&sources, &img("reg.io/other/app")).unwrap();
+        let file: Value = serde_json::from_slice(&minimal_authfile(&c)).unwrap();
         assert_eq!(
             file,
             json!({"auths": {"reg.io": {"auth": B64.encode("a:1")}}})
         );
+    }
+
+    /// Each try has one credential per host: the n-th, or the host's last.
+    #[test]
+    fn attempts_take_the_next_candidate_per_host() {
+        let c = |host: &str, auth: &str| Chosen {
+            host: host.into(),
+            auth: auth.into(),
+            source: "s".into(),
+            key: host.into(),
+        };
+        let all = [
+            c("mirror", "m1"),
+            c("primary", "p1"),
+            c("primary", "p2"),
+            c("primary", "p3"),
+        ];
+        assert_eq!(attempts(&all), 3);
+        let auths = |n| {
+            attempt(&all, n)
+                .into_iter()
+                .map(|c| c.auth)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(auths(0), ["m1", "p1"]);
+        assert_eq!(auths(1), ["m1", "p2"]);
+        assert_eq!(auths(2), ["m1", "p3"]);
+        assert_eq!(attempts(&[]), 0);
+        assert!(attempt(&[], 0).is_empty());
     }
 }

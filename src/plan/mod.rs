@@ -30,7 +30,12 @@ pub struct Plan {
     /// `ostree:REPO[:REF]`: import the verified layout into REPO afterwards.
     pub ostree: Option<OstreeDest>,
     pub platform: Platform,
+    /// The worker for the first try; its `credentials` are
+    /// `auth::attempt(&credentials, 0)`.
     pub worker: WorkerSpec,
+    /// Per host, every matching credential in the order tried: a try refused
+    /// by the registry moves on to `auth::attempt(&credentials, n + 1)`.
+    pub credentials: Vec<auth::Chosen>,
     pub retry: RetryPolicy,
     /// Where the image may come from, in the order tried: the eligible
     /// mirrors, then the primary (after any `location` rewrite).
@@ -182,7 +187,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
     let tables = registries::load(&req.root, req.registries_conf.as_deref())?;
     let route = registries::route(&tables, &image)?;
     let sources = route.hosts(&image);
-    // Each host gets the credential chosen for it; the first source per host wins.
+    // Each host gets its candidates, in order.
     let mut credentials: Vec<auth::Chosen> = Vec::new();
     for r in &sources {
         if !credentials.iter().any(|c| c.host == r.domain) {
@@ -241,7 +246,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         worker: WorkerSpec {
             mode,
             skopeo: req.skopeo.clone().unwrap_or_else(|| "skopeo".into()),
-            credentials,
+            credentials: auth::attempt(&credentials, 0),
             cert_dir: req.cert_dir.clone(),
             tls_verify: req.tls_verify,
             limits,
@@ -256,6 +261,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             }),
         },
         retry: retry(req)?,
+        credentials,
         sources,
         policy,
     })
@@ -303,10 +309,11 @@ fn signature_policy(req: &Request, image: &ImageRef) -> anyhow::Result<policy::A
 /// Where credential provider answers are cached, root-only, below the root.
 pub const PROVIDER_CACHE: &str = "var/cache/hostpull/credential-providers";
 
-/// The credential for the image's registry. Explicit sources first, in the
-/// order given; then credential provider plugins; then, if neither was given,
-/// the host's default files. The first match wins.
-fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Option<auth::Chosen>> {
+/// Every credential for the image's registry, in the order tried: explicit
+/// sources first, in the order given (pull secrets as one keyring); then
+/// credential provider plugins (their answers as one keyring); then, if
+/// neither was given, the host's default files.
+fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::Chosen>> {
     use auth::{Matching, Source};
     let user = req.token_user.as_deref().unwrap_or("serviceaccount");
     let mut sources: Vec<(Source, Matching)> = Vec::new();
@@ -323,9 +330,7 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Option<aut
     for t in &req.tokens {
         sources.push((auth::parse_token(t, user)?, Matching::Containers));
     }
-    if let Some(chosen) = auth::resolve(&sources, image)? {
-        return Ok(Some(chosen));
-    }
+    let mut found = auth::resolve(&sources, image)?;
     if let Some(config) = &req.provider_config {
         let Some(bin_dir) = &req.provider_bin_dir else {
             return fail(
@@ -335,19 +340,22 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Option<aut
         };
         let config = provider::load_config(config)?;
         let cache = req.root.join(PROVIDER_CACHE);
-        if let Some((name, key, username, password)) =
+        for (name, key, username, password) in
             provider::credentials(&config, bin_dir, &cache, image)?
         {
-            return Ok(Some(auth::Chosen {
-                host: image.domain.clone(),
-                auth: auth::basic(&username, &password),
-                source: format!("credential provider {name}"),
-                key,
-            }));
+            let auth = auth::basic(&username, &password);
+            if !found.iter().any(|c| c.auth == auth) {
+                found.push(auth::Chosen {
+                    host: image.domain.clone(),
+                    auth,
+                    source: format!("credential provider {name}"),
+                    key,
+                });
+            }
         }
     }
     if !sources.is_empty() || req.provider_config.is_some() || req.no_default_creds {
-        return Ok(None);
+        return Ok(found);
     }
     let defaults: Vec<(Source, Matching)> = auth::DEFAULT_SOURCES
         .iter()
@@ -390,8 +398,11 @@ pub struct HostSummary {
     pub host: String,
     /// `primary`; mirrors will be `mirror`.
     pub role: &'static str,
-    /// `SOURCE (key KEY)`, or none.
+    /// `SOURCE (key KEY)` of the first candidate, or none.
     pub credential: Option<String>,
+    /// The other candidates, tried in this order when the registry refuses
+    /// the one before.
+    pub fallbacks: Vec<String>,
     pub cas: Vec<String>,
     pub client_cert: Option<String>,
     pub tls_verify: bool,
@@ -418,6 +429,12 @@ impl Plan {
                 .map(|(i, r)| {
                     let host = &r.domain;
                     let trust = w.trust.iter().find(|t| &t.host == host);
+                    let candidates: Vec<String> = self
+                        .credentials
+                        .iter()
+                        .filter(|c| &c.host == host)
+                        .map(|c| format!("{} (key {})", c.source, c.key))
+                        .collect();
                     let cas = match &w.cert_dir {
                         Some(d) => vec![format!("{} (--cert-dir, every host)", d.display())],
                         None => trust
@@ -431,11 +448,8 @@ impl Plan {
                         } else {
                             "mirror"
                         },
-                        credential: w
-                            .credentials
-                            .iter()
-                            .find(|c| &c.host == host)
-                            .map(|c| format!("{} (key {})", c.source, c.key)),
+                        credential: candidates.first().cloned(),
+                        fallbacks: candidates.iter().skip(1).cloned().collect(),
                         cas,
                         client_cert: trust
                             .and_then(|t| t.client.as_ref())
@@ -479,6 +493,9 @@ impl Summary {
                 "  credential  {}\n",
                 h.credential.as_deref().unwrap_or("none (--no-creds)")
             );
+            for f in &h.fallbacks {
+                t += &format!("  then        {f}\n");
+            }
             let cas = if h.cas.is_empty() {
                 "the system's".to_owned()
             } else {
@@ -691,6 +708,82 @@ mod tests {
                 assert_eq!(crate::error::exit_code(&e), 2)
             }
             r => panic!("{r:?}"),
+        }
+    }
+
+    /// kubernetes pkg/credentialprovider/secrets/secrets_test.go,
+    /// Test_MakeDockerKeyring's cases with a default keyring: here a credential
+    /// provider plugin, whose answers come after the pull secrets'.
+    #[test]
+    fn kubelet_default_keyring() {
+        use base64::Engine as _;
+        let td = tempfile::tempdir().unwrap();
+        let d = td.path();
+        let plugin = d.join("default");
+        std::fs::write(
+            &plugin,
+            "#!/bin/sh\ncat >/dev/null\necho '{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"kind\":\"CredentialProviderResponse\",\"cacheDuration\":\"0\",\"auth\":{\"test.registry.io\":{\"username\":\"default-user\",\"password\":\"default-password\"}}}'\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        let config = d.join("providers.yaml");
+        std::fs::write(
+            &config,
+            "kind: CredentialProviderConfig\nproviders:\n- name: default\n  matchImages: [\"test.registry.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+        )
+        .unwrap();
+        let secret = |name: &str, host: &str| {
+            let p = d.join(name);
+            std::fs::write(
+                &p,
+                format!(r#"{{"auths": {{"{host}": {{"auth": "dXNlcjpwYXNzd29yZA=="}}}}}}"#),
+            )
+            .unwrap();
+            p
+        };
+        let cases = [
+            (
+                vec![secret("other", "foobar.io")],
+                vec!["default-user:default-password"],
+            ),
+            (vec![], vec!["default-user:default-password"]),
+            (
+                vec![secret("match", "test.registry.io")],
+                vec!["user:password", "default-user:default-password"],
+            ),
+        ];
+        for (secrets, want) in cases {
+            let mut r = req("test.registry.io/app:v1", "oci:/d");
+            r.root = d.into();
+            r.pull_secrets = secrets;
+            r.provider_config = Some(config.clone());
+            r.provider_bin_dir = Some(d.into());
+            let p = plan(&r).unwrap();
+            let got: Vec<String> = p
+                .credentials
+                .iter()
+                .map(|c| {
+                    String::from_utf8(
+                        base64::engine::general_purpose::STANDARD
+                            .decode(&c.auth)
+                            .unwrap(),
+                    )
+                    .unwrap()
+                })
+                .collect();
+            assert_eq!(got, want, "{:?}", r.pull_secrets);
+            // The worker's first try has the first; the plan names them all.
+            assert_eq!(p.worker.credentials, [p.credentials[0].clone()]);
+            let h = &p.summary().hosts[0];
+            assert_eq!(h.fallbacks.len(), want.len() - 1);
+            assert_eq!(
+                h.fallbacks
+                    .last()
+                    .map(String::as_str)
+                    .or(h.credential.as_deref()),
+                Some("credential provider default (key test.registry.io)")
+            );
         }
     }
 

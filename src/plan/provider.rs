@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::error::{Failure, Kind};
-use crate::plan::auth::match_kubelet;
+use crate::plan::auth::{Keyring, urls_match};
 use crate::plan::imgref::ImageRef;
 
 const REQUEST_API: &str = "credentialprovider.kubelet.k8s.io/v1";
@@ -36,6 +36,10 @@ pub struct Provider {
     pub args: Vec<String>,
     #[serde(default)]
     pub env: Vec<EnvVar>,
+    /// KEP-4412: the plugin wants the pod's service-account token. A host
+    /// pull has none, so such a provider is refused, never sent an empty one.
+    #[serde(default)]
+    pub token_attributes: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -74,13 +78,22 @@ fn bad(name: &Path, why: impl std::fmt::Display) -> anyhow::Error {
 
 pub fn load_config(path: &Path) -> anyhow::Result<ProviderConfig> {
     let text = std::fs::read_to_string(path).map_err(|e| bad(path, e))?;
-    let v: serde_json::Value =
-        serde_yaml::from_str(&text).map_err(|_| bad(path, "not JSON or YAML"))?;
+    let v = crate::plan::auth::parse_json_or_yaml(&text)
+        .ok_or_else(|| bad(path, "not JSON or YAML"))?;
     if v["kind"] != "CredentialProviderConfig" {
         return Err(bad(path, "kind is not CredentialProviderConfig"));
     }
     let c: ProviderConfig = serde_json::from_value(v).map_err(|e| bad(path, e))?;
     for p in &c.providers {
+        // kubelet's validateCredentialProviderConfig: the name is a file in
+        // the bin dir, so not `.`, `..`, nor with `/` or a space.
+        if p.name.is_empty() || p.name == "." || p.name == ".." || p.name.contains(['/', ' ', '\0'])
+        {
+            return Err(bad(
+                path,
+                format!("provider name {:?} is not a file name", p.name),
+            ));
+        }
         if p.api_version != REQUEST_API {
             return Err(bad(
                 path,
@@ -90,10 +103,20 @@ pub fn load_config(path: &Path) -> anyhow::Result<ProviderConfig> {
                 ),
             ));
         }
-        if p.name.contains('/') || p.name.is_empty() {
+        if p.match_images.is_empty() {
             return Err(bad(
                 path,
-                format!("provider name {:?} is not a file name", p.name),
+                format!("provider {}: matchImages is empty", p.name),
+            ));
+        }
+        if p.token_attributes.is_some() {
+            return Err(bad(
+                path,
+                format!(
+                    "provider {}: tokenAttributes (a pod's service-account token, KEP-4412) \
+                     is not supported: a host pull has no such token",
+                    p.name
+                ),
             ));
         }
     }
@@ -126,40 +149,47 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(total))
 }
 
-/// `(provider, key, username, password)` for `image`: every provider whose
-/// `matchImages` covers it, in order, the earlier winning; each answer from the
-/// cache while it is fresh.
+/// `(provider, key, username, password)` for `image`, every one in kubelet's
+/// order: each provider whose `matchImages` covers the image is asked (its
+/// answer from the cache while it is fresh), and all answers form one keyring,
+/// as kubelet's `providersDockerKeyring` does.
 pub fn credentials(
     config: &ProviderConfig,
     bin_dir: &Path,
     cache_dir: &Path,
     image: &ImageRef,
-) -> anyhow::Result<Option<(String, String, String, String)>> {
-    let image_str = image.to_string();
+) -> anyhow::Result<Vec<(String, String, String, String)>> {
+    // kubelet matches and asks with the repository, without tag or digest.
+    let target = image.repository();
+    let mut keyring = Keyring::default();
     for p in &config.providers {
-        let patterns: BTreeMap<String, ()> =
-            p.match_images.iter().map(|m| (m.clone(), ())).collect();
-        if match_kubelet(&patterns, image).is_none() {
+        if !p.match_images.iter().any(|m| urls_match(m, &target)) {
             continue;
         }
         let response = match cached(cache_dir, p, image) {
             Some(r) => r,
             None => {
-                let r = exec(p, bin_dir, &image_str)?;
+                let r = exec(p, bin_dir, &target)?;
                 store(cache_dir, p, image, &r)?;
                 r
             }
         };
-        if let Some((key, a)) = match_kubelet(&response.auth, image) {
-            return Ok(Some((
-                p.name.clone(),
-                key.clone(),
-                a.username.clone(),
-                a.password.clone(),
-            )));
+        for (key, a) in response.auth {
+            keyring.add(&key, (p.name.clone(), a));
         }
     }
-    Ok(None)
+    Ok(keyring
+        .lookup(&target)
+        .into_iter()
+        .map(|(key, (name, a))| {
+            (
+                name.clone(),
+                key.to_owned(),
+                a.username.clone(),
+                a.password.clone(),
+            )
+        })
+        .collect())
 }
 
 fn exec(p: &Provider, bin_dir: &Path, image: &str) -> anyhow::Result<Response> {
@@ -205,7 +235,7 @@ fn exec(p: &Provider, bin_dir: &Path, image: &str) -> anyhow::Result<Response> {
 fn cache_files(cache_dir: &Path, p: &Provider, image: &ImageRef) -> [(PathBuf, &'static str); 3] {
     let name = |key: &str| cache_dir.join(format!("{}-{}.json", p.name, hex::encode(key)));
     [
-        (name(&format!("image:{image}")), "Image"),
+        (name(&format!("image:{}", image.repository())), "Image"),
         (name(&format!("registry:{}", image.domain)), "Registry"),
         (name("global"), "Global"),
     ]
@@ -303,6 +333,11 @@ mod tests {
                 "credentialprovider.kubelet.k8s.io/v1alpha1",
             ),
             &ok.replace("name: p", "name: ../p"),
+            // Issue 17, item 10: `.` and `..` are not file names either.
+            &ok.replace("name: p", "name: ."),
+            &ok.replace("name: p", "name: '..'"),
+            &ok.replace("name: p", "name: 'a p'"),
+            &ok.replace("[\"*.io\"]", "[]"),
             "{",
         ] {
             std::fs::write(&f, bad).unwrap();
@@ -312,5 +347,25 @@ mod tests {
                 "{bad}"
             );
         }
+        // KEP-4412: a provider that wants a service-account token is refused
+        // by name, never run with an empty token.
+        std::fs::write(
+            &f,
+            format!("{ok}  tokenAttributes:\n    serviceAccountTokenAudience: aud\n    requireServiceAccount: true\n"),
+        )
+        .unwrap();
+        let e = load_config(&f).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("provider p: tokenAttributes"), "{e}");
+        // Valid JSON that YAML refuses: a surrogate-pair escape.
+        std::fs::write(
+            &f,
+            r#"{"kind":"CredentialProviderConfig","providers":[{"name":"p","matchImages":["\ud83d\ude00.io"],"apiVersion":"credentialprovider.kubelet.k8s.io/v1"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            load_config(&f).unwrap().providers[0].match_images,
+            ["\u{1f600}.io"]
+        );
     }
 }
