@@ -96,63 +96,119 @@ pub fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Classify a worker's (skopeo's) error text. skopeo 1.9.3 does not classify its
-/// errors over the proxy protocol, so this reads containers/image's wording.
-/// Order matters: the more specific phrases come first.
+/// Classify a worker's (skopeo's) error text by facts that neither a registry
+/// nor whoever names a repository can choose: the registry's error *code*
+/// (containers/image prints the distribution error code's fixed name, then the
+/// registry's message), an HTTP status in one of skopeo's fixed phrasings, or a
+/// Go error value (`x509`, `dial tcp …: connection refused`, `EOF`).
+///
+/// skopeo joins its errors with ": ", so the text is read as segments, and only
+/// a whole segment counts. What the registry or the reference controls is never
+/// a whole segment ahead of what classifies it: the repository and tag sit
+/// inside `reading manifest TAG in HOST/REPO`, the registry's message after its
+/// code or status. The first segment that says something decides, so a 404
+/// whose body says "connection reset" is a 404. From protocol 0.2.8 on, the
+/// worker's own `retryable` code comes first (`fetch::proxy_failure`).
 pub fn classify_worker_text(text: &str) -> Kind {
-    let t = text.to_ascii_lowercase();
-    let has = |needles: &[&str]| needles.iter().any(|n| t.contains(n));
-    if has(&[
-        "unauthorized",
-        "authentication required",
-        "invalid username/password",
-        "denied: requested access",
-    ]) {
-        Kind::Auth
-    } else if has(&[
-        "manifest unknown",
-        "name unknown",
-        "blob unknown",
-        "not found",
-        "404 (not found)",
-    ]) {
-        Kind::NotFound
-    } else if has(&[
-        "x509:",
-        "certificate",
-        "tls: ",
+    let segments: Vec<&str> = text.split(": ").map(str::trim).collect();
+    for (i, seg) in segments.iter().enumerate() {
+        let next = segments.get(i + 1).copied().unwrap_or_default();
+        if let Some(kind) = classify_segment(seg, next) {
+            return kind;
+        }
+    }
+    Kind::Worker
+}
+
+/// What one segment says, if anything; `next` is the segment after it (where
+/// an HTTP status follows its phrase).
+fn classify_segment(seg: &str, next: &str) -> Option<Kind> {
+    let lower = seg.to_ascii_lowercase();
+    // A distribution error code, as containers/image names it (the registry
+    // picks one of these; an unknown one reads as `unknown`).
+    if let Some(kind) = error_code_kind(&lower) {
+        return Some(kind);
+    }
+    // An HTTP status where skopeo prints one.
+    let status = |s: &str| s.split([' ', ',']).next()?.parse::<u16>().ok();
+    let code = match lower.as_str() {
+        "statuscode" | "received unexpected http status" | "unexpected http status" => status(next),
+        _ => lower
+            .strip_prefix("invalid status code from registry ")
+            .and_then(status),
+    };
+    if let Some(code) = code {
+        return Some(status_kind(code));
+    }
+    // Go's own error values and phrases (net, crypto/tls, net/http).
+    const TLS: &[&str] = &[
+        "x509",
+        "tls",
+        "remote error",
         "server gave http response to https client",
-    ]) {
-        Kind::Tls
-    } else if has(&[
-        "digest mismatch",
-        "corrupted blob",
-        "exceeded maximum allowed size",
-        "did not match",
-        "does not match",
-        "size mismatch",
-        "unexpected size",
-    ]) {
-        Kind::Verify
-    } else if has(&[
+    ];
+    const NETWORK: &[&str] = &[
         "connection refused",
-        "connection reset",
+        "connection reset by peer",
         "broken pipe",
         "eof",
+        "unexpected eof",
         "i/o timeout",
-        "timeout",
         "no such host",
         "network is unreachable",
         "no route to host",
-        "too many requests",
-        "500 internal server error",
-        "502 bad gateway",
-        "503 service unavailable",
-        "504 gateway timeout",
-    ]) {
-        Kind::Network
-    } else {
-        Kind::Worker
+        "context deadline exceeded",
+        "net/http",
+        "tls handshake timeout",
+    ];
+    if TLS.contains(&lower.as_str()) {
+        return Some(Kind::Tls);
+    }
+    if NETWORK.contains(&lower.as_str())
+        || lower.ends_with("stopped after 10 redirects")
+        || lower.starts_with("dial tcp ") && next.is_empty()
+    {
+        return Some(Kind::Network);
+    }
+    // The worker's own verification (its digest check in GetBlob, its limit
+    // on manifests); worded by skopeo, not by the registry.
+    if lower.starts_with("digest did not match")
+        || lower.starts_with("corrupted blob")
+        || lower.starts_with("exceeded maximum allowed size")
+        || lower.starts_with("size mismatch")
+    {
+        return Some(Kind::Verify);
+    }
+    None
+}
+
+/// The kind of a distribution error code, by containers/image's rendering
+/// (`MANIFEST_UNKNOWN` → `manifest unknown`). Retryable as podman's
+/// `IsErrorRetryable()` has it: every code but these four (and the malformed
+/// ones, which are verification failures here).
+fn error_code_kind(code: &str) -> Option<Kind> {
+    Some(match code {
+        "unauthorized" | "denied" => Kind::Auth,
+        "manifest unknown" | "name unknown" | "blob unknown" | "manifest blob unknown" => {
+            Kind::NotFound
+        }
+        "name invalid" | "tag invalid" => Kind::NotFound,
+        "digest invalid" | "size invalid" | "manifest invalid" | "manifest unverified" => {
+            Kind::Verify
+        }
+        "unknown" | "unavailable" | "toomanyrequests" | "unsupported" => Kind::Network,
+        _ => return None,
+    })
+}
+
+/// The kind of an HTTP status from the registry.
+fn status_kind(code: u16) -> Kind {
+    match code {
+        401 | 403 => Kind::Auth,
+        // Not there (404), gone (410), or a reference the registry refuses (400).
+        400 | 404 | 410 => Kind::NotFound,
+        // Too many requests, and the server's own failures: try again.
+        _ => Kind::Network,
     }
 }
 
@@ -160,43 +216,61 @@ pub fn classify_worker_text(text: &str) -> Kind {
 mod tests {
     use super::*;
 
+    /// What skopeo 1.9.3, 1.18.0 and 1.22.0 print for a registry's answers
+    /// (measured against a registry that answers with each status, with a JSON
+    /// error body or a plain one), and the repository names and bodies that
+    /// used to steer the result: the registry's message and the repository's
+    /// name never decide.
     #[test]
     fn classify_table() {
-        let cases = [
-            (
-                "reading manifest v1 in 127.0.0.1:5000/x: unauthorized: authentication required",
-                Kind::Auth,
-            ),
-            (
-                "reading manifest nope in 127.0.0.1:5000/x: manifest unknown: manifest unknown",
-                Kind::NotFound,
-            ),
-            (
-                "pinging container registry 127.0.0.1:5000: Get \"https://127.0.0.1:5000/v2/\": x509: certificate signed by unknown authority",
-                Kind::Tls,
-            ),
-            (
-                "pinging container registry 127.0.0.1:1: Get \"https://127.0.0.1:1/v2/\": dial tcp 127.0.0.1:1: connect: connection refused",
-                Kind::Network,
-            ),
-            ("reading blob: unexpected EOF", Kind::Network),
-            (
-                "received unexpected HTTP status: 503 Service Unavailable",
-                Kind::Network,
-            ),
-            (
-                "Digest did not match, expected sha256:aa, got sha256:bb",
-                Kind::Verify,
-            ),
-            ("corrupted blob, expecting sha256:aa", Kind::Verify),
-            (
-                "reading manifest v1: exceeded maximum allowed size of 4194304 bytes",
-                Kind::Verify,
-            ),
-            ("proxy unexpectedly exited: signal: killed", Kind::Worker),
+        use Kind::*;
+        let m = "Error parsing image name \"docker://127.0.0.1:5000/certificate/eof:v1\": reading manifest v1 in 127.0.0.1:5000/certificate/eof";
+        let b = "failed to invoke method GetBlob: fetching blob";
+        let cases: Vec<(String, Kind)> = vec![
+            (format!("{m}: unauthorized: authentication required"), Auth),
+            (format!("{m}: denied: connection reset eof certificate"), Auth),
+            (format!("{m}: manifest unknown: connection reset eof certificate"), NotFound),
+            (format!("{m}: name unknown: repository name not known to registry"), NotFound),
+            (format!("{m}: StatusCode: 404, connection reset by peer; certificate; eof"), NotFound),
+            (format!("{m}: StatusCode: 404, \"connection reset by peer\""), NotFound),
+            (format!("{m}: StatusCode: 410, \"gone\""), NotFound),
+            (format!("{m}: StatusCode: 400, \"x509\""), NotFound),
+            (format!("{m}: StatusCode: 403, \"eof\""), Auth),
+            (format!("{m}: unknown: connection reset eof certificate"), Network),
+            (format!("{m}: toomanyrequests: slow down"), Network),
+            (format!("{m}: received unexpected HTTP status: 500 Internal Server Error"), Network),
+            (format!("{m}: received unexpected HTTP status: 503 Service Unavailable"), Network),
+            (format!("{m}: manifest invalid: whatever"), Verify),
+            ("Error parsing image name \"docker://r/s302-m:v1\": Get \"/v2/s302-m/manifests/v1\": stopped after 10 redirects".into(), Network),
+            // skopeo 1.9.3's blob errors, then 1.18's and 1.22's.
+            ("failed to invoke method GetBlob: Error fetching blob: invalid status code from registry 403 (Forbidden)".into(), Auth),
+            ("failed to invoke method GetBlob: Error fetching blob: invalid status code from registry 404 (Not Found)".into(), NotFound),
+            ("failed to invoke method GetBlob: Error fetching blob: invalid status code from registry 502 (Bad Gateway)".into(), Network),
+            (format!("{b}: denied: connection reset eof certificate"), Auth),
+            (format!("{b}: StatusCode: 404, \"connection reset by peer; certificate; eof\""), NotFound),
+            (format!("{b}: received unexpected HTTP status: 500 Internal Server Error"), Network),
+            ("failed to invoke method GetRawBlob: fetching blob: received unexpected HTTP status: 502 Bad Gateway".into(), Network),
+            // Go's errors, from the network and TLS stacks.
+            ("pinging container registry 127.0.0.1:5000: Get \"https://127.0.0.1:5000/v2/\": x509: certificate signed by unknown authority".into(), Tls),
+            ("pinging container registry 127.0.0.1:5000: Get \"https://127.0.0.1:5000/v2/\": tls: failed to verify certificate: x509: certificate signed by unknown authority".into(), Tls),
+            ("pinging container registry 127.0.0.1:5000: Get \"https://127.0.0.1:5000/v2/\": http: server gave HTTP response to HTTPS client".into(), Tls),
+            ("pinging container registry 127.0.0.1:1: Get \"https://127.0.0.1:1/v2/\": dial tcp 127.0.0.1:1: connect: connection refused".into(), Network),
+            ("reading blob sha256:aa: Get \"https://r/v2/x/blobs/sha256:aa\": read tcp 1.2.3.4:5->6.7.8.9:443: read: connection reset by peer".into(), Network),
+            ("FinishPipe: unexpected EOF".into(), Network),
+            ("reading blob: unexpected EOF".into(), Network),
+            ("pinging container registry reg.example: Get \"https://reg.example/v2/\": dial tcp: lookup reg.example on 10.0.0.1:53: no such host".into(), Network),
+            // The worker's own checks.
+            ("Digest did not match, expected sha256:aa, got sha256:bb".into(), Verify),
+            ("corrupted blob, expecting sha256:aa".into(), Verify),
+            ("reading manifest v1 in r/x: exceeded maximum allowed size of 4194304 bytes".into(), Verify),
+            ("proxy unexpectedly exited: signal: killed".into(), Worker),
+            // Names that once steered the result: a repository or tag that is a
+            // keyword, and a registry message full of them.
+            ("reading manifest x509 in 127.0.0.1:5000/certificate/geoff: something odd".into(), Worker),
+            ("Error parsing image name \"docker://127.0.0.1:5000/eof:tls\": reading manifest tls in 127.0.0.1:5000/eof: denied: eof".into(), Auth),
         ];
         for (text, want) in cases {
-            assert_eq!(classify_worker_text(text), want, "{text}");
+            assert_eq!(classify_worker_text(&text), want, "{text}");
         }
     }
 

@@ -122,6 +122,17 @@ pub fn read_port(child: &mut std::process::Child, what: &str) -> u16 {
         .unwrap_or_else(|| panic!("{what} did not start: {line:?}"))
 }
 
+/// A child process (a test server) killed and reaped when dropped.
+#[derive(Debug)]
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Start `c` with stdout and stderr captured, for `wait_with_output` later.
 pub fn spawn_piped(c: &mut Command) -> std::process::Child {
     use std::process::Stdio;

@@ -140,3 +140,62 @@ fn semver_at_least(v: &str, min: (u64, u64, u64)) -> bool {
     let p: Vec<u64> = v.split('.').map(|x| x.parse().unwrap()).collect();
     (p[0], p[1], p[2]) >= min
 }
+
+/// A registry's errors get their documented exit codes with every worker, by
+/// the registry's error code or HTTP status, never by its words or by the
+/// repository's name: the bodies and names here are full of "certificate",
+/// "eof", "connection reset" and "x509" (tests/status_registry.py).
+#[test]
+fn registry_errors_are_classified_by_code_and_status_not_by_words() {
+    let ca = Path::new(var("RIG_CA"));
+    let mut server = std::process::Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/status_registry.py"
+    ));
+    server
+        .arg("--cert")
+        .arg(ca.with_file_name("server.crt"))
+        .arg("--key")
+        .arg(ca.with_file_name("server.key"))
+        .stdout(std::process::Stdio::piped());
+    let mut child = server.spawn().unwrap();
+    let port = read_port(&mut child, "tests/status_registry.py");
+    let _kill = KillOnDrop(child);
+    // (repository, exit code): s<STATUS>-<m(anifest)|b(lob)>[-text].
+    let cases = [
+        ("certificate/s401-m", 3),
+        ("eof/s403-m", 3),
+        ("x509/s404-m", 4),
+        ("certificate/s404-m-text", 4),
+        ("eof/s410-m-text", 4),
+        ("tls/s400-m-text", 4),
+        ("certificate/s503-m-text", 6),
+        ("unauthorized/s302-m", 6),
+        ("certificate/s403-b", 3),
+        ("eof/s404-b-text", 4),
+        ("x509/s500-b", 6),
+        ("eof/s502-b-text", 6),
+    ];
+    let s = scratch();
+    let mut wrong = Vec::new();
+    for (i, (repo, want)) in cases.iter().enumerate() {
+        let dest = format!("oci:{}", s.path().join(format!("l{i}")).display());
+        let mut c = pull_cmd(&format!("127.0.0.1:{port}/{repo}:v1"), &dest);
+        c.args(["--cert-dir", var("RIG_CERT_DIR"), "--no-default-creds"])
+            .args(["--timeout", "3"]);
+        let r = run(&mut c);
+        if r.code != *want {
+            wrong.push(format!(
+                "{repo}: exit {} (want {want}): {}",
+                r.code,
+                r.stderr.trim()
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "protocol {}:\n{}",
+        worker_protocol(),
+        wrong.join("\n")
+    );
+}

@@ -716,14 +716,25 @@ fn curl_result(
             } else {
                 text.to_owned()
             };
-            let kind = match classify_worker_text(&text) {
-                Kind::Worker | Kind::Internal => Kind::Network,
-                k => k,
-            };
+            let kind = curl_kind(&text);
             Err(Failure::new(kind, format!("fetching signature {url}"))
                 .with_detail(text)
                 .into())
         }
+    }
+}
+
+/// What a failed curl means, by its exit code (curl(1), "EXIT CODES"): the
+/// TLS ones are trust errors, everything else (an HTTP status, a refused or
+/// timed-out connection, a name that does not resolve) a network error.
+fn curl_kind(text: &str) -> Kind {
+    let code = text
+        .strip_prefix("curl: (")
+        .and_then(|r| r.split(')').next())
+        .and_then(|c| c.parse::<u32>().ok());
+    match code {
+        Some(35 | 51 | 53 | 54 | 58 | 59 | 60 | 64 | 66 | 77 | 80 | 82 | 83 | 90 | 91) => Kind::Tls,
+        _ => Kind::Network,
     }
 }
 
@@ -775,7 +786,8 @@ pub(crate) fn rand_u32() -> u32 {
 /// A failure reported by skopeo, classified by its text, with the raw text kept
 /// as the second line.
 pub fn worker_failure(doing: &str, text: &str) -> Failure {
-    let kind = classify_worker_text(text);
+    let message = skopeo_message(text);
+    let kind = classify_worker_text(&message);
     let what = match kind {
         Kind::Auth => "authentication refused",
         Kind::NotFound => "image not found",
@@ -784,7 +796,7 @@ pub fn worker_failure(doing: &str, text: &str) -> Failure {
         Kind::Verify => "verification failed",
         _ => "worker failed",
     };
-    Failure::new(kind, format!("{what} while {doing}")).with_detail(skopeo_message(text))
+    Failure::new(kind, format!("{what} while {doing}")).with_detail(message)
 }
 
 /// skopeo logs a fatal error as `time="…" level=fatal msg="…"`; keep the message.
