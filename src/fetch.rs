@@ -443,7 +443,7 @@ pub async fn fetch_small(
                 );
             }
             let doing = format!("fetching {} of {image}", d.digest);
-            let (reader, finish) = open_blob(&proxy, &img, d, proxy.supports_get_raw_blob())
+            let (reader, finish) = open_blob(&proxy, &img, d)
                 .await
                 .map_err(|e| proxy_failure(&doing, e))?;
             let mut buf = Vec::new();
@@ -574,7 +574,6 @@ async fn transfer(
     todo: &[Descriptor],
     watchdog: &Watchdog,
 ) -> anyhow::Result<()> {
-    let raw = proxy.supports_get_raw_blob();
     let mut pending = todo.iter().enumerate();
     let mut window = VecDeque::new();
     let result = async {
@@ -583,7 +582,7 @@ async fn transfer(
                 let Some((i, d)) = pending.next() else { break };
                 let what = what(d);
                 let doing = format!("fetching {what} {}", d.digest);
-                let (reader, finish) = open_blob(proxy, img, d, raw)
+                let (reader, finish) = open_blob(proxy, img, d)
                     .await
                     .map_err(|e| proxy_failure(&doing, e))?;
                 widen_pipes();
@@ -629,11 +628,10 @@ async fn open_blob<'a>(
     proxy: &'a ImageProxy,
     img: &OpenedImage,
     d: &Descriptor,
-    raw: bool,
 ) -> Result<BlobPipe<'a>, ProxyError> {
     let digest = oci_spec::image::Digest::try_from(d.digest.as_str())
         .map_err(|e| ProxyError::Other(e.to_string().into()))?;
-    if !raw {
+    if !proxy.supports_get_raw_blob() {
         let (reader, finish) = proxy.get_blob(img, &digest, d.size).await?;
         return Ok((Box::new(reader), Box::pin(finish)));
     }
