@@ -199,7 +199,7 @@ impl fmt::Display for ImageRef {
 }
 
 /// `[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`
-fn valid_docker_tag(t: &str) -> bool {
+pub fn valid_docker_tag(t: &str) -> bool {
     let mut b = t.bytes();
     t.len() <= TAG_MAX
         && b.next()
@@ -208,7 +208,7 @@ fn valid_docker_tag(t: &str) -> bool {
 }
 
 /// `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`
-fn valid_path_component(c: &str) -> bool {
+pub fn valid_path_component(c: &str) -> bool {
     let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     let bytes = c.as_bytes();
     if !bytes.first().copied().is_some_and(alnum) || !bytes.last().copied().is_some_and(alnum) {

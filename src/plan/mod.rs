@@ -40,6 +40,9 @@ pub struct Plan {
     /// Where the image may come from, in the order tried: the eligible
     /// mirrors, then the primary (after any `location` rewrite).
     pub sources: Vec<ImageRef>,
+    /// The hosts of `sources` that registries.conf marks `insecure`: the
+    /// worker's skopeo skips TLS verification for them and may use plain HTTP.
+    pub insecure_hosts: Vec<String>,
     /// The signature requirements for this image, and where its signatures are.
     pub policy: policy::Applied,
 }
@@ -186,7 +189,13 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
     let limits = limits(req)?;
     let tables = registries::load(&req.root, req.registries_conf.as_deref())?;
     let route = registries::route(&tables, &image)?;
-    let sources = route.hosts(&image);
+    let sources = route.hosts();
+    let insecure_hosts: Vec<String> = route
+        .sources
+        .iter()
+        .filter(|s| s.insecure)
+        .map(|s| s.reference.domain.clone())
+        .collect();
     // Each host gets its candidates, in order.
     let mut credentials: Vec<auth::Chosen> = Vec::new();
     for r in &sources {
@@ -253,7 +262,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             trust,
             ip_allow: dns.addresses_of(&hosts),
             dns,
-            registries_conf: registries::worker_conf(&route),
+            registries_conf: registries::worker_conf(&route)?,
             selinux_context: req.selinux_enabled.then(|| {
                 req.selinux_context
                     .clone()
@@ -263,6 +272,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         retry: retry(req)?,
         credentials,
         sources,
+        insecure_hosts,
         policy,
     })
 }
@@ -405,7 +415,10 @@ pub struct HostSummary {
     pub fallbacks: Vec<String>,
     pub cas: Vec<String>,
     pub client_cert: Option<String>,
+    /// False under `--tls-verify=false` or for an `insecure` registries.conf endpoint.
     pub tls_verify: bool,
+    /// registries.conf `insecure`: no TLS verification, plain HTTP allowed.
+    pub insecure: bool,
 }
 
 impl Plan {
@@ -441,6 +454,7 @@ impl Plan {
                             .map(|t| t.cas.iter().map(|c| c.display().to_string()).collect())
                             .unwrap_or_default(),
                     };
+                    let insecure = self.insecure_hosts.contains(host);
                     HostSummary {
                         host: host.clone(),
                         role: if i + 1 == self.sources.len() {
@@ -454,7 +468,8 @@ impl Plan {
                         client_cert: trust
                             .and_then(|t| t.client.as_ref())
                             .map(|(c, _)| c.display().to_string()),
-                        tls_verify: w.tls_verify,
+                        tls_verify: w.tls_verify && !insecure,
+                        insecure,
                     }
                 })
                 .collect(),
@@ -503,10 +518,11 @@ impl Summary {
             };
             t += &format!(
                 "  CAs         {cas}{}\n",
-                if h.tls_verify {
-                    ""
-                } else {
-                    " (TLS verification off)"
+                match (h.insecure, h.tls_verify) {
+                    (true, _) =>
+                        " (insecure in registries.conf: no TLS verification, HTTP allowed)",
+                    (false, true) => "",
+                    (false, false) => " (TLS verification off)",
                 }
             );
             if let Some(c) = &h.client_cert {

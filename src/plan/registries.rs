@@ -1,20 +1,39 @@
-//! containers-registries.conf(5): which table covers an image (the longest
-//! `prefix`, `*.example.com` matching any depth of subdomains), its `location`
-//! rewrite, its mirrors in order with `pull-from-mirror`, and `blocked`. The
-//! worker gets a registries.conf holding this image's table only.
+//! containers-registries.conf(5), as containers/image's `pkg/sysregistriesv2`
+//! reads it: which table covers an image (the longest `prefix`, `*.example.com`
+//! matching subdomains), the references its `location` and mirrors rewrite the
+//! image to (mirrors first, with `pull-from-mirror`), `insecure` and `blocked`.
+//! A file that containers/image would refuse is refused whole, whatever the
+//! image. The worker gets a registries.conf holding this image's table only,
+//! written with the `toml` crate.
+//!
+//! Deliberate differences, each tested below:
+//! - locations, prefixes, mirror locations and `unqualified-search-registries`
+//!   must be valid reference names or host names when the file is read, not
+//!   only when a pull uses them, so a table the worker could not read never
+//!   reaches it;
+//! - `unqualified-search-registries`, `short-name-mode`, `[aliases]` and
+//!   `credential-helpers` are validated and otherwise not used: hostpull pulls
+//!   fully qualified references through skopeo's `docker://` transport, which
+//!   resolves no short names either (a name without a host is docker.io's).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Failure, Kind, fail};
-use crate::plan::imgref::ImageRef;
+use crate::plan::imgref::{self, ImageRef, Sha256Digest};
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+/// One `[[registry]]` table, after containers/image's post-processing:
+/// `prefix` is always set (it defaults to `location`), trailing `/` are gone,
+/// and `location` is empty only under a `*.domain` prefix.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Table {
-    pub prefix: Option<String>,
-    pub location: Option<String>,
+    #[serde(default)]
+    pub prefix: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub location: String,
     #[serde(default)]
     pub insecure: bool,
     #[serde(default)]
@@ -23,122 +42,490 @@ pub struct Table {
     pub mirror_by_digest_only: bool,
     #[serde(default)]
     pub mirror: Vec<Mirror>,
+    /// Only for mirrors: refused here, as in containers/image.
+    #[serde(default, skip_serializing)]
+    pull_from_mirror: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Mirror {
+    #[serde(default)]
     pub location: String,
     #[serde(default)]
     pub insecure: bool,
     /// `all` (the default), `digest-only` or `tag-only`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_from_mirror: Option<String>,
 }
 
-impl Table {
-    /// The prefix this table answers for: `prefix`, else `location`.
-    fn key(&self) -> &str {
-        self.prefix
-            .as_deref()
-            .or(self.location.as_deref())
+/// A file as written: v2 (`[[registry]]` and the top-level keys) or v1
+/// (`[registries.search|insecure|block]`). A key that is present counts as set,
+/// even with an empty value, as in containers/image.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct File {
+    registry: Option<Vec<Table>>,
+    unqualified_search_registries: Option<Vec<String>>,
+    credential_helpers: Option<Vec<String>>,
+    short_name_mode: Option<String>,
+    additional_layer_store_auth_helper: Option<String>,
+    aliases: Option<BTreeMap<String, String>>,
+    registries: Option<V1>,
+}
+
+#[derive(Debug, Deserialize)]
+struct V1 {
+    search: Option<V1List>,
+    insecure: Option<V1List>,
+    block: Option<V1List>,
+}
+
+#[derive(Debug, Deserialize)]
+struct V1List {
+    registries: Option<Vec<String>>,
+}
+
+impl V1 {
+    fn is_set(&self) -> bool {
+        [&self.search, &self.insecure, &self.block]
+            .iter()
+            .any(|l| l.as_ref().is_some_and(|l| l.registries.is_some()))
+    }
+
+    fn list(l: &Option<V1List>) -> &[String] {
+        l.as_ref()
+            .and_then(|l| l.registries.as_deref())
             .unwrap_or_default()
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct File {
-    #[serde(default)]
-    registry: Vec<Table>,
+impl File {
+    fn v2_is_set(&self) -> bool {
+        self.registry.is_some()
+            || self.unqualified_search_registries.is_some()
+            || self.credential_helpers.is_some()
+            || self.short_name_mode.is_some()
+            || self.additional_layer_store_auth_helper.is_some()
+            || self.aliases.is_some()
+    }
 }
 
-fn parse(name: &Path, text: &str) -> anyhow::Result<Vec<Table>> {
-    let f: File = toml::from_str(text).map_err(|e| {
-        Failure::new(
-            Kind::Usage,
-            format!(
-                "invalid registries configuration {}: {}",
-                name.display(),
-                crate::error::one_line(e.message())
-            ),
-        )
-    })?;
-    Ok(f.registry)
+/// What one file says, checked.
+#[derive(Debug, Default)]
+struct Parsed {
+    /// Sorted by prefix, one table per prefix (the first in the file wins).
+    tables: Vec<Table>,
 }
 
-/// `/etc/containers/registries.conf` and `registries.conf.d/*.conf` below
-/// `root` in name order (a table with an earlier table's prefix replaces it),
-/// or only `explicit`.
-pub fn load(root: &Path, explicit: Option<&Path>) -> anyhow::Result<Vec<Table>> {
-    let mut files: Vec<PathBuf> = Vec::new();
-    match explicit {
-        Some(f) => files.push(f.to_owned()),
-        None => {
-            files.push(root.join("etc/containers/registries.conf"));
-            if let Ok(rd) = std::fs::read_dir(root.join("etc/containers/registries.conf.d")) {
-                let mut d: Vec<PathBuf> = rd
-                    .flatten()
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|e| e == "conf"))
-                    .collect();
-                d.sort();
-                files.extend(d);
+fn invalid(why: String) -> anyhow::Error {
+    Failure::new(Kind::Usage, why).into()
+}
+
+/// containers/image's `parseLocation`: trailing `/` stripped, no URI scheme.
+fn parse_location(input: &str) -> anyhow::Result<String> {
+    let trimmed = input.trim_end_matches('/');
+    if trimmed.starts_with("http://") || trimmed.starts_with("https://") {
+        return Err(invalid(format!(
+            "invalid location {input:?}: URI schemes are not supported"
+        )));
+    }
+    Ok(trimmed.to_owned())
+}
+
+/// `HOST[:PORT][/PATH]` in the reference grammar. Stricter than containers/image,
+/// which checks this only when a pull rewrites a reference with it.
+fn valid_location(l: &str) -> bool {
+    let (domain, path) = l.split_once('/').unwrap_or((l, ""));
+    imgref::valid_domain(domain)
+        && (path.is_empty() || path.split('/').all(imgref::valid_path_component))
+}
+
+/// A prefix: `*.DOMAIN`, or a reference name with an optional tag or digest.
+fn valid_prefix(p: &str) -> bool {
+    if let Some(domain) = p.strip_prefix("*.") {
+        return imgref::valid_hostname(domain);
+    }
+    if valid_location(p) {
+        return true;
+    }
+    if let Some((name, d)) = p.split_once('@') {
+        return Sha256Digest::parse(d).is_some() && valid_location(name);
+    }
+    match p.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => {
+            imgref::valid_docker_tag(tag) && valid_location(name)
+        }
+        _ => false,
+    }
+}
+
+/// Whether the first component of a name is a registry host, as
+/// docker/reference decides it.
+fn has_registry(name: &str) -> bool {
+    let first = name.split('/').next().unwrap_or_default();
+    name.contains('/') && (first.contains(['.', ':']) || first == "localhost")
+}
+
+/// containers/image's `validateShortName` and `parseShortNameValue`: a short
+/// name has no registry, tag or digest; its value is empty or a repository with
+/// a registry and no tag or digest.
+fn check_alias(name: &str, value: &str) -> Result<(), String> {
+    let short_ok = !name.contains(['@', ':'])
+        && !has_registry(name)
+        && name.split('/').all(imgref::valid_path_component);
+    if !short_ok {
+        return Err(format!(
+            "invalid short name {name:?}: it must not contain a registry, tag or digest"
+        ));
+    }
+    let ok = value.is_empty() || has_registry(value) && valid_location(value);
+    if !ok {
+        return Err(format!(
+            "invalid alias {value:?} for {name:?}: it must contain registry and repository, and no tag or digest"
+        ));
+    }
+    Ok(())
+}
+
+/// containers/image's `loadConfigFile` and `postProcessRegistries` for one file.
+fn parse(text: &str, drop_in: bool) -> anyhow::Result<Parsed> {
+    let f: File = toml::from_str(text).map_err(|e| invalid(crate::error::one_line(e.message())))?;
+    let v1 = f.registries.as_ref().is_some_and(V1::is_set);
+    let mut tables = f.registry.clone().unwrap_or_default();
+    let mut search = f.unqualified_search_registries.clone().unwrap_or_default();
+    if v1 {
+        if drop_in {
+            return Err(invalid(
+                "registry must be in v2 format but is in v1 ([registries.*] in a drop-in)".into(),
+            ));
+        }
+        if f.v2_is_set() {
+            return Err(invalid(
+                "mixing sysregistry v1/v2 is not supported: [registries.*] with [[registry]] or other v2 keys"
+                    .into(),
+            ));
+        }
+        let v1 = f.registries.as_ref().expect("v1 is set");
+        // containers/image's ConvertToV2: one table per location, blocked then
+        // insecure, in order of first mention.
+        for (list, blocked) in [(V1::list(&v1.block), true), (V1::list(&v1.insecure), false)] {
+            for l in list {
+                let l = parse_location(l)?;
+                let i = match tables.iter().position(|t| t.location == l) {
+                    Some(i) => i,
+                    None => {
+                        tables.push(Table {
+                            prefix: l.clone(),
+                            location: l,
+                            ..Table::default()
+                        });
+                        tables.len() - 1
+                    }
+                };
+                if blocked {
+                    tables[i].blocked = true;
+                } else {
+                    tables[i].insecure = true;
+                }
+            }
+        }
+        search = V1::list(&v1.search).to_vec();
+    }
+    for t in &mut tables {
+        t.location = parse_location(&t.location)?;
+        if t.prefix.is_empty() {
+            if t.location.is_empty() {
+                return Err(invalid(
+                    "invalid condition: both location and prefix are unset".into(),
+                ));
+            }
+            t.prefix = t.location.clone();
+        } else {
+            t.prefix = parse_location(&t.prefix)?;
+            if !t.prefix.starts_with("*.") && t.location.is_empty() {
+                return Err(invalid(format!(
+                    "invalid condition: location is unset and prefix {:?} is not in the format: *.example.com",
+                    t.prefix
+                )));
+            }
+        }
+        if t.pull_from_mirror.is_some() {
+            return Err(invalid(format!(
+                "pull-from-mirror must not be set for a non-mirror registry {:?}",
+                t.prefix
+            )));
+        }
+        for m in &mut t.mirror {
+            m.location = parse_location(&m.location)?;
+            if m.location.is_empty() {
+                return Err(invalid(format!(
+                    "invalid condition: mirror location is unset (registry {:?})",
+                    t.prefix
+                )));
+            }
+            if t.mirror_by_digest_only && m.pull_from_mirror.is_some() {
+                return Err(invalid(format!(
+                    "cannot set mirror usage mirror-by-digest-only for the registry ({:?}) and pull-from-mirror for per-mirror ({:?}) at the same time",
+                    t.prefix, m.location
+                )));
+            }
+            if let Some(p) = &m.pull_from_mirror
+                && !matches!(p.as_str(), "all" | "digest-only" | "tag-only")
+            {
+                return Err(invalid(format!(
+                    "unsupported pull-from-mirror value {p:?} for mirror {:?}",
+                    m.location
+                )));
+            }
+            if !valid_location(&m.location) {
+                return Err(invalid(format!(
+                    "invalid mirror location {:?}: expected HOST[:PORT][/PATH]",
+                    m.location
+                )));
+            }
+        }
+        if t.prefix.starts_with("*.") && t.prefix.contains(['/', '@', ':']) {
+            return Err(invalid(format!(
+                "Wildcarded prefix should be in the format: *.example.com. Current prefix {:?} is incorrectly formatted",
+                t.prefix
+            )));
+        }
+        if !t.location.is_empty() && !valid_location(&t.location) {
+            return Err(invalid(format!(
+                "invalid location {:?}: expected HOST[:PORT][/PATH]",
+                t.location
+            )));
+        }
+        if !valid_prefix(&t.prefix) {
+            return Err(invalid(format!(
+                "invalid prefix {:?}: expected *.DOMAIN or HOST[:PORT][/PATH]",
+                t.prefix
+            )));
+        }
+    }
+    // One registry may be named by several tables, but with one `insecure`
+    // and one `blocked`.
+    let key = |t: &Table| {
+        if t.location.is_empty() {
+            t.prefix.clone()
+        } else {
+            t.location.clone()
+        }
+    };
+    for (i, a) in tables.iter().enumerate() {
+        for b in &tables[..i] {
+            if key(a) != key(b) {
+                continue;
+            }
+            for (what, differ) in [
+                ("insecure", a.insecure != b.insecure),
+                ("blocked", a.blocked != b.blocked),
+            ] {
+                if differ {
+                    return Err(invalid(format!(
+                        "registry '{}' is defined multiple times with conflicting '{what}' setting",
+                        key(a)
+                    )));
+                }
             }
         }
     }
-    let mut tables: Vec<Table> = Vec::new();
-    for f in files {
-        let text = match std::fs::read_to_string(&f) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => continue,
-            Err(e) => return fail(Kind::Usage, format!("reading {}: {e}", f.display())),
-        };
-        for t in parse(&f, &text)? {
-            tables.retain(|old| old.key() != t.key());
-            tables.push(t);
+    for s in &search {
+        let s = parse_location(s)?;
+        if !imgref::valid_domain(&s) {
+            return Err(invalid(format!(
+                "Invalid unqualified-search-registries entry {s:?}"
+            )));
         }
     }
-    Ok(tables)
-}
-
-/// Does `prefix` cover `reference` (`host[:port]/path…`)?
-fn covers(prefix: &str, image: &ImageRef) -> bool {
-    if let Some(domain) = prefix.strip_prefix("*.") {
-        let host = image.domain.split(':').next().unwrap_or_default();
-        return host.ends_with(&format!(".{domain}"));
+    if let Some(mode) = &f.short_name_mode
+        && !mode.is_empty()
+        && !matches!(mode.as_str(), "disabled" | "enforcing" | "permissive")
+    {
+        return Err(invalid(format!("invalid short-name mode: {mode:?}")));
     }
-    let r = image.repository();
-    r == prefix
-        || r.strip_prefix(prefix)
-            .is_some_and(|rest| rest.starts_with('/'))
+    for (name, value) in f.aliases.iter().flatten() {
+        check_alias(name, value)
+            .map_err(|e| invalid(format!("validating short-name aliases: {e}")))?;
+    }
+    // The first table with a prefix wins; later ones with the same prefix are ignored.
+    let mut unique: BTreeMap<String, Table> = BTreeMap::new();
+    for t in tables {
+        unique.entry(t.prefix.clone()).or_insert(t);
+    }
+    Ok(Parsed {
+        tables: unique.into_values().collect(),
+    })
 }
 
-/// Where one pull may go: mirrors first, in order, then the primary.
+/// `/etc/containers/registries.conf` and `registries.conf.d/*.conf` below
+/// `root`, or only `explicit`.
+pub fn load(root: &Path, explicit: Option<&Path>) -> anyhow::Result<Vec<Table>> {
+    match explicit {
+        Some(f) => load_files(f, true, None),
+        None => load_files(
+            &root.join("etc/containers/registries.conf"),
+            false,
+            Some(&root.join("etc/containers/registries.conf.d")),
+        ),
+    }
+}
+
+/// `main` (an error if missing and `required`), then the drop-ins of `dir` in
+/// name order. A drop-in's table replaces the one with its prefix.
+fn load_files(main: &Path, required: bool, dir: Option<&Path>) -> anyhow::Result<Vec<Table>> {
+    let mut files: Vec<(PathBuf, bool)> = vec![(main.to_owned(), false)];
+    if let Some(dir) = dir {
+        match std::fs::read_dir(dir) {
+            Ok(rd) => {
+                let mut d: Vec<PathBuf> = Vec::new();
+                for e in rd {
+                    let e = e.map_err(|e| invalid(format!("reading {}: {e}", dir.display())))?;
+                    let is_dir = std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir());
+                    if !is_dir && e.file_name().to_string_lossy().ends_with(".conf") {
+                        d.push(e.path());
+                    }
+                }
+                d.sort();
+                files.extend(d.into_iter().map(|p| (p, true)));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return fail(Kind::Usage, format!("reading {}: {e}", dir.display())),
+        }
+    }
+    let mut tables: BTreeMap<String, Table> = BTreeMap::new();
+    for (i, (f, drop_in)) in files.iter().enumerate() {
+        let text = match std::fs::read_to_string(f) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && (i > 0 || !required) => continue,
+            Err(e) => return fail(Kind::Usage, format!("reading {}: {e}", f.display())),
+        };
+        let parsed = parse(&text, *drop_in).map_err(|e| {
+            invalid(format!(
+                "invalid registries configuration {}: {e}",
+                f.display()
+            ))
+        })?;
+        for t in parsed.tables {
+            tables.insert(t.prefix.clone(), t);
+        }
+    }
+    Ok(tables.into_values().collect())
+}
+
+/// containers/image's `refMatchingPrefix`: how much of `name` the prefix
+/// covers, if it does. A prefix ends where the name does or at `:`, `/` or `@`
+/// (so `example.com` also covers `example.com:5000/…`, as there).
+fn matching_prefix(name: &str, prefix: &str) -> Option<usize> {
+    if prefix.starts_with("*.") {
+        // `*.example.com`: the first `.example.com`, within the host.
+        let domain = &prefix[1..];
+        let at = name.find(domain)?;
+        if name[..at].contains('/') {
+            return None;
+        }
+        let end = at + domain.len();
+        return (end == name.len() || name[end..].starts_with([':', '/', '@'])).then_some(end);
+    }
+    let rest = name.strip_prefix(prefix)?;
+    (rest.is_empty() || rest.starts_with([':', '/', '@'])).then_some(prefix.len())
+}
+
+/// The table that covers `name` (`host[:port]/path`): the longest prefix, the
+/// first of equal length in prefix order.
+fn find<'a>(tables: &'a [Table], name: &str) -> Option<&'a Table> {
+    let mut best: Option<&Table> = None;
+    for t in tables {
+        if matching_prefix(name, &t.prefix).is_some()
+            && best.is_none_or(|b| t.prefix.len() > b.prefix.len())
+        {
+            best = Some(t);
+        }
+    }
+    best
+}
+
+/// containers/image's `rewriteReference`: `location` + what follows `prefix`
+/// in the image's name, with its tag or digest. The result must be a canonical
+/// reference: a repository `prefix` with a bare-host `location` rewrites
+/// `prefix:tag` to `HOST:tag`, which is not one, and fails as it fails there
+/// (it does not become docker.io/library/HOST).
+fn rewrite(image: &ImageRef, prefix: &str, location: &str) -> anyhow::Result<ImageRef> {
+    let name = image.repository();
+    let Some(n) = matching_prefix(&name, prefix) else {
+        return fail(
+            Kind::Usage,
+            format!("registries.conf: invalid prefix {prefix:?} for reference {image}"),
+        );
+    };
+    if location.is_empty() {
+        if !prefix.starts_with("*.") {
+            return fail(
+                Kind::Usage,
+                format!(
+                    "registries.conf: invalid prefix {prefix:?} for empty location, should be in the format: *.example.com"
+                ),
+            );
+        }
+        return Ok(image.clone());
+    }
+    let new_name = format!("{location}{}", &name[n..]);
+    let suffix = match (&image.digest, &image.tag) {
+        (Some(d), _) => format!("@{d}"),
+        (None, Some(t)) => format!(":{t}"),
+        (None, None) => String::new(),
+    };
+    let not_canonical = || {
+        Failure::new(
+            Kind::Usage,
+            format!(
+                "registries.conf: rewriting {image} with prefix {prefix:?} and location {location:?} gives {new_name}{suffix}, which is not a fully qualified reference"
+            ),
+        )
+    };
+    let r = ImageRef::parse(&format!("{new_name}{suffix}")).map_err(|_| not_canonical())?;
+    if r.repository() != new_name {
+        return Err(not_canonical().into());
+    }
+    Ok(r)
+}
+
+/// One place the image may be pulled from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub reference: ImageRef,
+    /// The endpoint's `insecure`: no TLS verification, and plain HTTP allowed.
+    pub insecure: bool,
+}
+
+/// Where one pull may go: the eligible mirrors in order, then the primary.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Route {
-    pub mirrors: Vec<ImageRef>,
-    pub primary: Option<ImageRef>,
+    /// Never empty once `route` made it.
+    pub sources: Vec<Source>,
     /// The table that covers the image, for the worker's registries.conf.
     pub table: Option<Table>,
 }
 
 impl Route {
-    /// The hosts this pull may contact, in the order they are tried.
-    pub fn hosts(&self, image: &ImageRef) -> Vec<ImageRef> {
-        let mut refs = self.mirrors.clone();
-        refs.push(self.primary.clone().unwrap_or_else(|| image.clone()));
-        refs
+    /// The references this pull may use, in the order they are tried.
+    pub fn hosts(&self) -> Vec<ImageRef> {
+        self.sources.iter().map(|s| s.reference.clone()).collect()
     }
 }
 
-/// The table for `image`, applied.
+/// The table for `image`, applied: containers/image's `FindRegistry` on the
+/// image's name, then `PullSourcesFromReference`.
 pub fn route(tables: &[Table], image: &ImageRef) -> anyhow::Result<Route> {
-    let Some(t) = tables
-        .iter()
-        .filter(|t| covers(t.key(), image))
-        .max_by_key(|t| t.key().len())
-    else {
-        return Ok(Route::default());
+    let Some(t) = find(tables, &image.repository()) else {
+        return Ok(Route {
+            sources: vec![Source {
+                reference: image.clone(),
+                insecure: false,
+            }],
+            table: None,
+        });
     };
     if t.blocked {
         return fail(
@@ -146,163 +533,969 @@ pub fn route(tables: &[Table], image: &ImageRef) -> anyhow::Result<Route> {
             format!(
                 "{} is blocked by registries.conf (prefix {})",
                 image.repository(),
-                t.key()
+                t.prefix
             ),
         );
     }
-    let wildcard = t.key().starts_with("*.");
-    let rest = if wildcard {
-        String::new()
-    } else {
-        image.repository()[t.key().len()..].to_owned()
-    };
-    let at = |location: &str| -> anyhow::Result<ImageRef> {
-        let mut r = ImageRef::parse(&format!("{location}{rest}"))?;
-        r.tag = image.tag.clone();
-        r.digest = image.digest.clone();
-        Ok(r)
-    };
-    let primary = match (&t.location, wildcard) {
-        (Some(l), false) => Some(at(l)?),
-        _ => None,
-    };
     let by_digest = image.digest.is_some();
-    let mut mirrors = Vec::new();
+    let mut sources = Vec::new();
     for m in &t.mirror {
-        let mode = m
-            .pull_from_mirror
-            .as_deref()
-            .unwrap_or(if t.mirror_by_digest_only {
-                "digest-only"
-            } else {
-                "all"
-            });
-        let eligible = match mode {
-            "all" => true,
-            "digest-only" => by_digest,
-            "tag-only" => !by_digest,
-            other => {
-                return fail(
-                    Kind::Usage,
-                    format!("registries.conf: unknown pull-from-mirror {other:?}"),
-                );
+        let eligible = if t.mirror_by_digest_only {
+            by_digest
+        } else {
+            match m.pull_from_mirror.as_deref() {
+                Some("digest-only") => by_digest,
+                Some("tag-only") => !by_digest,
+                _ => true,
             }
         };
-        if eligible && !wildcard {
-            mirrors.push(at(&m.location)?);
+        if eligible {
+            sources.push(Source {
+                reference: rewrite(image, &t.prefix, &m.location)?,
+                insecure: m.insecure,
+            });
         }
     }
+    sources.push(Source {
+        reference: rewrite(image, &t.prefix, &t.location)?,
+        insecure: t.insecure,
+    });
     Ok(Route {
-        mirrors,
-        primary,
+        sources,
         table: Some(t.clone()),
     })
 }
 
 /// The worker's registries.conf: this image's table and nothing else.
-pub fn worker_conf(route: &Route) -> String {
-    let q = |s: &str| format!("{s:?}");
-    let mut out =
-        String::from("# generated by hostpull for one pull\nunqualified-search-registries = []\n");
-    if let Some(t) = &route.table {
-        out += &format!("\n[[registry]]\nprefix = {}\n", q(t.key()));
-        if let Some(l) = &t.location {
-            out += &format!("location = {}\n", q(l));
-        }
-        out += &format!(
-            "insecure = {}\nmirror-by-digest-only = {}\n",
-            t.insecure, t.mirror_by_digest_only
-        );
-        for m in &t.mirror {
-            out += &format!(
-                "\n[[registry.mirror]]\nlocation = {}\ninsecure = {}\n",
-                q(&m.location),
-                m.insecure
-            );
-            if let Some(p) = &m.pull_from_mirror {
-                out += &format!("pull-from-mirror = {}\n", q(p));
-            }
-        }
+pub fn worker_conf(route: &Route) -> anyhow::Result<String> {
+    #[derive(Serialize)]
+    #[serde(rename_all = "kebab-case")]
+    struct WorkerConf<'a> {
+        unqualified_search_registries: [&'a str; 0],
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        registry: Vec<&'a Table>,
     }
-    out
+    let conf = WorkerConf {
+        unqualified_search_registries: [],
+        registry: route.table.iter().collect(),
+    };
+    let text = toml::to_string(&conf)
+        .map_err(|e| invalid(format!("writing the worker's registries.conf: {e}")))?;
+    Ok(format!("# generated by hostpull for one pull\n{text}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const CONF: &str = r#"
-unqualified-search-registries = ["quay.io"]
-[[registry]]
-prefix = "quay.io"
-location = "quay.io"
-[[registry.mirror]]
-location = "mirror.local:5000/quay"
-[[registry.mirror]]
-location = "digests.local/quay"
-pull-from-mirror = "digest-only"
-
-[[registry]]
-prefix = "quay.io/org/special"
-location = "special.example.com/mirror/special"
-
-[[registry]]
-prefix = "*.blocked.example"
-blocked = true
-"#;
+    /// containers/image's `pkg/sysregistriesv2/testdata`, copied (see its README.md).
+    const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/plan/testdata/registries");
+    const NO_DIR: &str = "/nonexistent/registries.conf.d";
+    const DIGEST: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
     fn img(s: &str) -> ImageRef {
         ImageRef::parse(s).unwrap()
     }
 
+    /// `GetRegistries` with `SystemRegistriesConfPath` and `SystemRegistriesConfDirPath`.
+    fn testdata(file: &str, dir: &str) -> anyhow::Result<Vec<Table>> {
+        let dir = if dir == NO_DIR {
+            PathBuf::from(NO_DIR)
+        } else {
+            Path::new(TESTDATA).join(dir)
+        };
+        load_files(&Path::new(TESTDATA).join(file), true, Some(&dir))
+    }
+
+    fn from_str(text: &str) -> anyhow::Result<Vec<Table>> {
+        parse(text, false).map(|p| p.tables)
+    }
+
+    fn locations(tables: &[Table]) -> Vec<&str> {
+        tables.iter().map(|t| t.location.as_str()).collect()
+    }
+
+    // The cases below are containers/image's own, from
+    // pkg/sysregistriesv2/system_registries_v2_test.go, function by function.
+
     #[test]
-    fn longest_prefix_location_and_mirrors() {
-        let td = tempfile::tempdir().unwrap();
-        let f = td.path().join("r.conf");
-        std::fs::write(&f, CONF).unwrap();
-        let tables = load(td.path(), Some(&f)).unwrap();
-        let r = route(&tables, &img("quay.io/org/app:v1")).unwrap();
-        assert_eq!(
-            r.mirrors.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
-            ["mirror.local:5000/quay/org/app:v1"]
+    fn upstream_parse_location() {
+        let e = parse_location("https://example.com").unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "invalid location \"https://example.com\": URI schemes are not supported"
+            ),
+            "{e}"
         );
-        let d = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-        let r = route(&tables, &img(&format!("quay.io/org/app@{d}"))).unwrap();
-        assert_eq!(r.mirrors.len(), 2, "digest-only joins for a digest");
-        let r = route(&tables, &img("quay.io/org/special:1")).unwrap();
+        for (input, want) in [
+            ("john.doe@example.com", "john.doe@example.com"),
+            ("example.com", "example.com"),
+            ("example.com/", "example.com"),
+            ("example.com//////", "example.com"),
+            ("example.com:5000/with/path", "example.com:5000/with/path"),
+        ] {
+            assert_eq!(parse_location(input).unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn upstream_empty_config_and_mirrors() {
+        assert_eq!(testdata("empty.conf", NO_DIR).unwrap(), vec![]);
+        // A missing default file is an empty one; a missing explicit file an error.
+        assert_eq!(load(Path::new("/nonexistent"), None).unwrap(), vec![]);
+        let e = testdata("this-does-not-exist.conf", NO_DIR).unwrap_err();
+        assert!(format!("{e}").contains("No such file or directory"), "{e}");
+
+        let tables = testdata("mirrors.conf", NO_DIR).unwrap();
+        assert_eq!(tables.len(), 2);
+        let reg = find(&tables, "registry.com/image:tag").unwrap();
+        let m: Vec<(&str, bool)> = reg
+            .mirror
+            .iter()
+            .map(|m| (m.location.as_str(), m.insecure))
+            .collect();
         assert_eq!(
-            r.primary.unwrap().to_string(),
-            "special.example.com/mirror/special:1"
+            m,
+            [
+                ("mirror-1.registry.com", false),
+                ("mirror-2.registry.com", true)
+            ]
         );
-        assert!(r.mirrors.is_empty());
+    }
+
+    #[test]
+    fn upstream_ref_matching_subdomain_prefix() {
+        let n = |s: &str| Some(s.len());
+        for (r, prefix, want) in [
+            ("docker.io", "*.io", n("docker.io")),
+            ("docker.io/foo", "*.com", None),
+            ("example.com/foo", "*.co", None),
+            ("example.com/foo", "*.example.com", None),
+            ("example.com/foo", "*.com", n("example.com")),
+            ("example.com/foo:bar", "*.com", n("example.com")),
+            ("example.com/foo/bar:baz", "*.com", n("example.com")),
+            ("yet.another.example.com/foo", "**.example.com", None),
+            (
+                "yet.another.example.com/foo",
+                "***.another.example.com",
+                None,
+            ),
+            (
+                "yet.another.example.com/foo",
+                "**********.another.example.com",
+                None,
+            ),
+            (
+                "yet.another.example.com/foo/bar",
+                "**********.another.example.com",
+                None,
+            ),
+            (
+                "yet.another.example.com/foo/bar",
+                "*.another.example.com",
+                n("yet.another.example.com"),
+            ),
+            (
+                "another.example.com/namespace.com/foo/bar/bbq:baz",
+                "*.example.com",
+                n("another.example.com"),
+            ),
+            (
+                "example.net/namespace-ends-in.com/foo/bar/bbq:baz",
+                "*.com",
+                None,
+            ),
+            (
+                "another.example.com/namespace.com/foo/bar/bbq:baz",
+                "*.namespace.com",
+                None,
+            ),
+            ("sub.example.com/foo/bar", "*.com", n("sub.example.com")),
+            (
+                "sub.example.com/foo/bar",
+                "*.example.com",
+                n("sub.example.com"),
+            ),
+            (
+                "another.sub.example.com/foo/bar/bbq:baz",
+                "*.example.com",
+                n("another.sub.example.com"),
+            ),
+            (
+                "another.sub.example.com/foo/bar/bbq:baz",
+                "*.sub.example.com",
+                n("another.sub.example.com"),
+            ),
+            (
+                &format!("yet.another.example.com/foo/bar@{DIGEST}"),
+                "*.example.com",
+                n("yet.another.example.com"),
+            ),
+            (
+                &format!("yet.another.sub.example.com/foo/bar@{DIGEST}"),
+                "*.sub.example.com",
+                n("yet.another.sub.example.com"),
+            ),
+            // Upstream comments these out ("port matching needs to be
+            // revisited") but its code matches them, and FindRegistry's test
+            // relies on it: a wildcard covers a host with a port.
+            ("example.com:5000/foo", "*.com", n("example.com")),
+            (
+                "sub.example.com:5000/foo",
+                "*.example.com",
+                n("sub.example.com"),
+            ),
+        ] {
+            assert_eq!(matching_prefix(r, prefix), want, "{r} vs. {prefix}");
+        }
+    }
+
+    #[test]
+    fn upstream_ref_matching_prefix() {
+        let n = |s: &str| Some(s.len());
+        let d = |s: &str| format!("{s}@{DIGEST}");
+        let b = format!("example.com/foo@sha256:{}", "b".repeat(64));
+        for (r, prefix, want) in [
+            ("docker.io", "docker.io", n("docker.io")),
+            ("docker.io", "example.com", None),
+            (
+                "example.com:5000",
+                "example.com:5000",
+                n("example.com:5000"),
+            ),
+            ("example.com:50000", "example.com:5000", None),
+            // "unintended and undocumented" upstream, but what it does.
+            ("example.com:5000", "example.com", n("example.com")),
+            ("example.com/foo", "example.com", n("example.com")),
+            ("example.com/foo/bar", "example.com", n("example.com")),
+            ("example.com/foo/bar:baz", "example.com", n("example.com")),
+            (&d("example.com/foo/bar"), "example.com", n("example.com")),
+            ("docker.io", "docker.io/library", None),
+            (
+                "docker.io/library",
+                "docker.io/library",
+                n("docker.io/library"),
+            ),
+            ("example.com/library", "docker.io/library", None),
+            ("docker.io/libraryy", "docker.io/library", None),
+            (
+                "docker.io/library/busybox",
+                "docker.io/library",
+                n("docker.io/library"),
+            ),
+            ("docker.io", "docker.io/library/busybox", None),
+            (
+                "docker.io/library/busybox",
+                "docker.io/library/busybox",
+                n("docker.io/library/busybox"),
+            ),
+            (
+                "example.com/library/busybox",
+                "docker.io/library/busybox",
+                None,
+            ),
+            (
+                "docker.io/library/busybox2",
+                "docker.io/library/busybox",
+                None,
+            ),
+            ("example.com", "example.com/foo:bar", None),
+            ("example.com/foo", "example.com/foo:bar", None),
+            (
+                "example.com/foo:bar",
+                "example.com/foo:bar",
+                n("example.com/foo:bar"),
+            ),
+            ("example.com/foo:bar2", "example.com/foo:bar", None),
+            ("example.com", &d("example.com/foo"), None),
+            ("example.com/foo", &d("example.com/foo"), None),
+            (
+                &d("example.com/foo"),
+                &d("example.com/foo"),
+                n(&d("example.com/foo")),
+            ),
+            (&b, &d("example.com/foo"), None),
+            ("example.com/foo", "*", None),
+        ] {
+            assert_eq!(matching_prefix(r, prefix), want, "{r} vs. {prefix}");
+        }
+    }
+
+    #[test]
+    fn upstream_find_registry() {
+        let tables = testdata("find-registry.conf", "registries.conf.d").unwrap();
+        assert_eq!(tables.len(), 19);
+        let at = |name: &str| find(&tables, name).map(|t| (t.prefix.as_str(), t.location.as_str()));
+        for (name, want) in [
+            (
+                "simple-prefix.com/foo/bar:latest",
+                Some(("simple-prefix.com", "registry.com:5000")),
+            ),
+            (
+                "simple-prefix.com/",
+                Some(("simple-prefix.com", "registry.com:5000")),
+            ),
+            (
+                "simple-prefix.com",
+                Some(("simple-prefix.com", "registry.com:5000")),
+            ),
+            (
+                "not.so.simple-prefix.com/",
+                Some(("*.so.simple-prefix.com", "subdomain-prefix.com")),
+            ),
+            (
+                "not.quite.simple-prefix.com/",
+                Some(("*.simple-prefix.com", "subdomain-prefix-2.com")),
+            ),
+            (
+                "not.quite.simple-prefix.com:5000/with/path/and/beyond:tag",
+                Some(("*.simple-prefix.com", "subdomain-prefix-2.com")),
+            ),
+            // The drop-in subdomain-override-1.conf replaces the location.
+            (
+                "really.not.quite.simple-prefix.com:5000/with/path/and/beyond:tag",
+                Some((
+                    "*.not.quite.simple-prefix.com",
+                    "subdomain-prefix-1-overridden-by-dropin-location.com",
+                )),
+            ),
+            // subdomain-override-2.conf's *.docker.com is another prefix.
+            (
+                "foo.docker.io:5000/omg/wtf/bbq:foo",
+                Some(("*.docker.io", "subdomain-prefix-2.com")),
+            ),
+            (
+                &format!("foo.bar.example.com:6000/omg/wtf/bbq@{DIGEST}"),
+                Some((
+                    "*.bar.example.com",
+                    "subdomain-prefix-3-overridden-by-dropin-location.com",
+                )),
+            ),
+            (
+                "foo.bar.docker.io:5000/omg/wtf/bbq:foo",
+                Some(("*.bar.docker.io", "subdomain-prefix-4.com")),
+            ),
+            (
+                "foo.bar.example.com:5000/omg/wtf/bbq:foo",
+                Some(("foo.bar.example.com:5000", "subdomain-prefix-5.com")),
+            ),
+            ("simple-prefix.comx", None),
+            (
+                "complex-prefix.com:4000/with/path/and/beyond:tag",
+                Some((
+                    "complex-prefix.com:4000/with/path",
+                    "another-registry.com:5000",
+                )),
+            ),
+            (
+                "no-prefix.com/foo:tag",
+                Some(("no-prefix.com", "no-prefix.com")),
+            ),
+            (
+                "empty-prefix.com/foo:tag",
+                Some(("empty-prefix.com", "empty-prefix.com")),
+            ),
+        ] {
+            assert_eq!(at(name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn upstream_invalid_files() {
+        // TestFindUnqualifiedSearchRegistries, TestInvalidV2Configs,
+        // TestV1BackwardsCompatibility, TestMixingV1andV2,
+        // TestInvalidMirrorConfig, TestGetShortNameMode; and
+        // invalid-aliases.conf from shortnames_test.go.
         assert_eq!(
-            route(&tables, &img("quay.io/org/specialty:1"))
+            testdata("unqualified-search.conf", NO_DIR).unwrap().len(),
+            4
+        );
+        for (file, want) in [
+            (
+                "invalid-search.conf",
+                "Invalid unqualified-search-registries entry",
+            ),
+            (
+                "insecure-conflicts.conf",
+                "registry 'registry.com' is defined multiple times with conflicting 'insecure' setting",
+            ),
+            (
+                "blocked-conflicts.conf",
+                "registry 'registry.com' is defined multiple times with conflicting 'blocked' setting",
+            ),
+            (
+                "missing-mirror-location.conf",
+                "invalid condition: mirror location is unset",
+            ),
+            ("invalid-prefix.conf", "invalid location"),
+            ("v1-invalid-block.conf", "URI schemes are not supported"),
+            ("v1-invalid-insecure.conf", "URI schemes are not supported"),
+            ("v1-invalid-search.conf", "URI schemes are not supported"),
+            (
+                "mixing-v1-v2.conf",
+                "mixing sysregistry v1/v2 is not supported",
+            ),
+            (
+                "mixing-v1-v2-empty.conf",
+                "mixing sysregistry v1/v2 is not supported",
+            ),
+            (
+                "invalid-config-level-mirror.conf",
+                "pull-from-mirror must not be set for a non-mirror registry \"registry-a.com/foo\"",
+            ),
+            (
+                "invalid-conflict-mirror.conf",
+                "cannot set mirror usage mirror-by-digest-only for the registry (\"registry-a.com/foo\") and pull-from-mirror for per-mirror (\"mirror-1.registry-a.com\") at the same time",
+            ),
+            (
+                "invalid-value-mirror.conf",
+                "unsupported pull-from-mirror value \"notvalid\" for mirror \"mirror-1.registry-a.com\"",
+            ),
+            (
+                "invalid-short-name-mode.conf",
+                "invalid short-name mode: \"invalid\"",
+            ),
+            ("invalid-aliases.conf", "validating short-name aliases"),
+        ] {
+            let e = testdata(file, NO_DIR).unwrap_err();
+            let msg = format!("{e:#}");
+            assert!(msg.contains(want), "{file}: {msg}");
+            assert!(msg.contains(file), "the message names the file: {msg}");
+            assert_eq!(crate::error::exit_code(&e), 2, "{file}");
+        }
+        assert_eq!(testdata("aliases.conf", NO_DIR).unwrap(), vec![]);
+        assert_eq!(testdata("unmarshal.conf", NO_DIR).unwrap().len(), 4);
+        assert_eq!(
+            locations(&testdata("invalidate-cache.conf", NO_DIR).unwrap()),
+            [
+                "blocked.registry.com",
+                "insecure.registry.com",
+                "registry.com",
+                "untrusted.registry.com"
+            ]
+        );
+    }
+
+    #[test]
+    fn upstream_v1_backwards_compatibility() {
+        let tables = testdata("v1-compatibility.conf", NO_DIR).unwrap();
+        assert_eq!(tables.len(), 4);
+        let reg = find(&tables, "registry-b.com/bar/foo/barfoo:latest").unwrap();
+        assert!(reg.insecure && reg.blocked, "{reg:?}");
+        // A v1 block list is enforced, and v1 insecure reaches the plan.
+        let e = route(&tables, &img("registry-b.com/bar/foo/barfoo:latest")).unwrap_err();
+        assert!(
+            e.to_string().contains("is blocked by registries.conf"),
+            "{e}"
+        );
+        let r = route(&tables, &img("registry-e.com/x:1")).unwrap();
+        assert!(r.sources[0].insecure);
+        // Drop-ins must be v2.
+        let e = parse("[registries.block]\nregistries = [\"a.io\"]\n", true).unwrap_err();
+        assert!(e.to_string().contains("must be in v2 format"), "{e}");
+    }
+
+    #[test]
+    fn upstream_rewrite_reference() {
+        let d = |s: &str| format!("{s}@{DIGEST}");
+        for (input, prefix, location, want) in [
+            (
+                "example.com/image",
+                "example.com",
+                "example.com",
+                "example.com/image",
+            ),
+            (
+                "example.com/image:latest",
+                "example.com",
+                "example.com",
+                "example.com/image:latest",
+            ),
+            (
+                "example.com:5000/image",
+                "example.com:5000",
+                "example.com:5000",
+                "example.com:5000/image",
+            ),
+            (
+                "example.com:5000/image:latest",
+                "example.com:5000",
+                "example.com:5000",
+                "example.com:5000/image:latest",
+            ),
+            (
+                &d("example.com/foo"),
+                "example.com",
+                "example.com",
+                &d("example.com/foo"),
+            ),
+            (
+                "example.com/foo/image:latest",
+                "example.com/foo",
+                "example.com",
+                "example.com/image:latest",
+            ),
+            (
+                "example.com/foo/image:latest",
+                "example.com/foo",
+                "example.com/path",
+                "example.com/path/image:latest",
+            ),
+            (
+                "docker.io/library/image:latest",
+                "docker.io",
+                "docker.io",
+                "docker.io/library/image:latest",
+            ),
+            (
+                "docker.io/library/image",
+                "docker.io/library",
+                "example.com",
+                "example.com/image",
+            ),
+            (
+                "docker.io/library/image",
+                "docker.io",
+                "example.com",
+                "example.com/library/image",
+            ),
+            (
+                "docker.io/library/prefix/image",
+                "docker.io/library/prefix",
+                "example.com",
+                "example.com/image",
+            ),
+            (
+                "docker.io/namespace/image",
+                "*.io",
+                "example.com",
+                "example.com/namespace/image",
+            ),
+            (
+                "docker.io/library/prefix/image",
+                "*.io",
+                "example.com",
+                "example.com/library/prefix/image",
+            ),
+            (
+                "sub.example.io/library/prefix/image",
+                "*.example.io",
+                "example.com",
+                "example.com/library/prefix/image",
+            ),
+            (
+                "another.sub.example.io:5000/library/prefix/image:latest",
+                "*.sub.example.io",
+                "example.com",
+                "example.com:5000/library/prefix/image:latest",
+            ),
+            (
+                "foo.bar.io/ns1/ns2/ns3/ns4",
+                "*.bar.io",
+                "omg.bbq.com/roflmao",
+                "omg.bbq.com/roflmao/ns1/ns2/ns3/ns4",
+            ),
+            (
+                "abc.internal.registry.com/foo:bar",
+                "*.internal.registry.com",
+                "",
+                "abc.internal.registry.com/foo:bar",
+            ),
+            (
+                "blah.foo.bar.com/omg:bbq",
+                "*.com",
+                "",
+                "blah.foo.bar.com/omg:bbq",
+            ),
+            (
+                "alien.vs.predator.foobar.io:5000/omg",
+                "*.foobar.io",
+                "",
+                "alien.vs.predator.foobar.io:5000/omg",
+            ),
+            (
+                &d("alien.vs.predator.foobar.io:5000/foo"),
+                "*.foobar.io",
+                "",
+                &d("alien.vs.predator.foobar.io:5000/foo"),
+            ),
+            (
+                "alien.vs.predator.foobar.io:5000/omg:bbq",
+                "*.foobar.io",
+                "",
+                "alien.vs.predator.foobar.io:5000/omg:bbq",
+            ),
+        ] {
+            let got = rewrite(&img(input), prefix, location).unwrap();
+            assert_eq!(got, img(want), "{input} {prefix} {location}");
+        }
+        for (input, prefix, location) in [
+            (
+                "example.com/foo/image:latest",
+                "example.com/foo",
+                "example.com/path/",
+            ),
+            // The security case: a repository prefix with a bare-host location.
+            (&d("example.com/foo"), "example.com/foo", "example.com"),
+            ("example.com:5000/image:latest", "example.com", ""),
+            (
+                "example.com:5000/image:latest",
+                "example.com",
+                "example.com:5000",
+            ),
+            (
+                "example.com/foo/image:latest",
+                "example.com//foo",
+                "example.com/path",
+            ),
+            ("example.com/image:latest", "image", "anotherimage"),
+            (
+                "example.com/foo/image:latest",
+                "example.com/foo/",
+                "example.com",
+            ),
+            ("example.com/foo/image", "example.com/f", "example.com/foo"),
+            ("example.com/foo:latest", "example.com/f", "example.com/foo"),
+            (&d("example.com/foo"), "example.com/f", "example.com/foo"),
+            ("docker.io/library/image", "example.com", "example.com"),
+            ("docker.io/library/image", "*.com", "example.com"),
+            (
+                "foo.docker.io/library/image",
+                "*.example.com",
+                "example.com/image",
+            ),
+            (
+                "foo.docker.io/library/image",
+                "*.docker.com",
+                "example.com/image",
+            ),
+        ] {
+            let r = rewrite(&img(input), prefix, location);
+            assert!(r.is_err(), "{input} {prefix} {location}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn upstream_pull_sources_from_reference() {
+        let tables = testdata("pull-sources-from-reference.conf", NO_DIR).unwrap();
+        assert_eq!(tables.len(), 9);
+        let f = false;
+        for (prefix, digest_sources, tag_sources) in [
+            (
+                "registry-a.com/foo",
+                &[
+                    ("mirror-1.registry-a.com", f),
+                    ("mirror-2.registry-a.com", true),
+                    ("registry-a.com/bar", f),
+                ][..],
+                &[
+                    ("mirror-1.registry-a.com", f),
+                    ("mirror-2.registry-a.com", true),
+                    ("registry-a.com/bar", f),
+                ][..],
+            ),
+            (
+                "registry-b.com/foo",
+                &[
+                    ("mirror-1.registry-b.com", f),
+                    ("mirror-2.registry-b.com", f),
+                    ("registry-b.com/bar", f),
+                ],
+                &[("registry-b.com/bar", f)],
+            ),
+            (
+                "registry-a.com/baz",
+                &[
+                    ("mirror-1.registry-a.com", f),
+                    ("mirror-2.registry-a.com", true),
+                    ("registry-a.com/bar", f),
+                ],
+                &[
+                    ("mirror-1.registry-a.com", f),
+                    ("mirror-2.registry-a.com", true),
+                    ("registry-a.com/bar", f),
+                ],
+            ),
+            (
+                "registry-b.com/baz",
+                &[
+                    ("mirror-1.registry-b.com", f),
+                    ("mirror-2.registry-b.com", f),
+                    ("registry-b.com/bar", f),
+                ],
+                &[("registry-b.com/bar", f)],
+            ),
+            (
+                "registry-c.com/baz",
+                &[
+                    ("mirror-1.registry-c.com", f),
+                    ("mirror-2.registry-c.com", f),
+                    ("registry-c.com/bar", f),
+                ],
+                &[("mirror-1.registry-c.com", f), ("registry-c.com/bar", f)],
+            ),
+            (
+                "registry-d.com/baz",
+                &[
+                    ("mirror-1.registry-d.com", f),
+                    ("mirror-2.registry-d.com", f),
+                    ("registry-d.com/bar", f),
+                ],
+                &[("registry-d.com/bar", f)],
+            ),
+            (
+                "registry-e.com/baz",
+                &[("registry-e.com/bar", f)],
+                &[
+                    ("mirror-1.registry-e.com", f),
+                    ("mirror-2.registry-e.com", f),
+                    ("registry-e.com/bar", f),
+                ],
+            ),
+            (
+                "registry-f.com/baz",
+                &[("mirror-1.registry-f.com", f), ("registry-f.com/bar", f)],
+                &[
+                    ("mirror-1.registry-f.com", f),
+                    ("mirror-2.registry-f.com", f),
+                    ("registry-f.com/bar", f),
+                ],
+            ),
+            (
+                "registry-g.com/baz",
+                &[
+                    ("mirror-1.registry-g.com", f),
+                    ("mirror-3.registry-g.com", f),
+                    ("mirror-4.registry-g.com", f),
+                    ("registry-g.com/bar", f),
+                ],
+                &[
+                    ("mirror-2.registry-g.com", f),
+                    ("mirror-3.registry-g.com", f),
+                    ("mirror-4.registry-g.com", f),
+                    ("registry-g.com/bar", f),
+                ],
+            ),
+        ] {
+            for (suffix, want) in [
+                (format!("@{DIGEST}"), digest_sources),
+                (":aaa".into(), tag_sources),
+            ] {
+                let r = route(&tables, &img(&format!("{prefix}/image{suffix}"))).unwrap();
+                let got: Vec<(String, bool)> = r
+                    .sources
+                    .iter()
+                    .map(|s| (s.reference.to_string(), s.insecure))
+                    .collect();
+                let want: Vec<(String, bool)> = want
+                    .iter()
+                    .map(|(l, i)| (format!("{l}/image{suffix}"), *i))
+                    .collect();
+                assert_eq!(got, want, "{prefix}{suffix}");
+            }
+        }
+    }
+
+    #[test]
+    fn upstream_registries_conf_directory() {
+        let tables = testdata("base-for-registries.d.conf", "registries.conf.d").unwrap();
+        assert_eq!(
+            locations(&tables),
+            [
+                "subdomain-prefix-3-overridden-by-dropin-location.com",
+                "subdomain-prefix-2-overridden-by-dropin-location.com",
+                "subdomain-prefix-1-overridden-by-dropin-location.com",
+                "1.com",
+                "2.com",
+                "base.com"
+            ]
+        );
+        assert!(find(&tables, "base.com/test:latest").unwrap().blocked);
+    }
+
+    // hostpull's own cases, for what issue 14 and 17 found.
+
+    #[test]
+    fn wildcard_tables_keep_location_and_mirrors() {
+        let tables = from_str(
+            r#"
+[[registry]]
+prefix = "*.corp.example"
+location = "mirror.example:5000/corp"
+insecure = true
+[[registry.mirror]]
+location = "cache.example/c"
+
+[[registry]]
+prefix = "*.bare.example"
+location = "bare-mirror.example"
+"#,
+        )
+        .unwrap();
+        let sources = |image: &str| -> Vec<(String, bool)> {
+            route(&tables, &img(image))
                 .unwrap()
-                .table
-                .unwrap()
-                .key(),
-            "quay.io"
+                .sources
+                .iter()
+                .map(|s| (s.reference.to_string(), s.insecure))
+                .collect()
+        };
+        assert_eq!(
+            sources("a.b.corp.example/team/app:v1"),
+            [
+                ("cache.example/c/team/app:v1".to_owned(), false),
+                ("mirror.example:5000/corp/team/app:v1".to_owned(), true)
+            ]
+        );
+        // The host's port is kept, as containers/image keeps it.
+        assert_eq!(
+            sources("x.bare.example:8443/app:v1"),
+            [("bare-mirror.example:8443/app:v1".to_owned(), false)]
+        );
+        // ... which makes a location with a path unusable with a port, there too.
+        let e = route(&tables, &img("a.corp.example:8443/team/app:v1")).unwrap_err();
+        assert!(
+            e.to_string().contains("not a fully qualified reference"),
+            "{e}"
+        );
+        let conf = worker_conf(&route(&tables, &img("a.corp.example/app")).unwrap()).unwrap();
+        let back = from_str(&conf).unwrap();
+        assert_eq!(back, vec![tables[1].clone()], "{conf}");
+    }
+
+    /// A repository prefix with a bare-host location used to rewrite `p/r:v1`
+    /// to docker.io/library/HOST, with Docker Hub's credential. containers/image
+    /// refuses the rewrite; so does hostpull.
+    #[test]
+    fn repository_prefix_with_bare_host_location_fails() {
+        let tables = from_str(
+            "[[registry]]\nprefix = \"quay.io/org/app\"\nlocation = \"internal.example\"\n",
+        )
+        .unwrap();
+        for image in ["quay.io/org/app:v1", &format!("quay.io/org/app@{DIGEST}")] {
+            let e = route(&tables, &img(image)).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+            assert!(e.to_string().contains("internal.example"), "{e}");
+        }
+        // Below the prefix the rewrite is fine.
+        let r = route(&tables, &img("quay.io/org/app/sub:v1")).unwrap();
+        assert_eq!(r.hosts()[0].to_string(), "internal.example/sub:v1");
+    }
+
+    #[test]
+    fn one_file_first_prefix_wins_and_slashes_are_stripped() {
+        let tables = from_str(
+            r#"
+[[registry]]
+prefix = "q.io/ns/"
+location = "first.example/m//"
+[[registry.mirror]]
+location = "m.example/x/"
+[[registry]]
+prefix = "q.io/ns"
+location = "second.example"
+"#,
+        )
+        .unwrap();
+        assert_eq!(tables.len(), 1);
+        assert_eq!(
+            (tables[0].prefix.as_str(), tables[0].location.as_str()),
+            ("q.io/ns", "first.example/m")
+        );
+        assert_eq!(tables[0].mirror[0].location, "m.example/x");
+        assert_eq!(
+            route(&tables, &img("q.io/ns/a:1")).unwrap().hosts()[1].to_string(),
+            "first.example/m/a:1"
+        );
+    }
+
+    /// Issue 17: a location with a control or zero-width character passed plan
+    /// and made the worker's registries.conf invalid TOML. Every host name is
+    /// now checked when the file is read, even in a table this image does not use.
+    #[test]
+    fn bad_names_are_refused_whole_and_the_worker_file_is_toml() {
+        for (conf, want) in [
+            (
+                "[[registry]]\nlocation = \"a\\tb.example\"\n",
+                "invalid location",
+            ),
+            (
+                "[[registry]]\nlocation = \"reg\u{200b}.example\"\n",
+                "invalid location",
+            ),
+            (
+                "[[registry]]\nprefix = \"q.io\"\nlocation = \"q.io\"\n[[registry.mirror]]\nlocation = \"m\\u0000.example\"\n",
+                "invalid mirror location",
+            ),
+            (
+                "[[registry]]\nprefix = \"q.io\\n\"\nlocation = \"q.io\"\n",
+                "invalid prefix",
+            ),
+            (
+                "[[registry]]\nprefix = \"*.exa mple.com\"\n",
+                "invalid prefix",
+            ),
+            (
+                "[[registry]]\nprefix = \"*.example.com:5000\"\n",
+                "Wildcarded prefix",
+            ),
+            (
+                "[[registry]]\nprefix = \"*.example.com/ns\"\n",
+                "Wildcarded prefix",
+            ),
+            ("[[registry]]\nprefix = \"q.io/ns\"\n", "location is unset"),
+            (
+                "[[registry]]\ninsecure = true\n",
+                "both location and prefix are unset",
+            ),
+            (
+                "[[registry]]\nprefix = \"https://q.io\"\nlocation = \"q.io\"\n",
+                "URI schemes",
+            ),
+            (
+                "[[registry]]\nlocation = \"q.io\"\ninsecure = \"yes\"\n",
+                "invalid type",
+            ),
+            (
+                "unqualified-search-registries = [\"q.io/ns\"]\n",
+                "unqualified-search-registries",
+            ),
+            ("[aliases]\n\"q.io/x\" = \"q.io/x\"\n", "invalid short name"),
+        ] {
+            let e = from_str(conf).unwrap_err();
+            assert!(format!("{e:#}").contains(want), "{conf:?}: {e:#}");
+            assert_eq!(crate::error::exit_code(&e), 2);
+        }
+        // The worker's file is TOML that reads back as the same table.
+        let tables = from_str(
+            "[[registry]]\nprefix = \"q.io/ns\"\nlocation = \"r.example:5000/x\"\nmirror-by-digest-only = true\n[[registry.mirror]]\nlocation = \"[::1]:5000/m\"\ninsecure = true\n",
+        )
+        .unwrap();
+        let conf = worker_conf(&route(&tables, &img("q.io/ns/a:1")).unwrap()).unwrap();
+        assert_eq!(from_str(&conf).unwrap(), tables, "{conf}");
+        assert!(
+            conf.contains("unqualified-search-registries = []"),
+            "{conf}"
         );
         assert_eq!(
-            route(&tables, &img("other.io/x")).unwrap(),
-            Route::default()
+            worker_conf(&route(&tables, &img("other.io/a")).unwrap()).unwrap(),
+            "# generated by hostpull for one pull\nunqualified-search-registries = []\n"
         );
-        let e = route(&tables, &img("a.b.blocked.example/x")).unwrap_err();
-        assert_eq!(crate::error::exit_code(&e), 2);
-        let conf = worker_conf(&route(&tables, &img("quay.io/a/b")).unwrap());
-        assert_eq!(parse(Path::new("w"), &conf).unwrap().len(), 1, "{conf}");
-        assert!(!conf.contains("special"), "only this image's table: {conf}");
     }
 
     #[test]
     fn drop_ins_replace_by_prefix_and_errors_name_the_file() {
         let td = tempfile::tempdir().unwrap();
         let dir = td.path().join("etc/containers/registries.conf.d");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(td.path().join("etc/containers/registries.conf"), CONF).unwrap();
+        std::fs::create_dir_all(dir.join("sub.conf")).unwrap();
+        std::fs::write(
+            td.path().join("etc/containers/registries.conf"),
+            "[[registry]]\nprefix = \"quay.io\"\nlocation = \"quay.io\"\n",
+        )
+        .unwrap();
         std::fs::write(
             dir.join("10-quay.conf"),
-            "[[registry]]\nprefix = \"quay.io\"\nblocked = true\n",
+            "[[registry]]\nprefix = \"quay.io\"\nlocation = \"quay.io\"\nblocked = true\n",
         )
         .unwrap();
         let tables = load(td.path(), None).unwrap();
@@ -314,6 +1507,5 @@ blocked = true
         let e = load(td.path(), None).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("20-bad.conf"), "{e}");
-        assert_eq!(load(&td.path().join("none"), None).unwrap(), vec![]);
     }
 }
