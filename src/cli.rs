@@ -216,6 +216,7 @@ impl PullOpts {
         plan::Request {
             image: self.image.clone().unwrap_or_default(),
             dest: self.dest.clone().unwrap_or_default(),
+            dest_optional: false,
             authfiles: self
                 .authfile
                 .iter()
@@ -259,14 +260,16 @@ impl PullOpts {
 }
 
 /// The plan for these options, with the hostpull.d configuration applied.
-fn plan_for(opts: &PullOpts) -> anyhow::Result<plan::Plan> {
-    if opts.dest.is_none() && opts.profile.is_none() {
+/// `hostpull plan` needs no destination (`dest_optional`); a pull does.
+fn plan_for(opts: &PullOpts, dest_optional: bool) -> anyhow::Result<plan::Plan> {
+    if !dest_optional && opts.dest.is_none() && opts.profile.is_none() {
         return error::fail(
             Kind::Usage,
             "--dest oci:DIR[:TAG] is required (or --profile NAME)",
         );
     }
     let mut req = opts.request();
+    req.dest_optional = dest_optional;
     let root = cap_std_ext::cap_std::fs::Dir::open_ambient_dir(
         &opts.config_root,
         cap_std_ext::cap_std::ambient_authority(),
@@ -287,7 +290,7 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
 }
 
 async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
-    let plan = plan_for(opts)?;
+    let plan = plan_for(opts, false)?;
     if !plan.worker.tls_verify {
         tracing::warn!("TLS verification is off for {}", plan.image.domain);
     }
@@ -343,7 +346,7 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
             });
             o.dest = Some(format!("oci:{}", dir.display()));
         }
-        plan_for(&o)?
+        plan_for(&o, false)?
     };
     if plan.ostree.is_some() {
         return error::fail(
@@ -367,7 +370,7 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
 }
 
 fn run_plan(opts: &PullOpts) -> anyhow::Result<()> {
-    let summary = plan_for(opts)?.summary();
+    let summary = plan_for(opts, true)?.summary();
     if opts.json {
         print_json(&summary)
     } else {

@@ -154,7 +154,7 @@ fn a_blocked_registry_is_refused() {
     std::fs::write(
         &p,
         format!(
-            "[[registry]]\nprefix = \"{}\"\nblocked = true\n",
+            "[[registry]]\nprefix = \"{0}\"\nlocation = \"{0}\"\nblocked = true\n",
             var("RIG_REGISTRY")
         ),
     )
@@ -178,4 +178,84 @@ fn a_blocked_registry_is_refused() {
     ));
     r.assert_failure(2);
     assert!(r.stderr.contains("b.conf"), "{}", r.stderr);
+}
+
+/// A `*.domain` table keeps its `location` and mirrors (issue 14): an image
+/// named under a host that does not exist is pulled from the mirror, whose own
+/// credential is the only good one, because the worker's skopeo reads the same
+/// table and rewrites the reference the same way.
+#[test]
+fn a_wildcard_table_rewrites_to_its_location_and_mirrors() {
+    let s = scratch();
+    let p = s.path().join("w.conf");
+    std::fs::write(
+        &p,
+        format!(
+            "[[registry]]\nprefix = \"*.hostpull.invalid\"\nlocation = \"{}\"\n[[registry.mirror]]\nlocation = \"{}\"\n",
+            var("RIG_REGISTRY"),
+            var("RIG_MIRROR_REGISTRY")
+        ),
+    )
+    .unwrap();
+    let path = var("RIG_IMG_SMALL").split_once('/').unwrap().1;
+    let image = format!("nowhere.hostpull.invalid/{path}");
+    let auth = authfile(s.path(), false);
+    let r = run(&mut pull(s.path(), &image, "l", &auth, p.to_str().unwrap())).json();
+    assert_eq!(r["manifest_digest"], registry_digest(var("RIG_IMG_SMALL")));
+    let hosts: Vec<&str> = r["credentials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, [var("RIG_MIRROR_REGISTRY"), var("RIG_REGISTRY")]);
+}
+
+/// `hostpull plan` needs no `--dest`, and shows registries.conf `insecure` per host.
+#[test]
+fn plan_without_dest_shows_insecure_per_host() {
+    let s = scratch();
+    let reg = var("RIG_REGISTRY");
+    let p = s.path().join("i.conf");
+    std::fs::write(
+        &p,
+        format!("[[registry]]\nprefix = \"{reg}\"\nlocation = \"{reg}\"\n[[registry.mirror]]\nlocation = \"127.0.0.1:1/m\"\ninsecure = true\n"),
+    )
+    .unwrap();
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.args(["plan", var("RIG_IMG_SMALL"), "--sandbox", &sandbox()])
+        .args([
+            "--registries-conf",
+            p.to_str().unwrap(),
+            "--no-default-creds",
+        ])
+        .arg("--config-root")
+        .arg(config_root(s.path()));
+    let r = run(&mut c);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("dest      none (no --dest given)"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("insecure in registries.conf"),
+        "{}",
+        r.stdout
+    );
+    let v = run(c.arg("--json")).json();
+    assert_eq!(v["dest"], serde_json::Value::Null);
+    let hosts: Vec<(&str, bool, bool)> = v["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["host"].as_str().unwrap(),
+                h["insecure"].as_bool().unwrap(),
+                h["tls_verify"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(hosts, [("127.0.0.1:1", true, false), (reg, false, true)]);
 }

@@ -24,7 +24,9 @@ pub const WORKER_SELINUX_CONTEXT: &str = "system_u:system_r:hostpull_worker_t:s0
 pub struct Plan {
     pub image: ImageRef,
     /// The layout the pull writes; for an ostree destination, the staging
-    /// layout, chosen when the pull starts (`store::ostree::Staging`).
+    /// layout, chosen when the pull starts (`store::ostree::Staging`). Empty
+    /// only in a plan made without a destination (`Request::dest_optional`),
+    /// which is shown and never pulled.
     pub dest_dir: PathBuf,
     pub tag: String,
     /// `ostree:REPO[:REF]`: import the verified layout into REPO afterwards.
@@ -70,6 +72,9 @@ impl Default for RetryPolicy {
 pub struct Request {
     pub image: String,
     pub dest: String,
+    /// `hostpull plan`: an empty `dest` is allowed, and the plan then has no
+    /// destination. What a pull would use does not depend on where it goes.
+    pub dest_optional: bool,
     /// `--authfile`, repeated; `REGISTRY_AUTH_FILE` comes after them.
     pub authfiles: Vec<PathBuf>,
     /// `--pull-secret`, repeated.
@@ -145,7 +150,14 @@ fn check_ostree(d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
 
 pub fn plan(req: &Request) -> anyhow::Result<Plan> {
     let image = ImageRef::parse(&req.image)?;
-    let dest = Dest::parse(&req.dest)?;
+    let dest = match req.dest.as_str() {
+        "" if req.dest_optional => Dest {
+            dir: PathBuf::new(),
+            tag: image.tag.clone().or(Some(String::new())),
+            ostree: None,
+        },
+        d => Dest::parse(d)?,
+    };
     if let Some(o) = &dest.ostree {
         check_ostree(o, cfg!(feature = "ostree"))?;
     }
@@ -385,8 +397,9 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::
 pub struct Summary {
     pub image: String,
     pub platform: String,
-    pub dest: String,
-    pub tag: String,
+    /// None in a plan made without `--dest`.
+    pub dest: Option<String>,
+    pub tag: Option<String>,
     pub sandbox: SandboxMode,
     pub memory_max: String,
     pub tasks_max: u32,
@@ -428,10 +441,12 @@ impl Plan {
             image: self.image.to_string(),
             platform: self.platform.to_string(),
             dest: match &self.ostree {
-                Some(o) => o.repo.display().to_string(),
-                None => self.dest_dir.display().to_string(),
+                Some(o) => Some(o.repo.display().to_string()),
+                None if self.dest_dir.as_os_str().is_empty() => None,
+                None => Some(self.dest_dir.display().to_string()),
             },
-            tag: self.tag.clone(),
+            tag: Some(self.tag.clone())
+                .filter(|_| self.ostree.is_some() || !self.dest_dir.as_os_str().is_empty()),
             sandbox: w.mode,
             memory_max: w.limits.memory_max.clone(),
             tasks_max: w.limits.tasks_max,
@@ -491,12 +506,17 @@ impl Plan {
 impl Summary {
     /// The summary for a terminal.
     pub fn text(&self) -> String {
-        let dest = match &self.ostree {
-            Some(o) => match &o.ostree_ref {
-                Some(r) => format!("ostree:{}:{r}", self.dest),
-                None => format!("ostree:{}", self.dest),
+        let (d, t) = (
+            self.dest.as_deref().unwrap_or_default(),
+            self.tag.as_deref().unwrap_or_default(),
+        );
+        let dest = match (&self.ostree, &self.dest) {
+            (Some(o), _) => match &o.ostree_ref {
+                Some(r) => format!("ostree:{d}:{r}"),
+                None => format!("ostree:{d}"),
             },
-            None => format!("oci:{}:{}", self.dest, self.tag),
+            (None, Some(_)) => format!("oci:{d}:{t}"),
+            (None, None) => "none (no --dest given)".to_owned(),
         };
         let mut t = format!(
             "image     {} ({})\ndest      {dest}\nsandbox   {:?}, MemoryMax={}, TasksMax={}\n",
@@ -666,6 +686,33 @@ mod tests {
         );
         r.sandbox = Some(SandboxMode::Systemd);
         assert_eq!(plan(&r).unwrap().worker.dns.hosts.len(), 1);
+    }
+
+    /// Issue 14: `hostpull plan IMAGE` works without `--dest`; a pull does not.
+    #[test]
+    fn plan_without_a_destination() {
+        let pinned =
+            "h.io/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        for image in ["h.io/a:v1", pinned] {
+            let mut r = req(image, "");
+            assert_eq!(crate::error::exit_code(&plan(&r).unwrap_err()), 2);
+            r.dest_optional = true;
+            let s = plan(&r).unwrap().summary();
+            assert_eq!((s.dest.as_deref(), s.tag.as_deref()), (None, None));
+            assert!(
+                s.text().contains("dest      none (no --dest given)"),
+                "{}",
+                s.text()
+            );
+            assert_eq!(s.hosts.len(), 1);
+        }
+        let mut r = req("h.io/a:v1", "oci:/d");
+        r.dest_optional = true;
+        let s = plan(&r).unwrap().summary();
+        assert_eq!(
+            (s.dest.as_deref(), s.tag.as_deref()),
+            (Some("/d"), Some("v1"))
+        );
     }
 
     #[test]
