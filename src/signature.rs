@@ -61,6 +61,7 @@ pub async fn check(
         let checked: Vec<Result<String, String>> = match req {
             Requirement::InsecureAcceptAnything => continue,
             Requirement::Reject => return rejected(plan, req, "the policy rejects this image"),
+            Requirement::Unsatisfiable { why, .. } => return rejected(plan, req, why),
             Requirement::SignedBy {
                 keyring, identity, ..
             } => {

@@ -444,3 +444,82 @@ fn gpg_lookaside_over_https_with_its_own_ca() {
     );
     assert!(!out.exists());
 }
+
+/// containers/image's policy rules that issue 14 found missing, end to end.
+#[test]
+fn policy_scopes_and_unimplemented_requirements_as_containers_image() {
+    let s = scratch();
+    let rd = registries_d(s.path(), &file_lookaside(), false);
+    let write = |name: &str, p: Value| {
+        let f = s.path().join(name);
+        std::fs::write(&f, p.to_string()).unwrap();
+        f
+    };
+    let accept = json!([{"type": "insecureAcceptAnything"}]);
+    let base_layer =
+        json!([{"type": "signedBaseLayer", "baseLayerIdentity": {"type": "matchExact"}}]);
+    // A wildcard scope covers a host with a port (the rig's is 127.0.0.1:PORT,
+    // whose host gives *.0.0.1, *.0.1 and *.1): it used to be skipped.
+    let p = write(
+        "wild.json",
+        json!({"default": accept, "transports": {"docker": {"*.0.1": [{"type": "reject"}]}}}),
+    );
+    let (r, out) = pull(s.path(), var("RIG_IMG_SMALL"), &p, &rd);
+    assert_rejected(
+        &r,
+        &out,
+        "reject (scope \"*.0.1\"",
+        "the policy rejects this image",
+    );
+    // signedBaseLayer is valid anywhere, and rejects what is in its scope.
+    let p = write(
+        "base.json",
+        json!({"default": accept, "transports": {"docker": {"other.example/x": base_layer}}}),
+    );
+    let d = s.path().join("accepted");
+    std::fs::create_dir(&d).unwrap();
+    pull(&d, var("RIG_IMG_SMALL"), &p, &rd).0.json();
+    let (r, out) = pull(
+        s.path(),
+        var("RIG_IMG_SMALL"),
+        &policy(s.path(), base_layer),
+        &rd,
+    );
+    assert_rejected(
+        &r,
+        &out,
+        "signedBaseLayer",
+        "signedBaseLayer is not implemented",
+    );
+    // A fault in a scope this image does not use refuses the whole file.
+    for (bad, why) in [
+        (json!([]), "must not be empty"),
+        (
+            json!([{"type": "signedBy", "keyType": "GPGKeys", "keyPath": "/k", "signedIdentity": null}]),
+            "signedIdentity",
+        ),
+    ] {
+        let p = write(
+            "unused.json",
+            json!({"default": accept, "transports": {"docker": {"other.example/x": bad}}}),
+        );
+        let (r, out) = pull(s.path(), var("RIG_IMG_SMALL"), &p, &rd);
+        r.assert_failure(2);
+        assert!(r.stderr.contains(why), "{why}: {}", r.stderr);
+        assert!(!out.exists());
+    }
+    // Duplicate keys are refused, as Go's policy parser refuses them.
+    let p = s.path().join("dup.json");
+    std::fs::write(
+        &p,
+        r#"{"default":[{"type":"reject"}],"default":[{"type":"insecureAcceptAnything"}]}"#,
+    )
+    .unwrap();
+    let (r, _) = pull(s.path(), var("RIG_IMG_SMALL"), &p, &rd);
+    r.assert_failure(2);
+    assert!(
+        r.stderr.contains("Duplicate key \"default\""),
+        "{}",
+        r.stderr
+    );
+}
