@@ -259,3 +259,55 @@ fn plan_without_dest_shows_insecure_per_host() {
         .collect();
     assert_eq!(hosts, [("127.0.0.1:1", true, false), (reg, false, true)]);
 }
+
+/// Files that containers/image refuses, or reads as a refusal, end to end:
+/// a v1 block list is enforced; a repository prefix with a bare-host location
+/// fails (it used to become docker.io/library/HOST, with Docker Hub's
+/// credential); a location that is not a host name, even in a table this image
+/// does not use, is refused before the worker could choke on it (issue 17).
+#[test]
+fn refused_registries_files() {
+    let s = scratch();
+    let reg = var("RIG_REGISTRY");
+    let repo = var("RIG_IMG_SMALL").rsplit_once(':').unwrap().0;
+    for (name, text, why) in [
+        (
+            "v1.conf",
+            format!("[registries.block]\nregistries = [\"{reg}\"]\n"),
+            "is blocked by registries.conf",
+        ),
+        (
+            "mixed.conf",
+            format!(
+                "[registries.block]\nregistries = [\"{reg}\"]\n[[registry]]\nlocation = \"{reg}\"\n"
+            ),
+            "mixing sysregistry v1/v2 is not supported",
+        ),
+        (
+            "bare.conf",
+            format!(
+                "[[registry]]\nprefix = \"{repo}\"\nlocation = \"{}\"\n",
+                var("RIG_MIRROR_REGISTRY")
+            ),
+            "which is not a fully qualified reference",
+        ),
+        (
+            "zw.conf",
+            "[[registry]]\nlocation = \"other\u{200b}.example\"\n".to_owned(),
+            "invalid location",
+        ),
+    ] {
+        let p = s.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        let r = run(&mut pull(
+            s.path(),
+            var("RIG_IMG_SMALL"),
+            &format!("d-{name}"),
+            var("RIG_AUTHFILE"),
+            p.to_str().unwrap(),
+        ));
+        r.assert_failure(2);
+        assert!(r.stderr.contains(why), "{name}: {}", r.stderr);
+        assert!(!s.path().join(format!("d-{name}")).exists());
+    }
+}
