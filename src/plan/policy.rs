@@ -93,21 +93,15 @@ impl fmt::Display for Requirement {
     }
 }
 
-/// `signedIdentity`: how the signature's `docker-reference` must relate to the image.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(tag = "type", rename_all = "camelCase", deny_unknown_fields)]
+/// `signedIdentity`: how the signature's `docker-reference` must relate to the
+/// image. Parsed by `identity` below.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identity {
     MatchRepoDigestOrExact,
     MatchExact,
     MatchRepository,
-    #[serde(rename_all = "camelCase")]
-    ExactReference {
-        docker_reference: String,
-    },
-    #[serde(rename_all = "camelCase")]
-    ExactRepository {
-        docker_repository: String,
-    },
+    ExactReference { docker_reference: String },
+    ExactRepository { docker_repository: String },
 }
 
 impl fmt::Display for Identity {

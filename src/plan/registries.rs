@@ -111,13 +111,6 @@ impl File {
     }
 }
 
-/// What one file says, checked.
-#[derive(Debug, Default)]
-struct Parsed {
-    /// Sorted by prefix, one table per prefix (the first in the file wins).
-    tables: Vec<Table>,
-}
-
 fn invalid(why: String) -> anyhow::Error {
     Failure::new(Kind::Usage, why).into()
 }
@@ -188,8 +181,10 @@ fn check_alias(name: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// containers/image's `loadConfigFile` and `postProcessRegistries` for one file.
-fn parse(text: &str, drop_in: bool) -> anyhow::Result<Parsed> {
+/// containers/image's `loadConfigFile` and `postProcessRegistries` for one
+/// file: its tables, checked, sorted by prefix, one per prefix (the first in
+/// the file wins).
+fn parse(text: &str, drop_in: bool) -> anyhow::Result<Vec<Table>> {
     let f: File = toml::from_str(text).map_err(|e| invalid(crate::error::one_line(e.message())))?;
     let v1 = f.registries.as_ref().is_some_and(V1::is_set);
     let mut tables = f.registry.clone().unwrap_or_default();
@@ -354,9 +349,7 @@ fn parse(text: &str, drop_in: bool) -> anyhow::Result<Parsed> {
     for t in tables {
         unique.entry(t.prefix.clone()).or_insert(t);
     }
-    Ok(Parsed {
-        tables: unique.into_values().collect(),
-    })
+    Ok(unique.into_values().collect())
 }
 
 /// `/etc/containers/registries.conf` and `registries.conf.d/*.conf` below
@@ -407,7 +400,7 @@ fn load_files(main: &Path, required: bool, dir: Option<&Path>) -> anyhow::Result
                 f.display()
             ))
         })?;
-        for t in parsed.tables {
+        for t in parsed {
             tables.insert(t.prefix.clone(), t);
         }
     }
@@ -608,7 +601,7 @@ mod tests {
     }
 
     fn from_str(text: &str) -> anyhow::Result<Vec<Table>> {
-        parse(text, false).map(|p| p.tables)
+        parse(text, false)
     }
 
     fn locations(tables: &[Table]) -> Vec<&str> {
