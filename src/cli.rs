@@ -55,7 +55,8 @@ pub enum Cmd {
     /// Pull an image from a registry into an OCI image layout.
     Pull(Box<PullOpts>),
     /// Show what a pull with the same options would use, per host: credential
-    /// source and key (never the secret), CAs, DNS, sandbox. No network, no worker.
+    /// source and key (never the secret), CAs, TLS and registries.conf `insecure`,
+    /// DNS, sandbox, signature policy. --dest is optional. No network, no worker.
     Plan(Box<PullOpts>),
     /// Pull into a layout (by default under /var/lib/hostpull/images/), then
     /// hand the verified layout to rpm-ostree or bootc.
