@@ -428,7 +428,9 @@ fn identity_matches(rule: &Identity, image: &ImageRef, signed: &str) -> bool {
     let same_repo = |r: &ImageRef| sig.repository() == r.repository();
     match rule {
         Identity::MatchExact => exact(),
-        Identity::MatchRepoDigestOrExact if image.digest.is_some() => same_repo(image),
+        // A signature naming only a repository is never enough here, as in
+        // containers/image's matchRepoDigestOrExactReferenceValues.
+        Identity::MatchRepoDigestOrExact if image.digest.is_some() => tagged && same_repo(image),
         Identity::MatchRepoDigestOrExact => exact(),
         Identity::MatchRepository => same_repo(image),
         Identity::ExactReference { docker_reference } => {
@@ -530,6 +532,211 @@ mod tests {
                 "{rule} {image} {signed}"
             );
         }
+    }
+
+    /// signature/policy_reference_match_test.go: its tables, through
+    /// `identity_matches`. hostpull's image is always a reference with a tag
+    /// or a digest and never both, so cases whose image side is not are left
+    /// out; a reference with both a tag and a digest is refused as a signed
+    /// identity too, so it matches nothing (containers/image matches it
+    /// exactly: hostpull is stricter there).
+    #[test]
+    fn upstream_reference_match_tables() {
+        const RHEL: &str = "registry.access.redhat.com/rhel7/rhel:7.2.3";
+        const RHEL_UNTAGGED: &str = "registry.access.redhat.com/rhel7/rhel";
+        const DS: &str = "@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        const DO: &str = "@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        let c = |a: &str, b: &str| format!("{a}{b}");
+        let s = |a: &str| a.to_owned();
+        let exact: Vec<(String, String, bool)> = vec![
+            (s("busybox:latest"), s("busybox:latest"), true),
+            (s(RHEL), s(RHEL), true),
+            (c("busybox", DS), c("busybox", DS), true),
+            (s("library/busybox:latest"), s("busybox:latest"), true),
+            (
+                s("docker.io/library/busybox:latest"),
+                s("busybox:latest"),
+                true,
+            ),
+            (c("library/busybox", DS), c("busybox", DS), true),
+            (s("busybox:latest"), s("busybox:notlatest"), false),
+            (s("busybox:latest"), s("notbusybox:latest"), false),
+            (
+                s("busybox:latest"),
+                s("hostname/library/busybox:notlatest"),
+                false,
+            ),
+            (
+                s("hostname/library/busybox:latest"),
+                s("busybox:notlatest"),
+                false,
+            ),
+            (s("busybox:latest"), s(RHEL), false),
+            (c("busybox", DS), c("notbusybox", DS), false),
+            (s("busybox:latest"), c("busybox", DS), false),
+            (c("busybox", DS), c("busybox", DO), false),
+            (s("busybox"), s("busybox:latest"), false),
+            (s("busybox"), c("busybox", DS), false),
+            (s("busybox"), s("busybox"), false),
+            (c("busybox:latest", DS), c("busybox:latest", DS), true),
+            (c("busybox:latest", DS), c("busybox:latest", DO), false),
+            (c("busybox:latest", DS), c("busybox:notlatest", DS), false),
+            (c("busybox:latest", DS), c("busybox", DS), false),
+            (c("busybox:latest", DS), s("busybox:latest"), false),
+            (
+                s("UPPERCASE_IS_INVALID_IN_DOCKER_REFERENCES"),
+                s("busybox:latest"),
+                false,
+            ),
+            (s(""), s("UPPERCASE_IS_INVALID_IN_DOCKER_REFERENCES"), false),
+            (s("INVALID"), s("INVALID"), false),
+        ];
+        let repository: Vec<(String, String, bool)> = vec![
+            (s("busybox:latest"), s("busybox:latest"), true),
+            (s(RHEL), s(RHEL), true),
+            (c("busybox", DS), c("busybox", DS), true),
+            (s("library/busybox:latest"), s("busybox:latest"), true),
+            (
+                s("docker.io/library/busybox:latest"),
+                s("busybox:latest"),
+                true,
+            ),
+            (c("library/busybox", DS), c("busybox", DS), true),
+            (s("busybox:latest"), s("busybox:notlatest"), true),
+            (c(RHEL, "tagsuffix"), s(RHEL), true),
+            (s("library/busybox:latest"), s("busybox:notlatest"), true),
+            (s("busybox:latest"), s("library/busybox:notlatest"), true),
+            (
+                s("docker.io/library/busybox:notlatest"),
+                s("busybox:latest"),
+                true,
+            ),
+            (
+                s("busybox:notlatest"),
+                s("docker.io/library/busybox:latest"),
+                true,
+            ),
+            (s("busybox:latest"), c("busybox", DS), true),
+            (c("busybox", DS), c("busybox", DO), true),
+            (s("busybox"), s("busybox:notlatest"), true),
+            (s(RHEL), s(RHEL_UNTAGGED), true),
+            (s("busybox"), c("busybox", DS), true),
+            (s("library/busybox"), s("busybox"), true),
+            (s("docker.io/library/busybox"), s("busybox"), true),
+            (s("busybox:latest"), s("notbusybox:latest"), false),
+            (
+                s("hostname/library/busybox:latest"),
+                s("busybox:notlatest"),
+                false,
+            ),
+            (s("busybox:latest"), s(RHEL), false),
+            (c("busybox", DS), c("notbusybox", DS), false),
+            (c("busybox:latest", DS), c("busybox:latest", DS), true),
+            (c("busybox:latest", DS), c("busybox:latest", DO), true),
+            (c("busybox:latest", DS), c("busybox:notlatest", DS), true),
+            (c("busybox:latest", DS), c("busybox", DS), true),
+            (c("busybox:latest", DS), s("busybox:latest"), true),
+            (
+                s("UPPERCASE_IS_INVALID_IN_DOCKER_REFERENCES"),
+                s("busybox:latest"),
+                false,
+            ),
+            (s(""), s("UPPERCASE_IS_INVALID_IN_DOCKER_REFERENCES"), false),
+            (s("INVALID"), s("INVALID"), false),
+        ];
+        let repo_digest_or_exact: Vec<(String, String, bool)> = vec![
+            (s("busybox:latest"), s("busybox:notlatest"), false),
+            (c(RHEL, "tagsuffix"), s(RHEL), false),
+            (s("library/busybox:latest"), s("busybox:notlatest"), false),
+            (s("busybox:latest"), s("library/busybox:notlatest"), false),
+            (
+                s("docker.io/library/busybox:notlatest"),
+                s("busybox:latest"),
+                false,
+            ),
+            (
+                s("busybox:notlatest"),
+                s("docker.io/library/busybox:latest"),
+                false,
+            ),
+            (s("busybox"), s("busybox:latest"), false),
+            (s("busybox:latest"), s("busybox"), false),
+            (s("busybox"), c("busybox", DS), false),
+            (c("busybox", DS), s("busybox"), false),
+            (s(RHEL), s(RHEL_UNTAGGED), false),
+            (s("busybox"), s("busybox"), false),
+            (s("busybox:latest"), c("busybox", DS), false),
+            (c("busybox", DS), s("busybox:latest"), true),
+            (c("busybox", DS), c("busybox", DO), true),
+            (c("busybox:latest", DS), s("busybox:latest"), false),
+            (c("busybox:latest", DS), s("busybox:notlatest"), false),
+            (s("busybox:latest"), c("busybox:latest", DS), false),
+            (c("busybox:latest", DS), c("busybox:latest", DO), false),
+            (c("busybox:latest", DS), c("busybox:notlatest", DO), false),
+        ];
+        // Both a tag and a digest: refused by hostpull's reference parser.
+        let both = |s: &str| {
+            s.split_once('@')
+                .is_some_and(|(n, _)| n.rsplit('/').next().unwrap_or(n).contains(':'))
+        };
+        // A usable image: a valid reference with exactly one of tag and digest.
+        let image = |s: &str| -> Option<ImageRef> {
+            let named = s.contains('@') || s.rsplit('/').next().is_some_and(|l| l.contains(':'));
+            if !named || both(s) {
+                return None;
+            }
+            ImageRef::parse(s).ok()
+        };
+        let want = |a: &str, b: &str, w: bool| w && !both(a) && !both(b);
+        let any = img("q.io/unrelated:v1");
+        let symmetric = |table: &[(String, String, bool)]| -> Vec<(String, String, bool)> {
+            table
+                .iter()
+                .flat_map(|(a, b, w)| [(a.clone(), b.clone(), *w), (b.clone(), a.clone(), *w)])
+                .collect()
+        };
+        let mut checked = 0;
+        let digest_or_exact: Vec<_> = symmetric(&exact)
+            .into_iter()
+            .filter(|c| c.2)
+            .chain(symmetric(&repository).into_iter().filter(|c| !c.2))
+            .chain(repo_digest_or_exact)
+            .collect();
+        for (rule, cases) in [
+            (Identity::MatchExact, symmetric(&exact)),
+            (Identity::MatchRepository, symmetric(&repository)),
+            (Identity::MatchRepoDigestOrExact, digest_or_exact),
+        ] {
+            for (i, sig, w) in cases {
+                let Some(image) = image(&i) else { continue };
+                let got = identity_matches(&rule, &image, &sig);
+                assert_eq!(got, want(&i, &sig, w), "{rule}: {image} vs. {sig}");
+                checked += 1;
+            }
+        }
+        for (a, b, w) in symmetric(&exact) {
+            let rule = Identity::ExactReference {
+                docker_reference: a.clone(),
+            };
+            assert_eq!(
+                identity_matches(&rule, &any, &b),
+                want(&a, &b, w),
+                "{rule}: {b}"
+            );
+            checked += 1;
+        }
+        for (a, b, w) in symmetric(&repository) {
+            let rule = Identity::ExactRepository {
+                docker_repository: a.clone(),
+            };
+            assert_eq!(
+                identity_matches(&rule, &any, &b),
+                want(&a, &b, w),
+                "{rule}: {b}"
+            );
+            checked += 1;
+        }
+        assert!(checked > 150, "{checked}");
     }
 
     fn payload(kind: &str, digest: &str, reference: &str) -> Vec<u8> {
