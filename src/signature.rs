@@ -412,7 +412,12 @@ fn check_payload(
 }
 
 /// A signature's `docker-reference`, and whether it named a tag or digest.
+/// A bare reference, as Go's `reference.ParseNormalizedNamed` takes it: no
+/// `docker://` (which hostpull's command line accepts).
 fn parse_identity(s: &str) -> Option<(ImageRef, bool)> {
+    if s.contains("://") {
+        return None;
+    }
     let r = ImageRef::parse(s).ok()?;
     let last = s.rsplit('/').next().unwrap_or(s);
     let name_only = !last.contains([':', '@']);
@@ -525,6 +530,12 @@ mod tests {
                 false,
             ),
             (MatchRepository, "q.io/ns/app:v1", "NOT A REF", false),
+            (
+                MatchRepository,
+                "q.io/ns/app:v1",
+                "docker://q.io/ns/app:v1",
+                false,
+            ),
         ] {
             assert_eq!(
                 identity_matches(&rule, &img(image), signed),

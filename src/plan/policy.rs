@@ -680,6 +680,11 @@ fn identity(v: &Json, what: &str) -> Result<SignedIdentity, Why> {
     };
     let reference = |key: &str| -> Result<String, Why> {
         let s = string(required(m, key, what)?, key)?;
+        if s.contains("://") {
+            return Err(format!(
+                "{what}: Invalid format of {key} {s:?}: not a bare reference"
+            ));
+        }
         ImageRef::parse(s)
             .map(|_| s.to_owned())
             .map_err(|e| format!("{what}: Invalid format of {key} {s:?}: {e}"))
@@ -1357,6 +1362,8 @@ mod tests {
             (with_identity(r#"{"type":"exactReference","dockerReference":""}"#), "Invalid format of dockerReference"),
             (with_identity(r#"{"type":"exactReference","dockerReference":"INVALIDUPPERCASE:latest"}"#), "Invalid format of dockerReference"),
             (with_identity(r#"{"type":"exactReference","dockerReference":"library/busybox"}"#), "contains neither a tag nor digest"),
+            (with_identity(r#"{"type":"exactReference","dockerReference":"docker://busybox:latest"}"#), "not a bare reference"),
+            (with_identity(r#"{"type":"exactRepository","dockerRepository":"docker://busybox"}"#), "not a bare reference"),
             (with_identity(r#"{"type":"exactReference","dockerReference":"a.io/b:1","x":1}"#), "Unknown key \"x\""),
             (with_identity(r#"{"type":"exactRepository"}"#), "Key \"dockerRepository\" missing"),
             (with_identity(r#"{"type":"exactRepository","dockerRepository":1}"#), "dockerRepository must be a string"),
