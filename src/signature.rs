@@ -424,19 +424,27 @@ fn parse_identity(s: &str) -> Option<(ImageRef, bool)> {
     Some((r, !name_only))
 }
 
-/// containers-policy.json(5) `signedIdentity`.
+/// containers-policy.json(5) `signedIdentity`, as containers/image's
+/// signature/policy_reference_match.go.
 fn identity_matches(rule: &Identity, image: &ImageRef, signed: &str) -> bool {
     let Some((sig, tagged)) = parse_identity(signed) else {
         return false;
     };
-    let exact = || tagged && sig == *image;
     let same_repo = |r: &ImageRef| sig.repository() == r.repository();
+    // matchRepoDigestOrExactReferenceValues: a tag needs the same reference, a
+    // digest the same repository; a signature naming only a repository is
+    // never enough.
+    let repo_digest_or_exact = |r: &ImageRef| {
+        tagged
+            && if r.digest.is_some() {
+                same_repo(r)
+            } else {
+                sig == *r
+            }
+    };
     match rule {
-        Identity::MatchExact => exact(),
-        // A signature naming only a repository is never enough here, as in
-        // containers/image's matchRepoDigestOrExactReferenceValues.
-        Identity::MatchRepoDigestOrExact if image.digest.is_some() => tagged && same_repo(image),
-        Identity::MatchRepoDigestOrExact => exact(),
+        Identity::MatchExact => tagged && sig == *image,
+        Identity::MatchRepoDigestOrExact => repo_digest_or_exact(image),
         Identity::MatchRepository => same_repo(image),
         Identity::ExactReference { docker_reference } => {
             parse_identity(docker_reference).is_some_and(|(r, t)| t && tagged && r == sig)
@@ -444,7 +452,28 @@ fn identity_matches(rule: &Identity, image: &ImageRef, signed: &str) -> bool {
         Identity::ExactRepository { docker_repository } => {
             ImageRef::parse(docker_repository).is_ok_and(|r| same_repo(&r))
         }
+        Identity::RemapIdentity {
+            prefix,
+            signed_prefix,
+        } => remap(image, prefix, signed_prefix).is_some_and(|r| repo_digest_or_exact(&r)),
     }
+}
+
+/// remapIdentity's rewrite: an image whose repository is `prefix` or below
+/// it, with `prefix` replaced by `signed_prefix`; the result must be a fully
+/// qualified reference (None if not, which matches nothing). Other images
+/// are unchanged.
+fn remap(image: &ImageRef, prefix: &str, signed_prefix: &str) -> Option<ImageRef> {
+    let name = image.repository();
+    let rest = match name.strip_prefix(prefix) {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => rest,
+        _ => return Some(image.clone()),
+    };
+    let new_name = format!("{signed_prefix}{rest}");
+    let full = image.to_string().replacen(prefix, signed_prefix, 1);
+    ImageRef::parse(&full)
+        .ok()
+        .filter(|r| r.repository() == new_name)
 }
 
 #[cfg(test)]
@@ -723,6 +752,33 @@ mod tests {
                 let got = identity_matches(&rule, &image, &sig);
                 assert_eq!(got, want(&i, &sig, w), "{rule}: {image} vs. {sig}");
                 checked += 1;
+                if rule != Identity::MatchRepoDigestOrExact {
+                    continue;
+                }
+                // remapIdentity is matchRepoDigestOrExact after its rewrite
+                // (prmRemapIdentityMRDOETestCase): without one, and with the
+                // image's host renamed and mapped back.
+                let never = Identity::RemapIdentity {
+                    prefix: "never-causes-a-rewrite.example".into(),
+                    signed_prefix: "never-causes-a-rewrite.example".into(),
+                };
+                assert_eq!(
+                    identity_matches(&never, &image, &sig),
+                    got,
+                    "{image} vs. {sig}"
+                );
+                let domain = image.domain.clone();
+                let renamed = format!("e{}", &domain[1..]);
+                let moved = img(&image.to_string().replacen(&domain, &renamed, 1));
+                let back = Identity::RemapIdentity {
+                    prefix: renamed,
+                    signed_prefix: domain,
+                };
+                assert_eq!(
+                    identity_matches(&back, &moved, &sig),
+                    got,
+                    "{back}: {moved} vs. {sig}"
+                );
             }
         }
         for (a, b, w) in symmetric(&exact) {
@@ -748,6 +804,312 @@ mod tests {
             checked += 1;
         }
         assert!(checked > 150, "{checked}");
+    }
+
+    /// policy_reference_match_test.go: TestPRMRemapIdentityRefMatchesPrefix,
+    /// TestPRMRemapIdentityRemapReferencePrefix and
+    /// TestPRMRemapIdentityMatchesDockerReference (references with both a tag
+    /// and a digest left out, as above).
+    #[test]
+    fn upstream_remap_identity() {
+        let ds = "@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let c = |a: &str, b: &str| format!("{a}{b}");
+        let signed = "docker.io/library/signed-prefix";
+        for (r, prefix, want) in [
+            ("docker.io/image".to_owned(), "docker.io", true),
+            ("docker.io/image".into(), "example.com", false),
+            ("example.com:5000/image".into(), "example.com:5000", true),
+            ("example.com:50000/image".into(), "example.com:5000", false),
+            ("example.com:5000/image".into(), "example.com", false),
+            ("example.com/foo".into(), "example.com", true),
+            ("example.com/foo/bar".into(), "example.com", true),
+            ("example.com/foo/bar:baz".into(), "example.com", true),
+            (c("example.com/foo/bar", ds), "example.com", true),
+            ("docker.io/ns/image".into(), "docker.io/library", false),
+            ("example.com/library".into(), "docker.io/library", false),
+            (
+                "docker.io/libraryy/image".into(),
+                "docker.io/library",
+                false,
+            ),
+            (
+                "docker.io/library/busybox".into(),
+                "docker.io/library",
+                true,
+            ),
+            ("example.com/ns/image".into(), "example.com/ns", true),
+            ("example.com/ns2/image".into(), "example.com/ns", false),
+            ("example.com/n2/image".into(), "example.com/ns", false),
+            ("example.com".into(), "example.com/library/busybox", false),
+            ("example.com:5000/ns/image".into(), "example.com/ns", false),
+            ("example.com/ns/image".into(), "example.com:5000/ns", false),
+            (
+                "docker.io/library/busybox".into(),
+                "docker.io/library/busybox",
+                true,
+            ),
+            (
+                "example.com/library/busybox".into(),
+                "docker.io/library/busybox",
+                false,
+            ),
+            (
+                "docker.io/library/busybox2".into(),
+                "docker.io/library/busybox",
+                false,
+            ),
+            ("example.com/ns/image".into(), "example.com/ns/image", true),
+            ("example.com/ns/imag2".into(), "example.com/ns/image", false),
+            (
+                "example.com/ns/imagee".into(),
+                "example.com/ns/image",
+                false,
+            ),
+            (
+                "example.com:5000/ns/image".into(),
+                "example.com/ns/image",
+                false,
+            ),
+            (
+                "example.com/ns/image".into(),
+                "example.com:5000/ns/image",
+                false,
+            ),
+            (
+                "example.com/ns/image:tag".into(),
+                "example.com/ns/image",
+                true,
+            ),
+            (c("example.com/ns/image", ds), "example.com/ns/image", true),
+        ] {
+            let i = img(&r);
+            let got = remap(&i, prefix, signed).unwrap();
+            assert_eq!(got != i, want, "{r} vs. {prefix}");
+        }
+        for (prefix, signed, r, want) in [
+            (
+                "mirror.example",
+                "vendor.example",
+                "mirror.example/ns/image:tag".to_owned(),
+                Some("vendor.example/ns/image:tag".to_owned()),
+            ),
+            (
+                "mirror.example",
+                "vendor.example",
+                "different.com/ns/image:tag".into(),
+                Some("different.com/ns/image:tag".into()),
+            ),
+            (
+                "mirror.example/ns",
+                "vendor.example/vendor-ns",
+                "mirror.example/different-ns/image:tag".into(),
+                Some("mirror.example/different-ns/image:tag".into()),
+            ),
+            (
+                "docker.io",
+                "not-docker-signed.example/ns",
+                "busybox".into(),
+                Some("not-docker-signed.example/ns/library/busybox".into()),
+            ),
+            (
+                "example.com/mirror",
+                "example.com/vendor",
+                "example.com/mirror/image:tag".into(),
+                Some("example.com/vendor/image:tag".into()),
+            ),
+            (
+                "example.com/ns/mirror",
+                "example.com/ns/vendor",
+                "example.com/ns/mirror:tag".into(),
+                Some("example.com/ns/vendor:tag".into()),
+            ),
+            (
+                "mirror.example",
+                "vendor.example",
+                "prefixmirror.example/ns/image:tag".into(),
+                Some("prefixmirror.example/ns/image:tag".into()),
+            ),
+            (
+                "docker.io",
+                "not-docker-signed.example",
+                "busybox".into(),
+                Some("not-docker-signed.example/library/busybox".into()),
+            ),
+            (
+                "docker.io/library",
+                "not-docker-signed.example/ns",
+                "busybox".into(),
+                Some("not-docker-signed.example/ns/busybox".into()),
+            ),
+            (
+                "docker.io/library/busybox",
+                "not-docker-signed.example/ns/notbusybox",
+                "busybox".into(),
+                Some("not-docker-signed.example/ns/notbusybox".into()),
+            ),
+            (
+                "mirror.example",
+                "vendor.example",
+                "mirror.example/image".into(),
+                Some("vendor.example/image".into()),
+            ),
+            (
+                "mirror.example",
+                "vendor.example",
+                "mirror.example/image:tag".into(),
+                Some("vendor.example/image:tag".into()),
+            ),
+            (
+                "mirror.example",
+                "vendor.example",
+                c("mirror.example/image", ds),
+                Some(c("vendor.example/image", ds)),
+            ),
+            // Rewrites that do not give a fully qualified reference.
+            (
+                "mirror.example/ns/image",
+                "vendor.example:5000",
+                "mirror.example/ns/image:tag".into(),
+                None,
+            ),
+            (
+                "mirror.example/ns/image",
+                "vendor.example:5000",
+                c("mirror.example/ns/image", ds),
+                None,
+            ),
+            (
+                "mirror.example/ns/image",
+                "notlocalhost",
+                "mirror.example/ns/image:tag".into(),
+                None,
+            ),
+        ] {
+            assert_eq!(
+                remap(&img(&r), prefix, signed),
+                want.map(|w| img(&w)),
+                "{prefix} {signed} {r}"
+            );
+        }
+        let rule = |p: &str, s: &str| Identity::RemapIdentity {
+            prefix: p.into(),
+            signed_prefix: s.into(),
+        };
+        for (prefix, signed, i, sig, want) in [
+            (
+                "does-not-match.com",
+                "does-not-match.rewritten",
+                "busybox:latest",
+                "busybox:latest",
+                true,
+            ),
+            (
+                "does-not-match.com",
+                "does-not-match.rewritten",
+                "busybox:latest",
+                "notbusybox:latest",
+                false,
+            ),
+            (
+                "mirror.example",
+                "public.com",
+                "mirror.example/busybox:1",
+                "public.com/busybox:1",
+                true,
+            ),
+            (
+                "mirror.example",
+                "public.com",
+                "mirror.example/busybox:1",
+                "public.com/busybox:not1",
+                false,
+            ),
+            (
+                "mirror.example",
+                "docker.io/library",
+                "mirror.example/busybox:latest",
+                "busybox:latest",
+                true,
+            ),
+            (
+                "mirror.example",
+                "docker.io/library",
+                "mirror.example/alpine:latest",
+                "busybox:latest",
+                false,
+            ),
+            (
+                "docker.io/library",
+                "original.com",
+                "copied:latest",
+                "original.com/copied:latest",
+                true,
+            ),
+            (
+                "docker.io/library",
+                "original.com",
+                "copied:latest",
+                "original.com/ns/copied:latest",
+                false,
+            ),
+            (
+                "busybox",
+                "example.com/busybox",
+                "busybox:latest",
+                "example.com/busybox:latest",
+                false,
+            ),
+            (
+                "docker.io/library/busybox",
+                "busybox",
+                "docker.io/library/busybox:latest",
+                "busybox:latest",
+                false,
+            ),
+            (
+                "UPPERCASE",
+                "example.com",
+                "example.com/foo:latest",
+                "example.com/foo:latest",
+                true,
+            ),
+            (
+                "example.com",
+                "UPPERCASE",
+                "example.com/foo:latest",
+                "UPPERCASE/foo:latest",
+                false,
+            ),
+            // Otherwise as matchRepoDigestOrExact (a few of its cases, rewritten).
+            (
+                "mirror.example",
+                "q.io",
+                &format!("mirror.example/ns/app{ds}"),
+                "q.io/ns/app:v7",
+                true,
+            ),
+            (
+                "mirror.example",
+                "q.io",
+                &format!("mirror.example/ns/app{ds}"),
+                "q.io/ns/app",
+                false,
+            ),
+            (
+                "mirror.example",
+                "q.io",
+                "mirror.example/ns/app:v1",
+                "q.io/ns/app:v2",
+                false,
+            ),
+        ] {
+            let r = rule(prefix, signed);
+            assert_eq!(
+                identity_matches(&r, &img(i), sig),
+                want,
+                "{r}: {i} vs. {sig}"
+            );
+        }
     }
 
     fn payload(kind: &str, digest: &str, reference: &str) -> Vec<u8> {

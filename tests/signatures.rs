@@ -523,3 +523,58 @@ fn policy_scopes_and_unimplemented_requirements_as_containers_image() {
         r.stderr
     );
 }
+
+/// remapIdentity: an image named under a mirror's name (which registries.conf
+/// sends to the rig) carries signatures for its original name. Without the
+/// remap the identity does not match; with it the pull is accepted.
+#[test]
+fn remap_identity_accepts_a_mirrored_name() {
+    let s = scratch();
+    let reg = var("RIG_REGISTRY");
+    let mirror = "mirror.hostpull.invalid";
+    let conf = s.path().join("r.conf");
+    std::fs::write(
+        &conf,
+        format!("[[registry]]\nprefix = \"{mirror}\"\nlocation = \"{reg}\"\n"),
+    )
+    .unwrap();
+    let rd = s.path().join("registries.d");
+    std::fs::create_dir_all(&rd).unwrap();
+    std::fs::write(
+        rd.join("all.yaml"),
+        format!("default-docker:\n  lookaside: {}\n", file_lookaside()),
+    )
+    .unwrap();
+    let path = var("RIG_IMG_SIGNED").split_once('/').unwrap().1;
+    let image = format!("{mirror}/{path}");
+    let key = format!("{}/signer.asc", var("RIG_SIG_DIR"));
+    let pull = |name: &str, identity: Value| {
+        let d = s.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        let p = d.join("policy.json");
+        let reqs = json!([{"type": "signedBy", "keyType": "GPGKeys", "keyPath": key, "signedIdentity": identity}]);
+        std::fs::write(
+            &p,
+            json!({"default": [{"type": "reject"}], "transports": {"docker": {mirror: reqs}}})
+                .to_string(),
+        )
+        .unwrap();
+        let out = d.join("out");
+        let mut c = with_rig_creds(pull_cmd(&image, &format!("oci:{}", out.display())));
+        c.arg("--policy").arg(&p).arg("--registries.d").arg(&rd);
+        c.arg("--registries-conf").arg(&conf);
+        (run(&mut c), out)
+    };
+    let (r, out) = pull("plain", json!({"type": "matchRepoDigestOrExact"}));
+    assert_rejected(&r, &out, "signedBy", "does not match");
+    let (r, _) = pull(
+        "remapped",
+        json!({"type": "remapIdentity", "prefix": mirror, "signedPrefix": reg}),
+    );
+    let j = r.json();
+    assert_eq!(
+        j["signature"]["verified_by"],
+        json!([format!("gpg {}", var("RIG_SIGNER_FPR"))])
+    );
+    assert_eq!(j["manifest_digest"], registry_digest(var("RIG_IMG_SIGNED")));
+}

@@ -100,8 +100,19 @@ pub enum Identity {
     MatchRepoDigestOrExact,
     MatchExact,
     MatchRepository,
-    ExactReference { docker_reference: String },
-    ExactRepository { docker_repository: String },
+    ExactReference {
+        docker_reference: String,
+    },
+    ExactRepository {
+        docker_repository: String,
+    },
+    /// An image under `prefix` is checked as if it were under `signed_prefix`
+    /// (with `matchRepoDigestOrExact`): for mirrors that serve signed images
+    /// under another name.
+    RemapIdentity {
+        prefix: String,
+        signed_prefix: String,
+    },
 }
 
 impl fmt::Display for Identity {
@@ -116,6 +127,10 @@ impl fmt::Display for Identity {
             Self::ExactRepository { docker_repository } => {
                 write!(f, "exactRepository {docker_repository}")
             }
+            Self::RemapIdentity {
+                prefix,
+                signed_prefix,
+            } => write!(f, "remapIdentity {prefix} as {signed_prefix}"),
         }
     }
 }
@@ -274,13 +289,6 @@ enum Keys {
     Pki,
 }
 
-/// `signedIdentity`, validated; `remapIdentity` is parsed but not supported.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum SignedIdentity {
-    Known(Identity),
-    Remap,
-}
-
 /// One requirement as containers/image parses it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Raw {
@@ -289,13 +297,13 @@ enum Raw {
     SignedBy {
         key_type: String,
         keys: Keys,
-        identity: SignedIdentity,
+        identity: Identity,
     },
     SignedBaseLayer,
     SigstoreSigned {
         keys: Keys,
         rekor: bool,
-        identity: SignedIdentity,
+        identity: Identity,
     },
 }
 
@@ -637,9 +645,9 @@ fn sigstore(v: &Json, what: &str) -> Result<Raw, Why> {
 
 /// `signedIdentity`: absent is `matchRepoDigestOrExact`; present (even `null`)
 /// must be a valid identity object.
-fn signed_identity(v: Option<&Json>, what: &str) -> Result<SignedIdentity, Why> {
+fn signed_identity(v: Option<&Json>, what: &str) -> Result<Identity, Why> {
     match v {
-        None => Ok(SignedIdentity::Known(Identity::MatchRepoDigestOrExact)),
+        None => Ok(Identity::MatchRepoDigestOrExact),
         Some(v) => identity(v, &format!("{what}.signedIdentity")),
     }
 }
@@ -663,7 +671,7 @@ fn valid_remap_prefix(s: &str) -> bool {
 
 /// containers/image's `newPolicyReferenceMatchFromJSON`: exact fields per type,
 /// and references that parse.
-fn identity(v: &Json, what: &str) -> Result<SignedIdentity, Why> {
+fn identity(v: &Json, what: &str) -> Result<Identity, Why> {
     let Json::Object(m) = v else {
         return Err(format!("{what}: JSON object expected"));
     };
@@ -689,7 +697,7 @@ fn identity(v: &Json, what: &str) -> Result<SignedIdentity, Why> {
             .map(|_| s.to_owned())
             .map_err(|e| format!("{what}: Invalid format of {key} {s:?}: {e}"))
     };
-    Ok(SignedIdentity::Known(match kind {
+    Ok(match kind {
         "matchExact" | "matchRepoDigestOrExact" | "matchRepository" => {
             exact(&["type"])?;
             match kind {
@@ -724,14 +732,18 @@ fn identity(v: &Json, what: &str) -> Result<SignedIdentity, Why> {
                     return Err(format!("{what}: {k} {p:?} is not valid"));
                 }
             }
-            return Ok(SignedIdentity::Remap);
+            Identity::RemapIdentity {
+                prefix: string(required(m, "prefix", what)?, "prefix")?.to_owned(),
+                signed_prefix: string(required(m, "signedPrefix", what)?, "signedPrefix")?
+                    .to_owned(),
+            }
         }
         other => {
             return Err(format!(
                 "{what}: Unknown policy reference match type {other:?}"
             ));
         }
-    }))
+    })
 }
 
 fn bad_policy<T>(file: &Path, why: &str) -> anyhow::Result<T> {
@@ -799,10 +811,6 @@ fn read_keys(file: &Path, keys: &Keys) -> anyhow::Result<(Vec<Vec<u8>>, String)>
 /// `keyType` other than `GPGKeys`) rejects the image, as there; what it
 /// implements and hostpull does not is a configuration error (exit 2).
 fn requirement_for(file: &Path, raw: &Raw) -> anyhow::Result<Requirement> {
-    let known = |i: &SignedIdentity| match i {
-        SignedIdentity::Known(i) => Ok(i.clone()),
-        SignedIdentity::Remap => bad_policy(file, "signedIdentity remapIdentity is not supported"),
-    };
     Ok(match raw {
         Raw::InsecureAcceptAnything => Requirement::InsecureAcceptAnything,
         Raw::Reject => Requirement::Reject,
@@ -815,7 +823,7 @@ fn requirement_for(file: &Path, raw: &Raw) -> anyhow::Result<Requirement> {
             why: format!("keyType {key_type} is not implemented (containers/image rejects it too)"),
         },
         Raw::SignedBy { keys, identity, .. } => {
-            let identity = known(identity)?;
+            let identity = identity.clone();
             let (files, names) = read_keys(file, keys)?;
             if files.is_empty() {
                 return Ok(Requirement::Unsatisfiable {
@@ -849,7 +857,7 @@ fn requirement_for(file: &Path, raw: &Raw) -> anyhow::Result<Requirement> {
                      chain or transparency-log entry",
                 );
             }
-            let identity = known(identity)?;
+            let identity = identity.clone();
             let (files, names) = read_keys(file, keys)?;
             let keys = files
                 .iter()
@@ -1241,7 +1249,7 @@ mod tests {
                 "example.com/hardened-x509",
                 "unsatisfiable2",
             ),
-            // Key files that do not exist here, a bogus key and remapIdentity: exit 2.
+            // Key files that do not exist here and a bogus key: exit 2.
             (
                 "example.com/production/x:1",
                 "",
@@ -1260,7 +1268,7 @@ mod tests {
             (
                 "private-mirror:5000/vendor-mirror/x:1",
                 "",
-                "remapIdentity is not supported",
+                "reading key /keys/vendor-gpg-keyring",
             ),
             (
                 "example.com/sigstore/key-data-example:1",
@@ -1722,10 +1730,6 @@ mod tests {
             (
                 r#"{"default":[{"type":"sigstoreSigned","keyData":"aGVsbG8="}]}"#,
                 "not a PEM ECDSA P-256 or ed25519 public key",
-            ),
-            (
-                r#"{"default":[{"type":"signedBy","keyType":"GPGKeys","keyData":"mQ==","signedIdentity":{"type":"remapIdentity","prefix":"a","signedPrefix":"b"}}]}"#,
-                "remapIdentity is not supported",
             ),
         ] {
             let e = apply(f, text, &img).unwrap_err();
