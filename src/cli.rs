@@ -30,7 +30,8 @@ const EXIT_CODES: &str = "EXIT STATUS:
 
 With --json, pull prints one object on stdout: image, manifest_digest,
 source_digest, platform, dest, tag, layers_total, layers_fetched,
-layers_reused, bytes_fetched, elapsed_ms, signature {scope, requirement,
+layers_reused, bytes_fetched, elapsed_ms, max_rate (bytes a second, or
+null), signature {scope, requirement,
 verified_by}, credentials [{host, source, key}],
 worker {sandbox, unit, uid, memory_peak_bytes, startup_ms}; with --dest
 ostree:, dest is the repository and ostree {repo, commit, refs} tells the
@@ -197,6 +198,10 @@ pub struct PullOpts {
     /// Stop a worker that received no byte for this many seconds [default: 60]
     #[arg(long, value_name = "SECS")]
     pub stall_timeout: Option<u64>,
+    /// At most this many bytes a second for the whole pull, all blobs
+    /// together (with K, M, G, T: base 1024; at least 1K) [default: no limit]
+    #[arg(long, value_name = "RATE")]
+    pub max_rate: Option<String>,
     /// Print one JSON object with the result on stdout
     #[arg(long)]
     pub json: bool,
@@ -236,6 +241,7 @@ impl PullOpts {
             io_weight: self.io_weight,
             timeout: self.timeout,
             stall_timeout: self.stall_timeout,
+            max_rate: self.max_rate.clone(),
             cas: self.cas.clone(),
             dns: self.dns.clone(),
             dns_search: self.dns_search.clone(),

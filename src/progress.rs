@@ -23,6 +23,8 @@ pub struct Report {
     pub layers_reused: usize,
     pub bytes_fetched: u64,
     pub elapsed_ms: u128,
+    /// `--max-rate`, bytes a second; null: no limit.
+    pub max_rate: Option<u64>,
     /// The signature policy's verdict.
     pub signature: crate::signature::Verdict,
     /// For each host, where its credential came from (never the secret).

@@ -196,7 +196,10 @@ mod tests {
                     .filter(|(t, _)| *t >= from && *t < from + Duration::from_secs(1))
                     .map(|r| r.1)
                     .sum();
-                assert!(n <= rate as usize + slack, "{rate}: {n} bytes in 1 s from {from:?}");
+                assert!(
+                    n <= rate as usize + slack,
+                    "{rate}: {n} bytes in 1 s from {from:?}"
+                );
             }
             // Four readers in debt by one chunk each: 4 chunks' time at most.
             let bound = Duration::from_secs_f64(4.0 * chunk as f64 / rate as f64 + 1e-6);
