@@ -537,34 +537,38 @@ impl Watchdog {
         self.pacer.as_ref().map_or(READ_BUF, |p| p.chunk(READ_BUF))
     }
 
-    /// `n` bytes were just read: under a cap, wait until the pull may read
-    /// more. The wait is ours, not the registry's: the stall clock starts
-    /// again after it, so a paced pull is never taken for a stalled one.
-    async fn paced(&self, n: usize) {
+    /// `n` bytes of blob `i` (of `size`) were just read: under a cap, wait
+    /// until the pull may read more, and until it is blob `i`'s turn.
+    async fn paced(&self, i: usize, size: u64, n: usize) {
         if let Some(p) = &self.pacer {
-            p.paid(n).await;
-            self.touch();
+            let read = self.read[i].load(std::sync::atomic::Ordering::Relaxed);
+            let n = n as u64;
+            p.read(i, size, read.saturating_sub(n), n).await;
         }
     }
 
     /// `n` more bytes of blob `i` (0 at its end).
     fn kick(&self, i: usize, n: usize) {
+        if let Some(p) = self.pacer.as_ref().filter(|_| n == 0) {
+            p.done(i);
+        }
         self.read[i].fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        self.touch();
-    }
-
-    fn touch(&self) {
         let now = self.start.elapsed().as_millis() as u64;
         self.last_ms
             .store(now, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Resolves once no byte has arrived for `stall`.
+    /// Resolves once no byte has arrived for `stall`. Time that the cap
+    /// holds the readers back is ours, not the registry's: a paced pull is
+    /// never taken for a stalled one.
     async fn stalled(&self, stall: Duration) {
         loop {
             let last =
                 Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
-            let quiet = self.start.elapsed().saturating_sub(last);
+            let mut quiet = self.start.elapsed().saturating_sub(last);
+            if let Some(p) = &self.pacer {
+                quiet = quiet.min(p.free_at().elapsed());
+            }
             if quiet >= stall {
                 return;
             }
@@ -708,7 +712,7 @@ async fn consume(
             sink.write(chunk)
         };
         written.map_err(Consumed::Early)?;
-        watchdog.paced(n).await;
+        watchdog.paced(i, d.size, n).await;
     }
 }
 

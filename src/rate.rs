@@ -5,14 +5,29 @@
 //! fills, skopeo's write blocks, its TCP receive window closes, and the
 //! registry stops sending. The worker needs no change and no privilege.
 //!
+//! What the cap holds is what the registry sends, and the registry runs ahead
+//! of root: a blob that starts fills the buffers in between (skopeo's HTTP/2
+//! stream window and the blob pipe, [`LEAD`]) at once, and its last bytes are
+//! already there when root reads them. Two things keep those bursts small:
+//! - the blobs in flight are read one after another, in the order they were
+//!   opened ([`Pacer::read`]), so they end, and the next ones start, one at a
+//!   time; read side by side, all four ended together and four fills came at
+//!   once;
+//! - a blob's bytes are charged [`LEAD`] early ([`charge`]): its first read
+//!   pays for the buffers too, and its last `LEAD` bytes are free.
+//!
+//! Measured at a forwarder in front of the registry (tests/rate.rs, big:v1 at
+//! a cap of 30 MiB/s), the highest rate over 1 s windows after the first: 1.83
+//! times the cap with neither, 1.42 with the early charge alone, 1.24 with the
+//! order alone, 1.10 with both.
+//!
 //! The bucket holds at most [`SLICE`] of the rate, and a read asks for at most
 //! as much, so root reads no more than the cap plus a few slices in any window.
 //! A read is paid for after it returns (the bucket may go into debt) and the
 //! reader then waits the debt off: readers that share the bucket queue up
-//! behind each other's debts, so together they keep to the cap. No wait is
-//! longer than the slices of the blobs in flight take at the cap, well under a
-//! second: a paced pull keeps moving bytes, and the stall watchdog never
-//! mistakes it for a stalled one.
+//! behind each other's debts, so together they keep to the cap. While the
+//! bucket is in debt ([`Bucket::free_at`]) the stall watchdog does not count:
+//! a paced pull is not a stalled one.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,6 +36,25 @@ use std::time::{Duration, Instant};
 pub const SLICE: Duration = Duration::from_millis(50);
 /// The lowest cap accepted, bytes a second: a slice is then still 51 bytes.
 pub const MIN_RATE: u64 = 1024;
+/// How far the registry runs ahead of root's reads of one blob: the HTTP/2
+/// stream window of Go's client, which skopeo uses (4 MiB,
+/// golang.org/x/net/http2 `transportDefaultStreamFlow`), and the 1 MiB blob
+/// pipe (fetch.rs widens it to that).
+pub const LEAD: u64 = 5 << 20;
+
+/// What to charge for `n` bytes read of a blob of `size` after `before` bytes
+/// of it: the bytes the registry has sent of it by then, taken as `LEAD` ahead
+/// of what root read. Over the blob the charges add up to its size.
+pub fn charge(size: u64, before: u64, n: u64) -> u64 {
+    let sent = |read: u64| {
+        if read == 0 {
+            0
+        } else {
+            (read + LEAD).min(size)
+        }
+    };
+    sent(before + n).saturating_sub(sent(before))
+}
 
 /// The arithmetic, with the clock passed in.
 #[derive(Debug, Clone)]
@@ -64,19 +98,60 @@ impl Bucket {
             Duration::from_secs_f64(-self.tokens / self.rate)
         }
     }
+
+    /// When the bucket is out of debt: until then the readers are held back.
+    pub fn free_at(&self) -> Instant {
+        self.last + Duration::from_secs_f64(self.tokens.min(0.0) / -self.rate)
+    }
 }
 
-/// A [`Bucket`] shared by the readers of one pull, on tokio's clock.
+/// A [`Bucket`] shared by the readers of one pull, on tokio's clock, and
+/// whose turn it is to read.
 #[derive(Debug, Clone)]
 pub struct Pacer {
     bucket: Arc<Mutex<Bucket>>,
+    /// The blob whose turn it is to read: blobs are read one after another,
+    /// in the order they were opened.
+    turn: Arc<std::sync::atomic::AtomicUsize>,
+    next: Arc<tokio::sync::Notify>,
 }
 
 impl Pacer {
     pub fn new(rate: u64) -> Self {
         Self {
             bucket: Arc::new(Mutex::new(Bucket::new(rate, Instant::now()))),
+            turn: Arc::default(),
+            next: Arc::default(),
         }
+    }
+
+    /// `n` bytes of blob number `blob` (of `size`) were read, after `before`:
+    /// wait for its turn, pay, and pass the turn on at its end.
+    pub async fn read(&self, blob: usize, size: u64, before: u64, n: u64) {
+        loop {
+            let next = self.next.notified();
+            if self.turn.load(std::sync::atomic::Ordering::Acquire) >= blob {
+                break;
+            }
+            next.await;
+        }
+        self.paid(charge(size, before, n)).await;
+        if before + n >= size {
+            self.done(blob);
+        }
+    }
+
+    /// Blob number `blob` is over (its pipe ended, perhaps short or empty):
+    /// the next one reads.
+    pub fn done(&self, blob: usize) {
+        self.turn
+            .fetch_max(blob + 1, std::sync::atomic::Ordering::AcqRel);
+        self.next.notify_waiters();
+    }
+
+    /// See [`Bucket::free_at`].
+    pub fn free_at(&self) -> Instant {
+        self.bucket.lock().unwrap().free_at()
     }
 
     /// See [`Bucket::chunk`].
@@ -85,7 +160,8 @@ impl Pacer {
     }
 
     /// Pay for `n` bytes just read, waiting while the pull is over its cap.
-    pub async fn paid(&self, n: usize) {
+    pub async fn paid(&self, n: u64) {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
         let wait = self.bucket.lock().unwrap().take(n, Instant::now());
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
@@ -102,7 +178,7 @@ pub fn human(n: u64) -> String {
         _ => return format!("{n} B/s"),
     };
     let v = n as f64 / div as f64;
-    if n % div == 0 {
+    if n.is_multiple_of(div) {
         format!("{} {unit}/s", n / div)
     } else {
         format!("{v:.1} {unit}/s")
@@ -133,6 +209,8 @@ mod tests {
         assert_eq!(b.take(slice, t0), ms(50));
         // A second reader at the same instant queues behind the first's debt.
         assert_eq!(b.take(slice, t0), ms(100));
+        // Until then the readers are held back.
+        assert_eq!(b.free_at(), t0 + ms(100));
         // 100 ms later the debt is paid; a read of a slice costs 50 ms again.
         assert_eq!(b.take(slice, t0 + ms(100)), ms(50));
         // A long pause refills only one slice: the next two slices cost 0 and 50 ms.
@@ -145,6 +223,31 @@ mod tests {
         // Reads of 0 bytes (the end of a pipe) cost nothing.
         let mut b = Bucket::new(10 * MIB, t0);
         assert_eq!(b.take(0, t0), Duration::ZERO);
+        assert_eq!(b.free_at(), t0, "no debt: free now");
+    }
+
+    /// The first read of a blob pays for the buffers too, the last `LEAD`
+    /// bytes are free, and the charges add up to the blob's size.
+    #[test]
+    fn blobs_are_charged_lead_early() {
+        let lead = LEAD;
+        assert_eq!(charge(64 * MIB, 0, 1000), 1000 + lead);
+        assert_eq!(charge(64 * MIB, 1000, 1000), 1000);
+        assert_eq!(charge(64 * MIB, 64 * MIB - lead - 500, 1000), 500);
+        assert_eq!(charge(64 * MIB, 64 * MIB - 1000, 1000), 0);
+        assert_eq!(charge(64 * MIB, 0, 0), 0, "nothing read, nothing sent");
+        assert_eq!(charge(739, 0, 739), 739, "a small blob: its size");
+        assert_eq!(charge(739, 0, 100), 739);
+        assert_eq!(charge(739, 100, 639), 0);
+        for (size, step) in [(64 * MIB, 1 << 20), (64 * MIB + 7, 51), (3 * MIB, 65536)] {
+            let (mut read, mut charged) = (0, 0);
+            while read < size {
+                let n = step.min(size - read);
+                charged += charge(size, read, n);
+                read += n;
+            }
+            assert_eq!(charged, size, "{size} in reads of {step}");
+        }
     }
 
     #[test]
@@ -205,6 +308,32 @@ mod tests {
             let bound = Duration::from_secs_f64(4.0 * chunk as f64 / rate as f64 + 1e-6);
             assert!(longest <= bound, "{rate}: waited {longest:?} > {bound:?}");
             assert!(longest < Duration::from_millis(250), "{rate}: {longest:?}");
+        }
+    }
+
+    /// Blob 1 reads only once blob 0 is over: read to its size, or ended
+    /// (an empty or short pipe).
+    #[tokio::test(flavor = "current_thread")]
+    async fn blobs_read_in_turn() {
+        for end_by_size in [true, false] {
+            let p = Pacer::new(1 << 30);
+            let second = tokio::spawn({
+                let p = p.clone();
+                async move { p.read(1, 10, 0, 10).await }
+            });
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            assert!(!second.is_finished(), "blob 1 waits for blob 0");
+            if end_by_size {
+                p.read(0, 10, 0, 10).await;
+            } else {
+                p.done(0);
+            }
+            tokio::time::timeout(Duration::from_secs(10), second)
+                .await
+                .expect("blob 1 reads once blob 0 is over")
+                .unwrap();
         }
     }
 
