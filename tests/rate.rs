@@ -7,15 +7,15 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 
-/// How far over the cap the rate at the forwarder may go, over any 1 s and
-/// any 2 s window after the first second (when the buffers between the
-/// registry and root fill: the HTTP/2 stream windows and pipes of the four
-/// blobs opened first). Each blob that starts later fills its own at once,
-/// about 5 MiB; src/rate.rs charges that early, but the burst is not spread
-/// evenly. Measured here at caps of 30 to 34 MiB/s: 1 s windows 10 to 18 %
-/// over, 2 s windows 3 to 5 %.
-const TOLERANCE_1S: f64 = 0.25;
-const TOLERANCE_2S: f64 = 0.10;
+/// How many bytes over the cap any window of 1 s or 2 s at the forwarder may
+/// carry, after the first second (when the buffers of the four blobs opened
+/// first fill). The registry runs ahead of root's paced reads by the buffers
+/// in between, which root does not control: per blob, Go's 4 MiB HTTP/2
+/// stream window in skopeo and the 1 MiB pipe. src/rate.rs charges them when
+/// a blob opens, but a window can still catch the current blob's and the one
+/// just opened. Measured here (caps of 19 to 34 MiB/s, load up to 17 on two
+/// cores): at most 6.6 MiB over, in 2 s windows.
+const TOLERANCE: f64 = 10.0 * (1 << 20) as f64;
 
 /// The bytes the forwarder has sent towards the client, every 20 ms, while
 /// `f` runs.
@@ -116,9 +116,9 @@ fn max_rate_holds_at_the_registry_and_changes_no_byte() {
         peak2 / mib,
         per_second.join(" "),
     );
-    for (peak, tolerance, len) in [(peak1, TOLERANCE_1S, 1), (peak2, TOLERANCE_2S, 2)] {
+    for (peak, len) in [(peak1, 1.0), (peak2, 2.0)] {
         assert!(
-            peak <= cap as f64 * (1.0 + tolerance),
+            peak * len <= cap as f64 * len + TOLERANCE,
             "{len} s windows at the registry reached {:.1} MiB/s over a cap of {cap_mib} MiB/s",
             peak / mib
         );
