@@ -287,7 +287,7 @@ async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
     if !plan.worker.tls_verify {
         tracing::warn!("TLS verification is off for {}", plan.image.domain);
     }
-    let progress = Progress::new(opts.progress_fd, screen)?;
+    let progress = Progress::new(opts.progress_fd, screen)?.with_max_rate(plan.max_rate);
     let report = pull_to_dest(plan, &progress).await?;
     progress.done();
     eprintln!("{}", report.summary());
@@ -351,7 +351,7 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
     if let Some(parent) = plan.dest_dir.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let progress = Progress::new(opts.pull.progress_fd, screen)?;
+    let progress = Progress::new(opts.pull.progress_fd, screen)?.with_max_rate(plan.max_rate);
     let report = crate::fetch::pull(&plan, &progress).await?;
     progress.done();
     eprintln!("{}", report.summary());

@@ -86,9 +86,15 @@ fn max_rate_holds_at_the_registry_and_changes_no_byte() {
 
     let fw = Forwarder::start(var("RIG_REGISTRY"), 0);
     let capped = s.path().join("capped");
-    let mut c = pull_via(&fw, s.path(), &format!("oci:{}", capped.display()));
+    let mut c0 = pull_via(&fw, s.path(), &format!("oci:{}", capped.display()));
+    let c = &mut c0;
     // The watchdog must not take the paced pull for a stalled one.
     c.args(["--max-rate", &format!("{cap_mib}M"), "--stall-timeout", "2"]);
+    c.args(["--progress-fd", "3"]);
+    let events = s.path().join("progress.jsonl");
+    let mut c = std::process::Command::new("bash");
+    c.arg("-c")
+        .arg(format!("exec {} 3>'{}'", shell_line(&c0), events.display()));
     let t0 = Instant::now();
     let (out, samples) = sampled(&fw, || run(&mut c));
     let took = t0.elapsed().as_secs_f64();
@@ -134,4 +140,30 @@ fn max_rate_holds_at_the_registry_and_changes_no_byte() {
         "{took:.2} s for {ideal:.2} s at the cap"
     );
     assert_eq!(snapshot(&capped), snapshot(&clean));
+
+    // --progress-fd shows the cap and the rate, which keeps to it (root's
+    // side: the median of the rates between events).
+    let text = std::fs::read_to_string(&events).unwrap();
+    let bytes: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["type"] == "ProgressBytes")
+        .collect();
+    assert!(bytes.len() > 10, "{text}");
+    assert!(
+        bytes.iter().all(|e| e["bytesPerSecondMax"] == cap),
+        "{text}"
+    );
+    let mut rates: Vec<u64> = bytes
+        .iter()
+        .filter(|e| e["bytes"].as_u64() < e["bytesTotal"].as_u64())
+        .map(|e| e["bytesPerSecond"].as_u64().unwrap())
+        .collect();
+    rates.sort();
+    let median = rates[rates.len() / 2] as f64;
+    assert!(
+        median > cap as f64 * 0.8 && median < cap as f64 * 1.1,
+        "median {:.1} MiB/s at a cap of {cap_mib} MiB/s: {rates:?}",
+        median / mib
+    );
 }
