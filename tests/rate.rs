@@ -86,15 +86,18 @@ fn max_rate_holds_at_the_registry_and_changes_no_byte() {
 
     let fw = Forwarder::start(var("RIG_REGISTRY"), 0);
     let capped = s.path().join("capped");
-    let mut c0 = pull_via(&fw, s.path(), &format!("oci:{}", capped.display()));
-    let c = &mut c0;
+    let mut pull = pull_via(&fw, s.path(), &format!("oci:{}", capped.display()));
     // The watchdog must not take the paced pull for a stalled one.
-    c.args(["--max-rate", &format!("{cap_mib}M"), "--stall-timeout", "2"]);
-    c.args(["--progress-fd", "3"]);
+    pull.args(["--max-rate", &format!("{cap_mib}M"), "--stall-timeout", "2"]);
+    pull.args(["--progress-fd", "3"]);
+    // The shell gives the pull an fd 3 open on the events file.
     let events = s.path().join("progress.jsonl");
     let mut c = std::process::Command::new("bash");
-    c.arg("-c")
-        .arg(format!("exec {} 3>'{}'", shell_line(&c0), events.display()));
+    c.arg("-c").arg(format!(
+        "exec {} 3>'{}'",
+        shell_line(&pull),
+        events.display()
+    ));
     let t0 = Instant::now();
     let (out, samples) = sampled(&fw, || run(&mut c));
     let took = t0.elapsed().as_secs_f64();
@@ -105,12 +108,14 @@ fn max_rate_holds_at_the_registry_and_changes_no_byte() {
     let ideal = fetched / cap as f64;
     let peak1 = peak(&samples, Duration::from_secs(1), Duration::from_secs(1));
     let peak2 = peak(&samples, Duration::from_secs(1), Duration::from_secs(2));
-    // Samples are 20 ms apart: the bytes of each second, for the log.
-    let per_second: Vec<String> = samples
-        .iter()
-        .step_by(50)
-        .zip(samples.iter().skip(50).step_by(50))
-        .map(|(a, b)| format!("{:.0}", (b.1 - a.1) as f64 / mib))
+    // The bytes of each second, for the log.
+    let at = |secs: u64| {
+        let t = Duration::from_secs(secs);
+        samples.iter().find(|s| s.0 >= t).map(|s| s.1)
+    };
+    let per_second: Vec<String> = (0..)
+        .map_while(|k| Some((at(k)?, at(k + 1)?)))
+        .map(|(a, b)| format!("{:.0}", (b - a) as f64 / mib))
         .collect();
     eprintln!(
         "uncapped {:.0} MiB/s; cap {cap_mib} MiB/s: {:.0} MiB sent in {took:.2} s \
