@@ -172,3 +172,66 @@ fn max_rate_holds_at_the_registry_and_changes_no_byte() {
         median / mib
     );
 }
+
+/// `--max-rate`, `[pull] max-rate` and a profile's `max-rate`, as `hostpull
+/// plan` shows them: the command line over the profile over config.toml. A bad
+/// value is one `error:` line and exit 2.
+#[test]
+fn max_rate_from_flag_profile_and_config() {
+    let s = scratch();
+    let root = config_root(s.path());
+    let write = |rel: &str, text: &str| {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    let image = var("RIG_IMG_SMALL");
+    let dest = format!("oci:{}", s.path().join("never").display());
+    write(
+        "etc/hostpull/pulls.d/os.toml",
+        &format!("image = \"{image}\"\ndest = \"{dest}\"\nmax-rate = \"500K\"\n"),
+    );
+    let plan = |args: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        c.arg("plan")
+            .args(args)
+            .args(["--sandbox", &sandbox(), "--config-root"])
+            .arg(&root);
+        run(&mut c)
+    };
+    let shown = |args: &[&str]| {
+        let r = plan(args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+            .lines()
+            .find(|l| l.starts_with("max rate  "))
+            .unwrap_or_else(|| panic!("no max rate line: {}", r.stdout))
+            .to_owned()
+    };
+    let direct = [image, "--dest", &dest];
+    assert_eq!(shown(&direct), "max rate  no limit");
+    write("etc/hostpull/config.toml", "[pull]\nmax-rate = \"20M\"\n");
+    assert_eq!(shown(&direct), "max rate  20 MiB/s (all blobs together)");
+    assert_eq!(
+        shown(&["--profile", "os"]),
+        "max rate  500 KiB/s (all blobs together)"
+    );
+    assert_eq!(
+        shown(&["--profile", "os", "--max-rate", "2G"]),
+        "max rate  2 GiB/s (all blobs together)"
+    );
+    let r = plan(&[&direct[..], &["--json", "--max-rate", "3M"]].concat());
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["max_rate"], 3 << 20, "{v}");
+    for bad in ["20MB", "0", "100"] {
+        plan(&[&direct[..], &["--max-rate", bad]].concat()).assert_failure(2);
+    }
+    write("etc/hostpull/config.toml", "[pull]\nmax-rate = \"fast\"\n");
+    let r = plan(&direct);
+    r.assert_failure(2);
+    assert!(
+        r.stderr.contains("invalid --max-rate \"fast\""),
+        "{}",
+        r.stderr
+    );
+}
