@@ -17,10 +17,10 @@
 //!   right after it is opened, pays for the buffers too, and its last `LEAD`
 //!   bytes are free.
 //!
-//! Measured at a forwarder in front of the registry (tests/rate.rs, big:v1 at
-//! a cap of 30 MiB/s), the highest rate over 1 s windows after the first: 1.83
-//! times the cap with neither, 1.42 with the early charge alone, 1.24 with the
-//! order alone, 1.10 with both.
+//! Measured at a forwarder in front of the registry (tests/rate.rs, big:v1,
+//! 8 x 64 MiB, caps of 19 to 34 MiB/s on two loaded cores), the highest rate
+//! over 1 s windows after the first: 1.83 times the cap with neither, 1.42
+//! with the early charge alone, 1.1 to 1.3 with both, at most 7 MiB over.
 //!
 //! The bucket holds at most [`SLICE`] of the rate, and a read asks for at most
 //! as much, so root reads no more than the cap plus a few slices in any window.
