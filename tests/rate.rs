@@ -235,3 +235,29 @@ fn max_rate_from_flag_profile_and_config() {
         r.stderr
     );
 }
+
+/// Under a cap a registry that stops sending is still a stall: the time the
+/// cap holds root back does not hide it.
+#[test]
+fn a_stalled_registry_is_caught_under_a_cap() {
+    let s = scratch();
+    let fw = Forwarder::start(var("RIG_REGISTRY"), 0);
+    let dest = s.path().join("l");
+    let mut c = pull_via(&fw, s.path(), &format!("oci:{}", dest.display()));
+    c.args(["--max-rate", "32M", "--stall-timeout", "3", "--timeout", "40"]);
+    let child = spawn_piped(&mut c);
+    wait_for(
+        "40 MB through the forwarder",
+        Duration::from_secs(60),
+        || fw.bytes_down() > 40 << 20,
+    );
+    fw.freeze();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    assert!(
+        stderr.contains("stalled: no data from the registry for 3s"),
+        "{stderr}"
+    );
+    assert!(!dest.exists());
+}
