@@ -244,7 +244,14 @@ fn a_stalled_registry_is_caught_under_a_cap() {
     let fw = Forwarder::start(var("RIG_REGISTRY"), 0);
     let dest = s.path().join("l");
     let mut c = pull_via(&fw, s.path(), &format!("oci:{}", dest.display()));
-    c.args(["--max-rate", "32M", "--stall-timeout", "3", "--timeout", "40"]);
+    c.args([
+        "--max-rate",
+        "32M",
+        "--stall-timeout",
+        "3",
+        "--timeout",
+        "40",
+    ]);
     let child = spawn_piped(&mut c);
     wait_for(
         "40 MB through the forwarder",
