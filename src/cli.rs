@@ -30,7 +30,8 @@ const EXIT_CODES: &str = "EXIT STATUS:
 
 With --json, pull prints one object on stdout: image, manifest_digest,
 source_digest, platform, dest, tag, layers_total, layers_fetched,
-layers_reused, bytes_fetched, elapsed_ms, signature {scope, requirement,
+layers_reused, bytes_fetched, elapsed_ms, max_rate (bytes a second, or
+null), signature {scope, requirement,
 verified_by}, credentials [{host, source, key, candidate, candidates}] (the
 one used per host, among its candidates),
 worker {sandbox, unit, uid, memory_peak_bytes, startup_ms, skopeo,
@@ -204,6 +205,10 @@ pub struct PullOpts {
     /// Stop a worker that received no byte for this many seconds [default: 60]
     #[arg(long, value_name = "SECS")]
     pub stall_timeout: Option<u64>,
+    /// At most this many bytes a second for the whole pull, all blobs
+    /// together (with K, M, G, T: base 1024; at least 1K) [default: no limit]
+    #[arg(long, value_name = "RATE")]
+    pub max_rate: Option<String>,
     /// Print one JSON object with the result on stdout
     #[arg(long)]
     pub json: bool,
@@ -248,6 +253,7 @@ impl PullOpts {
             io_weight: self.io_weight,
             timeout: self.timeout,
             stall_timeout: self.stall_timeout,
+            max_rate: self.max_rate.clone(),
             cas: self.cas.clone(),
             dns: self.dns.clone(),
             dns_search: self.dns_search.clone(),
@@ -295,7 +301,7 @@ async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
     if !plan.worker.tls_verify {
         tracing::warn!("TLS verification is off for {}", plan.image.domain);
     }
-    let progress = Progress::new(opts.progress_fd, screen)?;
+    let progress = Progress::new(opts.progress_fd, screen)?.with_max_rate(plan.max_rate);
     let report = pull_to_dest(plan, &progress).await?;
     progress.done();
     eprintln!("{}", report.summary());
@@ -359,7 +365,7 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
     if let Some(parent) = plan.dest_dir.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let progress = Progress::new(opts.pull.progress_fd, screen)?;
+    let progress = Progress::new(opts.pull.progress_fd, screen)?.with_max_rate(plan.max_rate);
     let report = crate::fetch::pull(&plan, &progress).await?;
     progress.done();
     eprintln!("{}", report.summary());

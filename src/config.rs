@@ -61,12 +61,14 @@ pub struct WorkerConfig {
     pub skopeo: Option<PathBuf>,
 }
 
-/// `[pull]`: time limits, in seconds, and the signature policy.
+/// `[pull]`: time limits, in seconds, the bandwidth cap, and the signature policy.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct PullConfig {
     pub timeout: Option<u64>,
     pub stall_timeout: Option<u64>,
+    /// `--max-rate`.
+    pub max_rate: Option<String>,
     pub policy: Option<PathBuf>,
     #[serde(rename = "registries.d")]
     pub registries_d: Option<PathBuf>,
@@ -117,6 +119,7 @@ impl Config {
             self.worker.skopeo => w.skopeo,
             self.pull.timeout => p.timeout,
             self.pull.stall_timeout => p.stall_timeout,
+            self.pull.max_rate => p.max_rate,
             self.pull.policy => p.policy,
             self.pull.registries_d => p.registries_d,
             self.pull.require_signature => p.require_signature,
@@ -138,6 +141,7 @@ impl Config {
         req.skopeo = req.skopeo.take().or_else(|| w.skopeo.clone());
         req.timeout = req.timeout.or(self.pull.timeout);
         req.stall_timeout = req.stall_timeout.or(self.pull.stall_timeout);
+        req.max_rate = req.max_rate.take().or_else(|| self.pull.max_rate.clone());
         req.policy = req.policy.take().or_else(|| self.pull.policy.clone());
         req.registries_d = req
             .registries_d
@@ -205,6 +209,7 @@ memory-max = "256M"
 tasks-max = 64
 [pull]
 stall-timeout = 30
+max-rate = "20M"
 policy = "/etc/hostpull/policy.json"
 "registries.d" = "/etc/hostpull/registries.d"
 require-signature = true
@@ -231,6 +236,7 @@ require-signature = true
         assert_eq!(c.worker.memory_max.as_deref(), Some("256M"));
         assert_eq!(c.worker.tasks_max, Some(64));
         assert_eq!(c.pull.stall_timeout, Some(30));
+        assert_eq!(req.max_rate.as_deref(), Some("20M"));
         assert_eq!(parse("t", "").unwrap(), Config::default());
         assert_eq!(
             parse("t", "[worker]\nbogus = 1\n[other]\n").unwrap(),
@@ -264,7 +270,7 @@ require-signature = true
         );
         w(
             "etc/hostpull/pulls.d/os.toml",
-            "image = \"a.io/os:2\"\ndest = \"oci:/y\"\nauthfile = [\"/p.json\"]\npolicy = \"/os-policy.json\"\nrequire-signature = true\n",
+            "image = \"a.io/os:2\"\ndest = \"oci:/y\"\nauthfile = [\"/p.json\"]\npolicy = \"/os-policy.json\"\nrequire-signature = true\nmax-rate = \"500K\"\n",
         );
         let p = load_profile(&root, "os").unwrap();
         assert_eq!(p.image, "a.io/os:2", "/etc wins over /usr/lib");
@@ -284,6 +290,16 @@ require-signature = true
         );
         assert_eq!(req.policy.as_deref(), Some(Path::new("/os-policy.json")));
         assert!(req.require_signature);
+        // A profile's cap wins over config.toml's (cli.rs fills the profile first).
+        Config {
+            pull: PullConfig {
+                max_rate: Some("20M".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+        .fill(&mut req);
+        assert_eq!(req.max_rate.as_deref(), Some("500K"));
         w(
             "etc/hostpull/pulls.d/typo.toml",
             "image = \"x\"\ndest = \"oci:/y\"\nauthfiles = []\n",
@@ -374,6 +390,7 @@ pub struct Profile {
     pub registries_d: Option<PathBuf>,
     #[serde(default)]
     pub require_signature: bool,
+    pub max_rate: Option<String>,
 }
 
 /// The profile `name` from the first of `DIRS` (highest precedence first) that
@@ -425,5 +442,6 @@ impl Profile {
             .take()
             .or_else(|| self.registries_d.clone());
         req.require_signature |= self.require_signature;
+        req.max_rate = req.max_rate.take().or_else(|| self.max_rate.clone());
     }
 }

@@ -122,6 +122,7 @@ pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
         layers_reused: total - fetched_layers,
         bytes_fetched: fetched.iter().map(|d| d.size).sum(),
         elapsed_ms: start.elapsed().as_millis(),
+        max_rate: plan.max_rate,
         signature,
         credentials: crate::progress::CredentialReport::of_attempt(&plan.credentials, n),
         worker: report,
@@ -345,7 +346,8 @@ async fn fetch_into(
     progress.blobs(&tally.states(|_| 0), false);
     if !tally.todo.is_empty() {
         let image = plan.image.with_digest(&r.source_digest);
-        fetch_blobs(worker, &image, layout, &tally, plan.retry.stall, progress).await?;
+        let (stall, max_rate) = (plan.retry.stall, plan.max_rate);
+        fetch_blobs(worker, &image, layout, &tally, stall, max_rate, progress).await?;
     }
     progress.blobs(&tally.states(|_| u64::MAX), true);
     // The config must be JSON: a consumer will parse it.
@@ -376,11 +378,12 @@ async fn fetch_blobs(
     layout: &Arc<Layout>,
     tally: &Tally<'_>,
     stall: Duration,
+    max_rate: Option<u64>,
     progress: &Progress,
 ) -> anyhow::Result<()> {
     let todo = &tally.todo;
     let (config, unit) = worker.proxy_config()?;
-    let watchdog = Watchdog::new(todo.len());
+    let watchdog = Watchdog::new(todo.len(), max_rate);
     let session = async {
         let started = Instant::now();
         let proxy = ImageProxy::new_with_config(config)
@@ -525,31 +528,57 @@ struct Watchdog {
     last_ms: Arc<std::sync::atomic::AtomicU64>,
     /// Bytes read so far of each blob being fetched, for progress.
     read: Arc<Vec<std::sync::atomic::AtomicU64>>,
+    /// `--max-rate`: one bucket for every blob of the pull.
+    pacer: Option<crate::rate::Pacer>,
 }
 
 impl Watchdog {
-    fn new(blobs: usize) -> Self {
+    fn new(blobs: usize, max_rate: Option<u64>) -> Self {
         Self {
             start: Instant::now(),
             last_ms: Arc::default(),
             read: Arc::new((0..blobs).map(|_| Default::default()).collect()),
+            pacer: max_rate.map(crate::rate::Pacer::new),
+        }
+    }
+
+    /// The most one read from a blob pipe asks for.
+    fn chunk(&self) -> usize {
+        self.pacer.as_ref().map_or(READ_BUF, |p| p.chunk(READ_BUF))
+    }
+
+    /// `n` bytes of blob `i` (of `size`) were just read: under a cap, wait
+    /// until the pull may read more, and until it is blob `i`'s turn.
+    async fn paced(&self, i: usize, size: u64, n: usize) {
+        if let Some(p) = &self.pacer {
+            let read = self.read[i].load(std::sync::atomic::Ordering::Relaxed);
+            let n = n as u64;
+            p.read(i, size, read.saturating_sub(n), n).await;
         }
     }
 
     /// `n` more bytes of blob `i` (0 at its end).
     fn kick(&self, i: usize, n: usize) {
+        if let Some(p) = self.pacer.as_ref().filter(|_| n == 0) {
+            p.done(i);
+        }
         self.read[i].fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         let now = self.start.elapsed().as_millis() as u64;
         self.last_ms
             .store(now, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Resolves once no byte has arrived for `stall`.
+    /// Resolves once no byte has arrived for `stall`. Time that the cap
+    /// holds the readers back is ours, not the registry's: a paced pull is
+    /// never taken for a stalled one.
     async fn stalled(&self, stall: Duration) {
         loop {
             let last =
                 Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
-            let quiet = self.start.elapsed().saturating_sub(last);
+            let mut quiet = self.start.elapsed().saturating_sub(last);
+            if let Some(p) = &self.pacer {
+                quiet = quiet.min(p.free_at().elapsed());
+            }
             if quiet >= stall {
                 return;
             }
@@ -713,7 +742,7 @@ async fn consume(
     let mut sink = layout
         .blob_sink(what, &d.digest, d.size)
         .map_err(Consumed::Early)?;
-    let mut buf = vec![0u8; READ_BUF];
+    let mut buf = vec![0u8; watchdog.chunk()];
     loop {
         let n = reader
             .read(&mut buf)
@@ -731,6 +760,7 @@ async fn consume(
             sink.write(chunk)
         };
         written.map_err(Consumed::Early)?;
+        watchdog.paced(i, d.size, n).await;
     }
 }
 

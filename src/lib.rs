@@ -11,6 +11,7 @@ pub mod handoff;
 pub mod manifest;
 pub mod plan;
 pub mod progress;
+pub mod rate;
 pub mod sandbox;
 pub mod signature;
 pub mod store;

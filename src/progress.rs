@@ -23,6 +23,8 @@ pub struct Report {
     pub layers_reused: usize,
     pub bytes_fetched: u64,
     pub elapsed_ms: u128,
+    /// `--max-rate`, bytes a second; null: no limit.
+    pub max_rate: Option<u64>,
     /// The signature policy's verdict.
     pub signature: crate::signature::Verdict,
     /// For each host, where the credential that was used came from (never
@@ -110,6 +112,15 @@ impl Progress {
             fd: ProgressFd::open(fd)?,
             bars: screen.0.clone().map(Bars::new),
         })
+    }
+
+    /// Under `--max-rate`, the bars and the events show the cap by the rate.
+    pub fn with_max_rate(mut self, max_rate: Option<u64>) -> Self {
+        self.fd.max_rate = max_rate;
+        if let Some(b) = &mut self.bars {
+            b.max_rate = max_rate;
+        }
+        self
     }
 
     /// Whether anyone is told about bytes: fetch samples them only then.
@@ -202,6 +213,8 @@ impl std::io::Write for LogWriter {
 struct Bars {
     multi: indicatif::MultiProgress,
     drawn: std::sync::Mutex<Option<Drawn>>,
+    /// `--max-rate`, shown after the rate on the total line.
+    max_rate: Option<u64>,
 }
 
 /// What is on screen.
@@ -228,6 +241,7 @@ impl Bars {
         Self {
             multi,
             drawn: Default::default(),
+            max_rate: None,
         }
     }
 
@@ -258,7 +272,14 @@ impl Bars {
         let mut drawn = self.drawn.lock().unwrap();
         let d = drawn.get_or_insert_with(|| self.start());
         if d.blobs.is_empty() {
-            d.total.set_style(bar_style("{binary_bytes_per_sec:>12}"));
+            let rate = match self.max_rate {
+                Some(r) => format!(
+                    "{{binary_bytes_per_sec:>12}} (max {})",
+                    crate::rate::human(r)
+                ),
+                None => "{binary_bytes_per_sec:>12}".to_owned(),
+            };
+            d.total.set_style(bar_style(&rate));
             let (fetch, reused): (Vec<_>, Vec<_>) = blobs.iter().partition(|b| !b.cached);
             d.total
                 .set_length(fetch.iter().map(|b| b.total).sum::<u64>());
@@ -316,8 +337,10 @@ impl Bars {
 #[derive(Debug, Default)]
 pub struct ProgressFd {
     out: std::sync::Mutex<Option<std::fs::File>>,
-    /// When the last `ProgressBytes` went out.
-    last_bytes: std::sync::Mutex<Option<std::time::Instant>>,
+    /// When the last `ProgressBytes` went out, and the bytes it counted.
+    last_bytes: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
+    /// `--max-rate`: `bytesPerSecondMax` in `ProgressBytes`.
+    max_rate: Option<u64>,
 }
 
 /// The protocol version in `Start`.
@@ -350,6 +373,7 @@ impl ProgressFd {
         let p = Self {
             out: std::sync::Mutex::new(Some(f)),
             last_bytes: Default::default(),
+            max_rate: None,
         };
         p.emit(&serde_json::json!({"type": "Start", "version": PROGRESS_VERSION}));
         Ok(p)
@@ -380,21 +404,28 @@ impl ProgressFd {
     }
 
     /// Bytes of the blobs, in bootc's shape: a subtask for each blob to fetch;
-    /// the reused ones count as `bytesCached` and `stepsCached`. Rate-limited
-    /// unless `last`.
+    /// the reused ones count as `bytesCached` and `stepsCached`. Beyond
+    /// bootc's shape, `bytesPerSecond` since the last event and, under
+    /// `--max-rate`, `bytesPerSecondMax`. Rate-limited unless `last`.
     fn bytes(&self, description: &str, blobs: &[BlobState], last: bool) {
         if !self.enabled() {
             return;
         }
-        {
+        let (fetch, cached): (Vec<_>, Vec<_>) = blobs.iter().partition(|b| !b.cached);
+        let bytes: u64 = fetch.iter().map(|b| b.bytes).sum();
+        let rate = {
             let mut sent = self.last_bytes.lock().unwrap();
             let now = std::time::Instant::now();
-            if !last && sent.is_some_and(|t| now.duration_since(t) < BYTES_INTERVAL) {
+            if !last && sent.is_some_and(|(t, _)| now.duration_since(t) < BYTES_INTERVAL) {
                 return;
             }
-            *sent = Some(now);
-        }
-        let (fetch, cached): (Vec<_>, Vec<_>) = blobs.iter().partition(|b| !b.cached);
+            let rate = sent.map_or(0, |(t, before)| {
+                let secs = now.duration_since(t).as_secs_f64();
+                (bytes.saturating_sub(before) as f64 / secs.max(1e-3)) as u64
+            });
+            *sent = Some((now, bytes));
+            rate
+        };
         let subtasks: Vec<_> = fetch
             .iter()
             .map(|b| {
@@ -403,16 +434,21 @@ impl ProgressFd {
                                    "bytesCached": 0, "bytes": b.bytes, "bytesTotal": b.total})
             })
             .collect();
-        self.emit(&serde_json::json!({
+        let mut event = serde_json::json!({
             "type": "ProgressBytes", "task": "fetch", "description": description, "id": "fetch",
             "bytesCached": cached.iter().map(|b| b.total).sum::<u64>(),
-            "bytes": fetch.iter().map(|b| b.bytes).sum::<u64>(),
+            "bytes": bytes,
             "bytesTotal": fetch.iter().map(|b| b.total).sum::<u64>(),
             "stepsCached": cached.len(),
             "steps": fetch.iter().filter(|b| b.bytes == b.total).count(),
             "stepsTotal": fetch.len(),
             "subtasks": subtasks,
-        }));
+            "bytesPerSecond": rate,
+        });
+        if let Some(max) = self.max_rate {
+            event["bytesPerSecondMax"] = max.into();
+        }
+        self.emit(&event);
     }
 }
 
@@ -436,7 +472,8 @@ mod tests {
     fn progress_fd_bytes_in_bootc_shape() {
         use std::os::fd::AsRawFd as _;
         let f = tempfile::NamedTempFile::new().unwrap();
-        let fd = ProgressFd::open(Some(f.as_file().as_raw_fd())).unwrap();
+        let mut fd = ProgressFd::open(Some(f.as_file().as_raw_fd())).unwrap();
+        fd.max_rate = Some(20 << 20);
         let blobs = [
             blob('a', 100, 100, true),
             blob('b', 3, 10, false),
@@ -460,6 +497,8 @@ mod tests {
             ("stepsCached", 1),
             ("steps", 1),
             ("stepsTotal", 2),
+            ("bytesPerSecond", 0),
+            ("bytesPerSecondMax", 20 << 20),
         ] {
             assert_eq!(e[key], want, "{key}: {e}");
         }

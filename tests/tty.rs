@@ -194,6 +194,31 @@ fn bars_on_a_terminal_and_none_in_a_pipe() {
     assert!(!r.stderr.contains('\x1b'), "{:?}", r.stderr);
 }
 
+/// Under `--max-rate`, the total line shows the cap after the rate.
+#[test]
+fn bars_show_the_cap() {
+    let s = scratch();
+    let dest = format!("oci:{}", s.path().join("l").display());
+    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &dest));
+    c.args(["--max-rate", "200M"]);
+    let r = run_on_terminal(&c, s.path(), SIZE);
+    r.json();
+    let t = Terminal::replay(&r.stderr);
+    let totals: Vec<&String> = t
+        .frames
+        .iter()
+        .flatten()
+        .filter(|row| row.starts_with("total ") && row.contains('['))
+        .collect();
+    assert!(!totals.is_empty(), "{:#?}", t.frames);
+    assert!(
+        totals
+            .iter()
+            .all(|row| row.trim_end().ends_with("/s (max 200 MiB/s)")),
+        "{totals:#?}"
+    );
+}
+
 /// A registry that goes away mid-pull: the retry warnings land above the bars,
 /// whole, and the final error line is not drawn over.
 #[test]

@@ -39,6 +39,8 @@ pub struct Plan {
     /// by the registry moves on to `auth::attempt(&credentials, n + 1)`.
     pub credentials: Vec<auth::Chosen>,
     pub retry: RetryPolicy,
+    /// `--max-rate`: the most bytes a second the whole pull reads.
+    pub max_rate: Option<u64>,
     /// Where the image may come from, in the order tried: the eligible
     /// mirrors, then the primary (after any `location` rewrite).
     pub sources: Vec<ImageRef>,
@@ -110,6 +112,8 @@ pub struct Request {
     pub timeout: Option<u64>,
     /// Seconds.
     pub stall_timeout: Option<u64>,
+    /// `--max-rate`: bytes a second, with an optional K, M, G or T.
+    pub max_rate: Option<String>,
     /// `--ca HOST[:PORT]=FILE`, repeated.
     pub cas: Vec<String>,
     pub dns: Vec<String>,
@@ -283,6 +287,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         },
         retry: retry(req)?,
         credentials,
+        max_rate: max_rate(req)?,
         sources,
         insecure_hosts,
         policy,
@@ -403,6 +408,8 @@ pub struct Summary {
     pub sandbox: SandboxMode,
     pub memory_max: String,
     pub tasks_max: u32,
+    /// `--max-rate`, bytes a second; none: no limit.
+    pub max_rate: Option<u64>,
     pub hosts: Vec<HostSummary>,
     pub dns: Vec<String>,
     pub dns_search: Vec<String>,
@@ -450,6 +457,7 @@ impl Plan {
             sandbox: w.mode,
             memory_max: w.limits.memory_max.clone(),
             tasks_max: w.limits.tasks_max,
+            max_rate: self.max_rate,
             hosts: self
                 .sources
                 .iter()
@@ -522,6 +530,13 @@ impl Summary {
             "image     {} ({})\ndest      {dest}\nsandbox   {:?}, MemoryMax={}, TasksMax={}\n",
             self.image, self.platform, self.sandbox, self.memory_max, self.tasks_max
         );
+        t += &format!(
+            "max rate  {}\n",
+            match self.max_rate {
+                Some(r) => format!("{} (all blobs together)", crate::rate::human(r)),
+                None => "no limit".to_owned(),
+            }
+        );
         for h in &self.hosts {
             t += &format!("host      {} ({})\n", h.host, h.role);
             t += &format!(
@@ -578,6 +593,23 @@ fn retry(req: &Request) -> anyhow::Result<RetryPolicy> {
         }
     }
     Ok(r)
+}
+
+/// `--max-rate` in bytes a second, written as `--memory-max` is.
+fn max_rate(req: &Request) -> anyhow::Result<Option<u64>> {
+    let Some(r) = &req.max_rate else {
+        return Ok(None);
+    };
+    match unit::parse_size(r) {
+        Some(n) if n >= crate::rate::MIN_RATE => Ok(Some(n)),
+        _ => fail(
+            Kind::Usage,
+            format!(
+                "invalid --max-rate {r:?}: expected bytes a second, at least 1K, \
+                 with an optional K, M, G or T"
+            ),
+        ),
+    }
 }
 
 /// The worker's cgroup limits: the defaults, with what the request sets.
@@ -926,6 +958,45 @@ mod tests {
             &|r| r.io_weight = Some(10001),
         ] {
             assert_eq!(crate::error::exit_code(&ok(bad).unwrap_err()), 2);
+        }
+    }
+
+    #[test]
+    fn max_rate_table() {
+        let rate = |r: Option<&str>| {
+            let mut q = req("h.io/a:v1", "oci:/d");
+            q.max_rate = r.map(str::to_owned);
+            plan(&q).map(|p| (p.max_rate, p.summary().max_rate, p.summary().text()))
+        };
+        let (none, _, text) = rate(None).unwrap();
+        assert_eq!(none, None);
+        assert!(text.contains("max rate  no limit\n"), "{text}");
+        for (given, want, shown) in [
+            ("20M", 20 << 20, "20 MiB/s"),
+            ("500K", 500 << 10, "500 KiB/s"),
+            ("1k", 1024, "1 KiB/s"),
+            ("3000000", 3_000_000, "2.9 MiB/s"),
+        ] {
+            let (got, summary, text) = rate(Some(given)).unwrap();
+            assert_eq!((got, summary), (Some(want), Some(want)), "{given}");
+            assert!(
+                text.contains(&format!("max rate  {shown} (all blobs together)\n")),
+                "{given}: {text}"
+            );
+        }
+        for bad in [
+            "",
+            "0",
+            "1000",
+            "20 M",
+            "20MB",
+            "-5M",
+            "fast",
+            "99999999999T",
+        ] {
+            let e = rate(Some(bad)).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+            assert!(e.to_string().starts_with("invalid --max-rate"), "{e}");
         }
     }
 }
