@@ -110,7 +110,12 @@ pub fn one_line(s: &str) -> String {
 /// whose body says "connection reset" is a 404. From protocol 0.2.8 on, the
 /// worker's own `retryable` code comes first (`fetch::proxy_failure`).
 pub fn classify_worker_text(text: &str) -> Kind {
-    let segments: Vec<&str> = text.split(": ").map(str::trim).collect();
+    // Go wraps errors as "outer: inner", and some as "outer (while …: inner)".
+    let segments: Vec<&str> = text
+        .split(": ")
+        .flat_map(|s| s.split(" ("))
+        .map(|s| s.trim().trim_end_matches(')'))
+        .collect();
     for (i, seg) in segments.iter().enumerate() {
         let next = segments.get(i + 1).copied().unwrap_or_default();
         if let Some(kind) = classify_segment(seg, next) {
@@ -126,7 +131,7 @@ fn classify_segment(seg: &str, next: &str) -> Option<Kind> {
     let lower = seg.to_ascii_lowercase();
     // A distribution error code, as containers/image names it (the registry
     // picks one of these; an unknown one reads as `unknown`).
-    if let Some(kind) = error_code_kind(&lower) {
+    if let Some(kind) = error_code_kind(&lower).or_else(|| default_message_kind(&lower)) {
         return Some(kind);
     }
     // An HTTP status where skopeo prints one.
@@ -201,6 +206,25 @@ fn error_code_kind(code: &str) -> Option<Kind> {
     })
 }
 
+/// containers/image 5.2x prints an error whose message is its code's default
+/// message as that message alone (`authentication required`, not
+/// `unauthorized: authentication required`): the same fact as the code.
+fn default_message_kind(message: &str) -> Option<Kind> {
+    Some(match message {
+        "authentication required" | "requested access to the resource is denied" => Kind::Auth,
+        "repository name not known to registry" | "blob unknown to registry" => Kind::NotFound,
+        "invalid repository name" | "manifest tag did not match uri" => Kind::NotFound,
+        "provided digest did not match uploaded content"
+        | "provided length did not match content length"
+        | "manifest failed signature verification" => Kind::Verify,
+        "unknown error" | "service unavailable" | "too many requests" => Kind::Network,
+        _ if message.starts_with("manifest does not match provided manifest digest") => {
+            Kind::Verify
+        }
+        _ => return None,
+    })
+}
+
 /// The kind of an HTTP status from the registry.
 fn status_kind(code: u16) -> Kind {
     match code {
@@ -259,6 +283,12 @@ mod tests {
             ("FinishPipe: unexpected EOF".into(), Network),
             ("reading blob: unexpected EOF".into(), Network),
             ("pinging container registry reg.example: Get \"https://reg.example/v2/\": dial tcp: lookup reg.example on 10.0.0.1:53: no such host".into(), Network),
+            // skopeo 1.18 and 1.22 (containers/image 5.2x): a code's default
+            // message alone; an error wrapped in parentheses.
+            (format!("{m}: authentication required"), Auth),
+            (format!("{m}: requested access to the resource is denied"), Auth),
+            ("Error retrieving manifest for image: Manifest does not match provided manifest digest sha256:1d93".into(), Verify),
+            ("other error: unexpected EOF (while reconnecting: Get \"https://127.0.0.1:1/v2/x/blobs/sha256:1f\": read tcp 127.0.0.1:5->127.0.0.1:1: read: connection reset by peer)".into(), Network),
             // The worker's own checks.
             ("Digest did not match, expected sha256:aa, got sha256:bb".into(), Verify),
             ("corrupted blob, expecting sha256:aa".into(), Verify),
