@@ -538,3 +538,49 @@ fn a_plain_image_or_a_failed_pull_imports_nothing() {
     assert_eq!(ostree(&repo, &["refs"]), "");
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 }
+
+/// The import's own skopeo gets no network: with `--sandbox systemd` it is a
+/// transient unit (PrivateNetwork=yes, a dynamic user, no capabilities) that
+/// sees the staging layout read-only at /tmp/layout; without systemd it runs
+/// under `unshare --net`. A stand-in skopeo that reaches the registry (the
+/// fetch worker) is skopeo; one that cannot (the import) reports and fails,
+/// so the import fails (exit 10) and leaves nothing behind.
+#[cfg(feature = "ostree")]
+#[test]
+fn the_imports_skopeo_has_no_network() {
+    let s = scratch();
+    let (image, _) = encapsulated_image(s.path());
+    let (dir, probe) = script_under_run("probe-import.sh");
+    std::fs::write(dir.path().join("port"), var("RIG_PORT")).unwrap();
+    let repo = new_repo(s.path());
+    let mut c = with_rig_creds(pull_cmd(&image, &format!("ostree:{}:os", repo.display())));
+    c.env("HOSTPULL_SKOPEO", &probe);
+    let r = run(&mut c);
+    r.assert_failure(10);
+    let report = r
+        .stderr
+        .lines()
+        .find_map(|l| Some(&l[l.find("probe-import: ")?..]))
+        .unwrap_or_else(|| panic!("the import's skopeo reached the registry: {}", r.stderr));
+    let field = |k: &str| {
+        report
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k} missing in {report}"))
+            .to_owned()
+    };
+    assert!(
+        report.contains("args=experimental-image-proxy --no-creds"),
+        "{report}"
+    );
+    if sandbox() == "systemd" {
+        let uid: u32 = field("uid").parse().unwrap();
+        assert!((61184..=65519).contains(&uid), "{report}");
+        assert_eq!(field("capeff"), "0000000000000000", "{report}");
+        assert_eq!(field("layout"), "readable", "{report}");
+    } else {
+        assert_eq!(field("uid"), "0", "{report}");
+    }
+    assert_eq!(ostree(&repo, &["refs"]), "");
+    assert_eq!(staging_left(&repo), Vec::<String>::new());
+}

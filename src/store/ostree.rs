@@ -284,9 +284,11 @@ pub async fn import(
                     skopeo_cmd: Some(proxy.command),
                     ..Default::default()
                 };
-                let mut importer = ImageImporter::new(&repo, &source, config).await?;
+                let mut importer = ImageImporter::new(&repo, &source, config)
+                    .await
+                    .map_err(with_proxy_detail)?;
                 importer.set_target(&target);
-                match importer.prepare().await? {
+                match importer.prepare().await.map_err(with_proxy_detail)? {
                     PrepareResult::AlreadyPresent(s) => s,
                     PrepareResult::Ready(p) => {
                         let needed = p
@@ -294,7 +296,7 @@ pub async fn import(
                             .filter(|l| l.commit.is_none())
                             .map(|l| l.layer().digest().to_string());
                         check_staged(&staging.layout(), needed)?;
-                        importer.import(p).await?
+                        importer.import(p).await.map_err(with_proxy_detail)?
                     }
                 }
             }
@@ -314,6 +316,22 @@ pub async fn import(
             commit: state.merge_commit.clone(),
             refs,
         })
+    }
+}
+
+/// containers-image-proxy 0.7 shows its `Other` errors as just "error": why
+/// skopeo failed (its exit status and stderr) is only in the variant. Put it
+/// in the message.
+#[cfg(feature = "ostree")]
+fn with_proxy_detail(e: anyhow::Error) -> anyhow::Error {
+    use ostree_ext::containers_image_proxy::Error;
+    let detail = e.chain().find_map(|c| match c.downcast_ref::<Error>() {
+        Some(Error::Other(s)) => Some(s.to_string()),
+        _ => None,
+    });
+    match detail {
+        Some(d) => e.context(d),
+        None => e,
     }
 }
 
