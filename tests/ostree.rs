@@ -584,3 +584,123 @@ fn the_imports_skopeo_has_no_network() {
     assert_eq!(ostree(&repo, &["refs"]), "");
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 }
+
+/// ExportOpts for a chunked encapsulation of `commit` in `repo`: each file's
+/// object belongs to the component named by its directory under /usr/share
+/// (`a`, `b`), anything else to `base`, as rpm-ostree maps objects to packages.
+#[cfg(feature = "ostree")]
+fn chunked(
+    repo: &ostree_ext::ostree::Repo,
+    src: &Path,
+    commit: &str,
+) -> ostree_ext::container::ExportOpts<'static, 'static> {
+    use ostree_ext::chunking::ObjectMetaSized;
+    use ostree_ext::objectsource::{ObjectMeta, ObjectMetaMap, ObjectMetaSet, ObjectSourceMeta};
+    use std::rc::Rc;
+    let mut map = ObjectMetaMap::default();
+    let mut set = ObjectMetaSet::default();
+    for l in ostree(src, &["ls", "-R", "-C", commit]).lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if !l.starts_with('-') {
+            continue;
+        }
+        let (checksum, path) = (f[4], f[f.len() - 1]);
+        let id = path
+            .strip_prefix("/usr/share/")
+            .and_then(|p| p.split('/').next())
+            .filter(|c| ["a", "b"].contains(c))
+            .unwrap_or("base");
+        let id: Rc<str> = Rc::from(id);
+        map.insert(checksum.to_owned(), Rc::clone(&id));
+        set.insert(ObjectSourceMeta {
+            identifier: Rc::clone(&id),
+            name: Rc::clone(&id),
+            srcid: Rc::clone(&id),
+            change_time_offset: 1,
+            change_frequency: 1,
+        });
+    }
+    let sized = ObjectMetaSized::compute_sizes(repo, ObjectMeta { set, map }).unwrap();
+    let mut opts = ostree_ext::container::ExportOpts::default();
+    opts.contentmeta = Some(Box::leak(Box::new(sized)));
+    opts.max_layers = std::num::NonZeroU32::new(8);
+    opts
+}
+
+/// The second case: a chunked base (ostree-ext's encapsulation with the
+/// objects split into a layer per component, as FCOS and RHCOS are built).
+/// An update where one component changed fetches only the layers whose
+/// digest changed (that chunk and the commit layer), per the registry's log.
+#[cfg(feature = "ostree")]
+#[test]
+fn a_chunked_update_fetches_only_the_changed_chunks() {
+    let s = scratch();
+    let name = "hostpull/ostree-chunked";
+    let image = format!("{}/{name}:stable", var("RIG_REGISTRY"));
+    let a: Vec<(String, String)> = (0..4)
+        .map(|i| (format!("usr/share/a/f{i}"), format!("{i}").repeat(64 << 10)))
+        .collect();
+    let publish = |tag: &str, b: &str| {
+        let rootfs = s.path().join(format!("rootfs-{tag}"));
+        let mut files: Vec<(&str, &str)> =
+            a.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+        files.extend([
+            ("usr/share/b/version", b),
+            ("usr/lib/os-release", "ID=chunked\n"),
+        ]);
+        write_tree(&rootfs, &files);
+        let src = s.path().join(format!("chunked-{tag}-src-repo"));
+        let layout = encapsulate_tree(
+            s.path(),
+            &format!("chunked-{tag}"),
+            &rootfs,
+            |repo, commit| Some(chunked(repo, &src, commit)),
+        );
+        push(&layout, "v1", &image);
+        layers_of(&image)
+    };
+    let (v1_layers, _) = publish("v1", "b v1\n");
+    assert!(v1_layers.len() >= 3, "chunked: {v1_layers:?}");
+    let repo = new_repo(s.path());
+    let dest = format!("ostree:{}:hostpull/os", repo.display());
+    pulled(&image, &dest);
+
+    let (v2_layers, v2_config) = publish("v2", "b v2\n");
+    let changed: Vec<&(String, u64)> = v2_layers
+        .iter()
+        .filter(|l| !v1_layers.contains(l))
+        .collect();
+    assert!(
+        !changed.is_empty() && changed.len() < v2_layers.len(),
+        "{v1_layers:?} {v2_layers:?}"
+    );
+    let mark = registry_log_mark();
+    let update = pulled(&image, &dest);
+    let mut got = blobs_fetched_since(mark, name);
+    got.sort();
+    let mut want: Vec<String> = changed.iter().map(|l| l.0.clone()).collect();
+    want.push(v2_config.0.clone());
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(
+        update["layers_fetched"].as_u64(),
+        Some(changed.len() as u64)
+    );
+    assert_eq!(
+        update["layers_reused"].as_u64(),
+        Some((v2_layers.len() - changed.len()) as u64)
+    );
+    assert_eq!(
+        update["bytes_fetched"].as_u64().unwrap(),
+        v2_config.1 + changed.iter().map(|l| l.1).sum::<u64>()
+    );
+    assert_eq!(
+        ostree(&repo, &["cat", "hostpull/os", "/usr/share/b/version"]),
+        "b v2\n"
+    );
+    assert_eq!(
+        ostree(&repo, &["cat", "hostpull/os", "/usr/share/a/f3"]),
+        "3".repeat(64 << 10)
+    );
+    assert_eq!(staging_left(&repo), Vec::<String>::new());
+}
