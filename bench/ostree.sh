@@ -12,7 +12,7 @@
 # layer and config). With --sandbox systemd on a host whose PID 1 is not systemd it runs
 # inside tests/sysd.sh (see bench/lib.sh).
 # Knobs: RIG_DIR (/tmp/hostpull-rig), HOSTPULL (target/release/hostpull, built with
-# --features ostree if missing), BENCH_DIR (/tmp/hostpull-bench), BASE_MIB (448), LAYER_MIB (64).
+# --features ostree if missing), ENCAPSULATE (its example fixture maker), BENCH_DIR (/tmp/hostpull-bench), BASE_MIB (448), LAYER_MIB (64).
 set -euo pipefail
 
 die() { echo "bench: $*" >&2; exit 1; }
@@ -43,7 +43,7 @@ IMAGE=$REGISTRY/hostpull/ostree-bench
 for n in ostree jq tar gzip; do command -v $n >/dev/null || die "$n missing"; done
 
 HOSTPULL=${HOSTPULL:-$ROOT/target/release/hostpull}
-ENCAPSULATE=$ROOT/target/release/examples/ostree-encapsulate
+ENCAPSULATE=${ENCAPSULATE:-$ROOT/target/release/examples/ostree-encapsulate}
 if [ ! -x "$HOSTPULL" ] || [ ! -x "$ENCAPSULATE" ]; then
     echo "bench: building hostpull and the fixture maker (release, --features ostree)" >&2
     (cd "$ROOT" && cargo build --release --features ostree --bin hostpull --example ostree-encapsulate)
