@@ -192,7 +192,24 @@ pub struct ImportProxy {
 /// - without systemd, `unshare --net` as root, stopped if hostpull dies, as
 ///   with ostree-ext's default.
 pub fn import_proxy(worker: &WorkerSpec, layout: &Path) -> ImportProxy {
-    match worker.mode {
+    proxy_for(
+        worker.mode,
+        &worker.limits,
+        worker.selinux_context.is_some(),
+        &worker.skopeo,
+        layout,
+    )
+}
+
+/// [`import_proxy`] from the parts of the worker's spec it uses.
+fn proxy_for(
+    mode: SandboxMode,
+    limits: &crate::sandbox::Limits,
+    selinux: bool,
+    skopeo: &Path,
+    layout: &Path,
+) -> ImportProxy {
+    match mode {
         SandboxMode::Systemd => {
             let unit = format!(
                 "{}{}-import-{:08x}.service",
@@ -202,13 +219,10 @@ pub fn import_proxy(worker: &WorkerSpec, layout: &Path) -> ImportProxy {
             );
             let command = crate::sandbox::unit::offline_systemd_run(
                 &unit,
-                &worker.limits,
+                limits,
                 (layout, Path::new(LAYOUT_IN_UNIT)),
-                worker
-                    .selinux_context
-                    .as_ref()
-                    .map(|_| IMPORT_SELINUX_CONTEXT),
-                &worker.skopeo,
+                selinux.then_some(IMPORT_SELINUX_CONTEXT),
+                skopeo,
             );
             ImportProxy {
                 command,
@@ -219,7 +233,7 @@ pub fn import_proxy(worker: &WorkerSpec, layout: &Path) -> ImportProxy {
         _ => {
             let mut c = std::process::Command::new("setpriv");
             c.args(["--pdeathsig", "TERM", "--", "unshare", "--net", "--"])
-                .arg(&worker.skopeo);
+                .arg(skopeo);
             ImportProxy {
                 command: c,
                 layout: layout.to_owned(),
@@ -364,32 +378,27 @@ mod tests {
             .collect()
     }
 
-    fn spec(mode: SandboxMode, selinux: bool) -> WorkerSpec {
-        WorkerSpec {
+    fn proxy(mode: SandboxMode, selinux: bool, layout: &Path) -> ImportProxy {
+        proxy_for(
             mode,
-            skopeo: "skopeo".into(),
-            credentials: vec![],
-            cert_dir: None,
-            tls_verify: true,
-            limits: Default::default(),
-            selinux_context: selinux.then(|| "system_u:system_r:hostpull_worker_t:s0".into()),
-            trust: vec![],
-            dns: Default::default(),
-            registries_conf: String::new(),
-        }
+            &Default::default(),
+            selinux,
+            Path::new("skopeo"),
+            layout,
+        )
     }
 
     #[test]
     fn import_proxy_has_no_network_either_way() {
         let layout = Path::new("/repo/tmp/hostpull-staging-x/layout");
-        let p = import_proxy(&spec(SandboxMode::None, false), layout);
+        let p = proxy(SandboxMode::None, false, layout);
         assert_eq!(
             argv(&p.command).join(" "),
             "setpriv --pdeathsig TERM -- unshare --net -- skopeo"
         );
         assert_eq!((p.layout.as_path(), p.unit), (layout, None));
 
-        let p = import_proxy(&spec(SandboxMode::Systemd, true), layout);
+        let p = proxy(SandboxMode::Systemd, true, layout);
         let args = argv(&p.command);
         let unit = p.unit.unwrap();
         assert!(unit.starts_with(&format!("hostpull-worker-{}-import-", std::process::id())));
@@ -406,7 +415,7 @@ mod tests {
         }
         assert!(!args.iter().any(|a| a.contains("AF_INET")), "{args:?}");
         assert_eq!(args.last().unwrap(), "skopeo");
-        let p = import_proxy(&spec(SandboxMode::Systemd, false), layout);
+        let p = proxy(SandboxMode::Systemd, false, layout);
         assert!(
             !argv(&p.command)
                 .iter()
