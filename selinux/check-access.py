@@ -31,8 +31,10 @@ INIT = "system_u:system_r:init_t:s0-s0:c0.c1023"
 DBUSD = "system_u:system_r:system_dbusd_t:s0-s0:c0.c1023"
 ORCH = "system_u:system_r:hostpull_t:s0"
 WORKER = "system_u:system_r:hostpull_worker_t:s0"
+IMPORT = "system_u:system_r:hostpull_import_t:s0"
 SHELL = "unconfined_u:unconfined_r:unconfined_t:s0-s0:c0.c1023"
-ALIASES = {"@init": INIT, "@dbusd": DBUSD, "@orch": ORCH, "@worker": WORKER, "@shell": SHELL}
+ALIASES = {"@init": INIT, "@dbusd": DBUSD, "@orch": ORCH, "@worker": WORKER, "@import": IMPORT,
+           "@shell": SHELL}
 
 
 def obj(t):
@@ -47,7 +49,9 @@ def obj(t):
 # (verdict, source, target, class, permissions, why)
 # A target without ":" is an object type (see obj()). A verdict
 # "deny/refpolicy" is only checked on refpolicy: Fedora's base policy
-# grants that access to every domain (DAC still applies).
+# grants that access to every domain (DAC still applies). A verdict
+# "tunable:NAME" is allowed now, but only by rules under the boolean NAME
+# (so turning NAME off denies it).
 EXPECT = [
     # --- systemd starts skopeo in the worker domain (SELinuxContext=)
     ("allow", "@init", "@worker", "process", "transition rlimitinh", "setexeccon + execve"),
@@ -183,7 +187,56 @@ EXPECT = [
     ("deny", "@orch", "http_port_t", "tcp_socket", "name_connect", "root never talks to the network"),
     ("deny", "@orch", "@orch", "tcp_socket", "create", "root never talks to the network"),
     ("deny", "@orch", "@orch", "capability", "dac_override sys_admin", "needs no capability"),
-    ("deny", "@orch", "user_home_t", "file", "write", "writes only its own state"),
+    ("tunable:hostpull_import_ostree", "@orch", "user_home_t", "file", "write",
+     "beyond its own state only for ostree imports"),
+    ("deny", "@orch", "@orch", "process", "setcurrent dyntransition", "stays hostpull_t"),
+
+    # --- --dest ostree: the staging layout, the import's skopeo, the repository
+    ("allow", "@orch", "@orch", "process", "setfscreate", "labels the staging directory"),
+    ("allow", "@orch", "hostpull_staging_t", "dir", "create write add_name remove_name rmdir search read setattr", "staging layout"),
+    ("allow", "@orch", "hostpull_staging_t", "file", "create write read open rename link unlink setattr lock", "staging layout"),
+    ("allow", "@init", "hostpull_staging_t", "dir", "search getattr", "BindReadOnlyPaths= of the layout"),
+    ("allow", "@init", "@import", "process", "transition rlimitinh", "SELinuxContext= of the import unit"),
+    ("allow", "@init", "@import", "process2", "nnp_transition nosuid_transition", "NoNewPrivileges=yes"),
+    ("allow", "@import", "bin_t", "file", "entrypoint read map execute", "skopeo is bin_t"),
+    ("allow", "@import", "@init", "process", "sigchld", "PID 1's child"),
+    ("allow", "@import", "@orch", "fd", "use", "stdio through D-Bus and PID 1"),
+    ("allow", "@import", "@orch", "unix_stream_socket", "read write getattr getopt", "proxy protocol on stdin"),
+    ("allow", "@import", "@orch", "fifo_file", "write getattr", "stderr"),
+    ("allow", "@orch", "@import", "fd", "use", "blob pipes come back by SCM_RIGHTS"),
+    ("allow", "@orch", "@import", "fifo_file", "read getattr", "ostree-ext reads the blob pipes"),
+    ("allow", "@import", "@import", "fifo_file", "read write getattr", "blob pipes"),
+    ("allow", "@import", "@import", "process", "signal getsched", "Go runtime"),
+    ("allow", "@import", "hostpull_staging_t", "dir", "search read open getattr", "the staged layout"),
+    ("allow", "@import", "hostpull_staging_t", "file", "read open getattr", "the staged layout"),
+    ("allow", "@import", "tmp_t", "dir", "search", "/tmp/layout in its private /tmp"),
+    ("allow", "@import", "etc_t", "file", "read open getattr", "/etc/containers"),
+    ("allow", "@import", "null_device_t", "chr_file", "read write", "/dev/null stdio"),
+    ("deny", "@import", "hostpull_staging_t", "file", "write append create unlink rename setattr", "reads the layout only"),
+    ("deny", "@import", "hostpull_staging_t", "dir", "write add_name remove_name", "reads the layout only"),
+    ("deny", "@import", "@import", "tcp_socket", "create connect", "no network"),
+    ("deny", "@import", "@import", "udp_socket", "create", "no network, no DNS"),
+    ("deny", "@import", "http_port_t", "tcp_socket", "name_connect", "no network"),
+    ("deny", "@import", "net_conf_t", "file", "read", "no resolver"),
+    ("deny", "@import", "@import", "capability", "dac_override dac_read_search setuid sys_admin net_admin", "no capabilities"),
+    ("deny", "@import", "system_conf_t|default_t", "file", "read write", "not the rest of the repository"),
+    ("deny", "@import", "hostpull_var_lib_t", "file", "read write", "not the OCI layouts"),
+    ("deny", "@import", "hostpull_runtime_t", "file", "read open", "not the staged secrets"),
+    ("deny", "@import", "init_runtime_t|init_var_run_t", "file", "read", "it gets no credential"),
+    ("deny", "@import", "shadow_t", "file", "read", "/etc/shadow"),
+    ("deny", "@import", "@orch", "process", "ptrace transition signal", "never reaches the orchestrator"),
+    ("deny", "@orch", "@import", "process", "transition dyntransition", "entered only through systemd"),
+    # The repository: /ostree/repo is system_conf_t on Fedora; /sysroot/ostree/repo
+    # (and both paths on refpolicy) have no entry: default_t.
+    ("tunable:hostpull_import_ostree", "@orch", "system_conf_t|default_t", "dir", "create write add_name remove_name rmdir search read", "the repository (REPO/tmp, objects, refs)"),
+    ("tunable:hostpull_import_ostree", "@orch", "system_conf_t|default_t", "file", "create write read open rename unlink link relabelfrom", "the repository's files"),
+    ("tunable:hostpull_import_ostree", "@orch", "default_t", "dir", "create write add_name search", "REPO=/sysroot/ostree/repo"),
+    ("tunable:hostpull_import_ostree", "@orch", "bin_t", "file", "relabelto create write link unlink", "objects carry the image's labels"),
+    ("tunable:hostpull_import_ostree", "@orch", "etc_t", "dir", "relabelto create", "directory metadata of a checkout"),
+    ("tunable:hostpull_import_ostree", "@orch", "shadow_t", "file", "relabelto create write", "/usr/etc/shadow of an OS image"),
+    ("deny", "@orch", "policy_config_t", "file", "relabelto", "never the binary policy"),
+    ("deny", "@orch", "default_t", "file", "execute", "never runs what it imports"),
+    ("deny", "@orch", "security_t", "security", "load_policy setenforce setbool", "no policy changes"),
     ("deny", "@orch", "@init", "file", "read", "PID 1's /proc (sampled, silently denied)"),
 ]
 
@@ -209,7 +262,37 @@ class Checker:
         choices = names.split("|")
         return next((n for n in choices if n in self.types), choices[0])
 
+    def only_by(self, boolname, s, t, tclass, perm):
+        """Every allow rule that grants s -> t:tclass perm is conditional on boolname."""
+        q = setools.TERuleQuery(self.p, ruletype=[setools.TERuletype.allow],
+                                source=s.split(":")[2], source_indirect=True,
+                                target=t.split(":")[2], target_indirect=True,
+                                tclass=[tclass], perms=[perm])
+        rules = list(q.results())
+        for r in rules:
+            try:
+                cond = str(r.conditional)
+            except setools.exception.RuleNotConditional:
+                return False
+            if boolname not in cond:
+                return False
+        return bool(rules)
+
     def access(self, verdict, src, tgt, tclass, perms, why):
+        if verdict.startswith("tunable:"):
+            boolname = verdict.partition(":")[2]
+            s = ALIASES.get(src, src)
+            t = ALIASES.get(tgt) or (tgt if ":" in tgt else obj(self.pick(tgt)))
+            bad = []
+            for perm in perms.split():
+                rc, _ = a2w.analyze(s, t, tclass, [perm])
+                name = self.names.get(rc, str(rc))
+                if name != "ALLOW":
+                    bad.append(f"{perm}={name}")
+                elif not self.only_by(boolname, s, t, tclass, perm):
+                    bad.append(f"{perm}=ALLOW not only by {boolname}")
+            self.result(not bad, f"{verdict} {src} {tgt} {tclass} ({why}): {', '.join(bad)}")
+            return
         verdict, _, only = verdict.partition("/")
         if only and only != self.flavor:
             self.skipped += 1
@@ -285,6 +368,7 @@ def main():
         sys.exit(f"usage: {sys.argv[0]} [--table-only] POLICY")
     c = Checker(args[0])
     c.valid_context(WORKER)
+    c.valid_context(IMPORT)
     c.valid_context(ORCH)
     for row in EXPECT:
         c.access(*row)

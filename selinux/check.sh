@@ -101,6 +101,9 @@ link() {
 mutants=(
     'fds|hostpull_fds_via_systemd(hostpull_t)|allow @dbusd @orch fd '
     'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|allow @worker http_port_t tcp_socket '
+    'import|hostpull_import_parent(hostpull_t)|allow @import @orch fd '
+    'staging|read_files_pattern(hostpull_import_t, hostpull_staging_t, hostpull_staging_t)|allow @import hostpull_staging_t file '
+    $'repo|\tmanage_files_pattern(hostpull_t, non_auth_file_type, non_auth_file_type)|tunable:hostpull_import_ostree @orch bin_t file '
 )
 [[ ${SELINUX_ALL_MUTANTS:-0} == 1 ]] || mutants=("${mutants[0]}")
 if variant main; then ok "build hostpull.pp (refpolicy headers)"; else bad "build hostpull.pp"; summary; fi
@@ -149,7 +152,9 @@ fc dir /run/hostpull hostpull_runtime_t
 fc file /run/hostpull/1234-0badf00d/auth.json hostpull_runtime_t
 fc file /usr/bin/skopeo bin_t     # the worker's entrypoint
 fc file /usr/bin/systemd-run bin_t # run by hostpull_t without a transition
-# nothing outside hostpull's own paths changed
+# nothing outside hostpull's own paths changed; an ostree repository keeps the base
+# policy's label (no entry on refpolicy: default_t; Fedora's /ostree/repo: system_conf_t)
+fc dir /sysroot/ostree/repo default_t
 fc dir /var/lib var_lib_t
 fc dir /run var_run_t
 

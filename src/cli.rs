@@ -322,10 +322,22 @@ async fn pull_to_dest(
     let Some(dest) = plan.ostree.clone() else {
         return crate::fetch::pull(&plan, progress).await;
     };
-    let staging = crate::store::ostree::Staging::new(&dest.repo)?;
-    plan.dest_dir = staging.path().to_owned();
+    let label = plan
+        .worker
+        .selinux_context
+        .as_ref()
+        .map(|_| crate::store::ostree::STAGING_SELINUX_CONTEXT);
+    let staging = crate::store::ostree::Staging::new(&dest.repo, label)?;
+    plan.dest_dir = staging.layout();
     let mut report = crate::fetch::pull(&plan, progress).await?;
-    let import = crate::store::ostree::import(&dest, staging.path(), &plan.tag, &plan.image);
+    let import = crate::store::ostree::import(
+        &dest,
+        &staging,
+        &plan.tag,
+        &plan.image,
+        &report.manifest_digest,
+        &plan.worker,
+    );
     let imported = tokio::select! {
         r = import => r.map_err(|e| {
             error::Failure::new(Kind::Handoff, error::one_line(&format!("{e:#}")))

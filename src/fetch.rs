@@ -267,9 +267,20 @@ async fn try_pull(
         }
     };
     if p.missing.is_none() {
+        // What an ostree destination has already (store::ostree::held) need not
+        // come: it is neither fetched nor staged.
+        let held = match &plan.ostree {
+            Some(o) => {
+                crate::store::ostree::held(o, &plan.image, &resolved.digest, &resolved.manifest)?
+            }
+            None => Default::default(),
+        };
         let mut missing: Vec<Descriptor> = Vec::new();
         for d in resolved.manifest.blobs() {
-            if !layout.has_blob(d)? && !missing.iter().any(|t| t.digest == d.digest) {
+            if !layout.has_blob(d)?
+                && !held.contains(&d.digest)
+                && !missing.iter().any(|t| t.digest == d.digest)
+            {
                 missing.push(d.clone());
             }
         }
@@ -356,9 +367,14 @@ async fn fetch_into(
         fetch_blobs(worker, plan, &image, layout, &tally, early, progress).await?;
     }
     progress.blobs(&tally.states(|_| u64::MAX), true);
-    // The config must be JSON: a consumer will parse it.
-    let config = layout.read_blob(&r.manifest.config.digest)?;
-    if serde_json::from_slice::<serde::de::IgnoredAny>(&config).is_err() {
+    // The config must be JSON: a consumer will parse it. (It is not in the
+    // layout only when an ostree destination has this very image already.)
+    if layout.has_blob(&r.manifest.config)?
+        && serde_json::from_slice::<serde::de::IgnoredAny>(
+            &layout.read_blob(&r.manifest.config.digest)?,
+        )
+        .is_err()
+    {
         return fail(
             Kind::Verify,
             format!(

@@ -67,44 +67,66 @@ fn ostree_destinations_are_checked() {
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 }
 
-/// An ostree-encapsulated image of a small tree, made offline (`ostree commit`,
-/// then ostree-ext's `encapsulate`) and pushed to the rig: its name, and the tree.
+/// The files of the encapsulated test tree.
 #[cfg(feature = "ostree")]
-fn encapsulated_image(dir: &Path) -> (String, std::path::PathBuf) {
-    use ostree_ext::container::{Config, ImageReference, Transport, encapsulate};
-    let rootfs = dir.join("rootfs");
-    let files = [
-        ("usr/bin/fixture-hello", "#!/bin/sh\necho hello\n"),
-        ("usr/share/fixture/data.txt", "hostpull ostree fixture\n"),
-        ("usr/lib/os-release", "ID=hostpull-fixture\n"),
-    ];
+const BASE_FILES: [(&str, &str); 3] = [
+    ("usr/bin/fixture-hello", "#!/bin/sh\necho hello\n"),
+    ("usr/share/fixture/data.txt", "hostpull ostree fixture\n"),
+    ("usr/lib/os-release", "ID=hostpull-fixture\n"),
+];
+
+/// Write `files` (path, text) below `root`.
+#[cfg(feature = "ostree")]
+fn write_tree(root: &Path, files: &[(&str, &str)]) {
     for (path, text) in files {
-        let p = rootfs.join(path);
+        let p = root.join(path);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     }
-    let src = dir.join("src-repo");
+}
+
+/// An ostree-encapsulated image of `rootfs`, made offline (`ostree commit`,
+/// then ostree-ext's `encapsulate`, with `opts`) as the OCI layout `dir/NAME`
+/// with tag v1.
+#[cfg(feature = "ostree")]
+fn encapsulate_tree(
+    dir: &Path,
+    name: &str,
+    rootfs: &Path,
+    opts: impl FnOnce(
+        &ostree_ext::ostree::Repo,
+        &str,
+    ) -> Option<ostree_ext::container::ExportOpts<'static, 'static>>,
+) -> std::path::PathBuf {
+    use ostree_ext::container::{Config, ImageReference, Transport, encapsulate};
+    let src = dir.join(format!("{name}-src-repo"));
     ostree(&src, &["init", "--mode=archive"]);
     let tree = format!("--tree=dir={}", rootfs.display());
-    ostree(&src, &["commit", "--branch=fixture", &tree]);
+    let commit = ostree(&src, &["commit", "--branch=fixture", &tree]);
     let repo = ostree_ext::ostree::Repo::new_for_path(&src);
     repo.open(ostree_ext::gio::Cancellable::NONE).unwrap();
-    let layout = dir.join("encapsulated");
+    let layout = dir.join(name);
     let dest = ImageReference {
         transport: Transport::OciDir,
         name: format!("{}:v1", layout.display()),
     };
+    let opts = opts(&repo, commit.trim());
     tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(encapsulate(
             &repo,
             "fixture",
             &Config::default(),
-            None,
+            opts,
             &dest,
         ))
         .unwrap();
-    let image = format!("{}/hostpull/ostree-fixture:v1", var("RIG_REGISTRY"));
+    layout
+}
+
+/// Push the layout `layout:tag` to the rig as `image`.
+#[cfg(feature = "ostree")]
+fn push(layout: &Path, tag: &str, image: &str) {
     skopeo(&[
         "copy",
         "-q",
@@ -112,10 +134,315 @@ fn encapsulated_image(dir: &Path) -> (String, std::path::PathBuf) {
         var("RIG_AUTHFILE"),
         "--dest-cert-dir",
         var("RIG_CERT_DIR"),
-        &format!("oci:{}:v1", layout.display()),
+        &format!("oci:{}:{tag}", layout.display()),
         &format!("docker://{image}"),
     ]);
+}
+
+/// An ostree-encapsulated image of a small tree, pushed to the rig: its name,
+/// and the tree.
+#[cfg(feature = "ostree")]
+fn encapsulated_image(dir: &Path) -> (String, std::path::PathBuf) {
+    let rootfs = dir.join("rootfs");
+    write_tree(&rootfs, &BASE_FILES);
+    let layout = encapsulate_tree(dir, "encapsulated", &rootfs, |_, _| None);
+    let image = format!("{}/hostpull/ostree-fixture:v1", var("RIG_REGISTRY"));
+    push(&layout, "v1", &image);
     (image, rootfs)
+}
+
+/// `base` (an OCI layout, tag v1) plus one plain gzip layer holding `files`,
+/// as bootc-style derived images are built: the layout `out` with tag v1.
+#[cfg(feature = "ostree")]
+fn derive(base: &Path, out: &Path, files: &[(&str, &str)]) {
+    use serde_json::{Value, json};
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(base)
+        .arg(out)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let tree = out.with_extension("tree");
+    write_tree(&tree, files);
+    let tar = Command::new("tar")
+        .args([
+            "--sort=name",
+            "--owner=0",
+            "--group=0",
+            "--numeric-owner",
+            "--mtime=@0",
+        ])
+        .arg("-C")
+        .arg(&tree)
+        .args(["-cf", "-", "usr"])
+        .output()
+        .unwrap();
+    assert!(tar.status.success());
+    let mut gz = Command::new("gzip")
+        .args(["-n", "-c"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut gz.stdin.take().unwrap(), &tar.stdout).unwrap();
+    let gz = gz.wait_with_output().unwrap().stdout;
+    let blobs = out.join("blobs/sha256");
+    let put = |bytes: &[u8]| {
+        let d = hostpull::verify::sha256(bytes);
+        std::fs::write(blobs.join(d.hex()), bytes).unwrap();
+        d.to_string()
+    };
+    let read = |d: &Value| -> Value {
+        let hex = d.as_str().unwrap().strip_prefix("sha256:").unwrap();
+        serde_json::from_slice(&std::fs::read(blobs.join(hex)).unwrap()).unwrap()
+    };
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(out.join("index.json")).unwrap()).unwrap();
+    let mut manifest = read(&index["manifests"][0]["digest"]);
+    let mut config = read(&manifest["config"]["digest"]);
+    let diff_id = hostpull::verify::sha256(&tar.stdout).to_string();
+    config["rootfs"]["diff_ids"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!(diff_id));
+    config["history"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"created_by": "hostpull test: derived layer"}));
+    let config = serde_json::to_vec(&config).unwrap();
+    manifest["config"]["digest"] = json!(put(&config));
+    manifest["config"]["size"] = json!(config.len());
+    manifest["layers"].as_array_mut().unwrap().push(json!({
+        "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+        "digest": put(&gz),
+        "size": gz.len(),
+    }));
+    let manifest = serde_json::to_vec(&manifest).unwrap();
+    let index = json!({"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "digest": put(&manifest),
+        "size": manifest.len(),
+        "annotations": {"org.opencontainers.image.ref.name": "v1"},
+    }]});
+    std::fs::write(out.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+}
+
+/// Where the registry's access log ends now.
+#[cfg(feature = "ostree")]
+fn registry_log_mark() -> u64 {
+    std::fs::metadata(var("RIG_REGISTRY_LOG")).unwrap().len()
+}
+
+/// The blobs of repository `repo` (e.g. `hostpull/x`) that were fetched
+/// (GET, 200) since `mark`, by digest, in the order asked.
+#[cfg(feature = "ostree")]
+fn blobs_fetched_since(mark: u64, repo: &str) -> Vec<String> {
+    let log = std::fs::read(var("RIG_REGISTRY_LOG")).unwrap();
+    let text = String::from_utf8_lossy(&log[mark as usize..]);
+    let prefix = format!("\"GET /v2/{repo}/blobs/");
+    text.lines()
+        .filter_map(|l| {
+            let rest = &l[l.find(&prefix)? + prefix.len()..];
+            let (digest, rest) = rest.split_once(' ')?;
+            let status = rest.split_once("\" ")?.1.split(' ').next()?;
+            (status == "200").then(|| digest.to_owned())
+        })
+        .collect()
+}
+
+/// The digests of the layers of `image` as the registry serves it, and its config.
+#[cfg(feature = "ostree")]
+fn layers_of(image: &str) -> (Vec<(String, u64)>, (String, u64)) {
+    let m = registry_raw(image);
+    let d = |v: &serde_json::Value| {
+        (
+            v["digest"].as_str().unwrap().to_owned(),
+            v["size"].as_u64().unwrap(),
+        )
+    };
+    (
+        m["layers"].as_array().unwrap().iter().map(d).collect(),
+        d(&m["config"]),
+    )
+}
+
+/// The regular files below `dir` in `rev`, with their contents.
+#[cfg(feature = "ostree")]
+fn files_in(repo: &Path, rev: &str, dir: &str) -> Vec<(String, String)> {
+    let listed = ostree(repo, &["ls", "-R", rev, dir]);
+    listed
+        .lines()
+        .filter(|l| l.starts_with('-'))
+        .filter_map(|l| l.split_whitespace().last())
+        .map(|f| (f.to_owned(), ostree(repo, &["cat", rev, f])))
+        .collect()
+}
+
+/// A pull with `--progress-fd`: its JSON result and the last ProgressBytes event.
+#[cfg(feature = "ostree")]
+fn pulled_with_progress(
+    image: &str,
+    dest: &str,
+    dir: &Path,
+) -> (serde_json::Value, serde_json::Value) {
+    let events = dir.join("progress.jsonl");
+    let mut c = with_rig_creds(pull_cmd(image, dest));
+    c.args(["--progress-fd", "3"]);
+    let r = run(Command::new("bash").arg("-c").arg(format!(
+        "exec {} 3>'{}'",
+        shell_line(&c),
+        events.display()
+    )));
+    let out = r.json();
+    let text = std::fs::read_to_string(&events).unwrap();
+    let last = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .rfind(|l| l["type"] == "ProgressBytes")
+        .unwrap_or_else(|| panic!("no ProgressBytes in {text}"));
+    (out, last)
+}
+
+/// The update case of image-based hosts: an encapsulated base and two derived
+/// images (v1, v2) that share it. Pulling v2 into a repository that has v1
+/// fetches only v2's own layer and config, which the registry's access log
+/// confirms; the ref then shows v2's files; pulling v2 again fetches nothing.
+#[cfg(feature = "ostree")]
+#[test]
+fn an_update_fetches_only_the_layers_the_repository_lacks() {
+    let s = scratch();
+    let rootfs = s.path().join("rootfs");
+    write_tree(&rootfs, &BASE_FILES);
+    let base = encapsulate_tree(s.path(), "base", &rootfs, |_, _| None);
+    let v1_files = [
+        ("usr/share/derived/release.txt", "derived v1\n"),
+        ("usr/share/derived/only-in-v1", "1\n"),
+    ];
+    let v2_files = [
+        ("usr/share/derived/release.txt", "derived v2\n"),
+        ("usr/share/derived/only-in-v2", "2\n"),
+    ];
+    let name = "hostpull/ostree-update";
+    // One tag that moves, as a host follows `:stable`.
+    let image = format!("{}/{name}:stable", var("RIG_REGISTRY"));
+    let publish = |tag: &str, files: &[(&str, &str)]| {
+        let layout = s.path().join(format!("derived-{tag}"));
+        derive(&base, &layout, files);
+        push(&layout, "v1", &image);
+        layers_of(&image)
+    };
+    let (v1_layers, v1_config) = publish("v1", &v1_files);
+    assert_eq!(v1_layers.len(), 2);
+    let repo = new_repo(s.path());
+    let dest = format!("ostree:{}:hostpull/os", repo.display());
+
+    // v1 into an empty repository: everything.
+    let mark = registry_log_mark();
+    let first = pulled(&image, &dest);
+    let mut got = blobs_fetched_since(mark, name);
+    got.sort();
+    let mut want = vec![
+        v1_config.0.clone(),
+        v1_layers[0].0.clone(),
+        v1_layers[1].0.clone(),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(
+        (
+            first["layers_fetched"].as_u64(),
+            first["layers_reused"].as_u64()
+        ),
+        (Some(2), Some(0))
+    );
+    assert_eq!(
+        first["bytes_fetched"].as_u64().unwrap(),
+        v1_config.1 + v1_layers[0].1 + v1_layers[1].1
+    );
+
+    let (v2_layers, v2_config) = publish("v2", &v2_files);
+    assert_eq!(v1_layers[0], v2_layers[0], "the base layer is shared");
+    assert_ne!(v1_layers[1], v2_layers[1]);
+    // v2: the base layer is in the repository; only v2's layer and config come.
+    let mark = registry_log_mark();
+    let (update, progress) = pulled_with_progress(&image, &dest, s.path());
+    assert_eq!(
+        blobs_fetched_since(mark, name),
+        [v2_config.0.clone(), v2_layers[1].0.clone()]
+    );
+    assert_eq!(
+        (
+            update["layers_fetched"].as_u64(),
+            update["layers_reused"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
+    assert_eq!(
+        update["bytes_fetched"].as_u64().unwrap(),
+        v2_config.1 + v2_layers[1].1
+    );
+    assert_eq!(
+        progress["bytesCached"].as_u64(),
+        Some(v2_layers[0].1),
+        "{progress}"
+    );
+    assert_eq!(progress["stepsCached"].as_u64(), Some(1), "{progress}");
+    assert_eq!(
+        progress["bytesTotal"].as_u64(),
+        Some(v2_config.1 + v2_layers[1].1),
+        "{progress}"
+    );
+    let commit = update["ostree"]["commit"].as_str().unwrap();
+    assert_ne!(commit, first["ostree"]["commit"].as_str().unwrap());
+    assert_eq!(ostree(&repo, &["rev-parse", "hostpull/os"]).trim(), commit);
+    // The ref shows v2's derived files, and none of v1's, over the base.
+    let mut derived: Vec<(String, String)> = v2_files
+        .iter()
+        .map(|(p, t)| (format!("/{p}"), t.to_string()))
+        .collect();
+    derived.sort();
+    let mut got = files_in(&repo, "hostpull/os", "/usr/share/derived");
+    got.sort();
+    assert_eq!(got, derived);
+    assert_eq!(
+        ostree(
+            &repo,
+            &["cat", "hostpull/os", "/usr/share/fixture/data.txt"]
+        ),
+        "hostpull ostree fixture\n"
+    );
+    // v1's own layer was pruned with v1 (ostree-ext's layer GC); the base stays.
+    let refs = ostree(&repo, &["refs"]);
+    let layer_ref =
+        |d: &str| ostree_ext::refescape::prefix_escape_for_ref("ostree/container/blob", d).unwrap();
+    assert!(
+        refs.lines().any(|r| r == layer_ref(&v2_layers[0].0)),
+        "{refs}"
+    );
+    assert!(
+        refs.lines().any(|r| r == layer_ref(&v2_layers[1].0)),
+        "{refs}"
+    );
+    assert!(
+        !refs.lines().any(|r| r == layer_ref(&v1_layers[1].0)),
+        "{refs}"
+    );
+
+    // v2 again: nothing to fetch, the same commit.
+    let mark = registry_log_mark();
+    let again = pulled(&image, &dest);
+    assert_eq!(blobs_fetched_since(mark, name), Vec::<String>::new());
+    assert_eq!(
+        (
+            again["layers_fetched"].as_u64(),
+            again["layers_reused"].as_u64()
+        ),
+        (Some(0), Some(2))
+    );
+    assert_eq!(again["bytes_fetched"].as_u64(), Some(0));
+    assert_eq!(again["ostree"]["commit"], commit);
+    assert_eq!(staging_left(&repo), Vec::<String>::new());
 }
 
 #[cfg(feature = "ostree")]
@@ -209,5 +536,171 @@ fn a_plain_image_or_a_failed_pull_imports_nothing() {
     let missing = format!("{}/hostpull/nope:v1", var("RIG_REGISTRY"));
     run(&mut with_rig_creds(pull_cmd(&missing, &dest))).assert_failure(4);
     assert_eq!(ostree(&repo, &["refs"]), "");
+    assert_eq!(staging_left(&repo), Vec::<String>::new());
+}
+
+/// The import's own skopeo gets no network: with `--sandbox systemd` it is a
+/// transient unit (PrivateNetwork=yes, a dynamic user, no capabilities) that
+/// sees the staging layout read-only at /tmp/layout; without systemd it runs
+/// under `unshare --net`. A stand-in skopeo that reaches the registry (the
+/// fetch worker) is skopeo; one that cannot (the import) reports and fails,
+/// so the import fails (exit 10) and leaves nothing behind.
+#[cfg(feature = "ostree")]
+#[test]
+fn the_imports_skopeo_has_no_network() {
+    let s = scratch();
+    let (image, _) = encapsulated_image(s.path());
+    let (dir, probe) = script_under_run("probe-import.sh");
+    std::fs::write(dir.path().join("port"), var("RIG_PORT")).unwrap();
+    let repo = new_repo(s.path());
+    let mut c = with_rig_creds(pull_cmd(&image, &format!("ostree:{}:os", repo.display())));
+    c.env("HOSTPULL_SKOPEO", &probe);
+    let r = run(&mut c);
+    r.assert_failure(10);
+    let report = r
+        .stderr
+        .lines()
+        .find_map(|l| Some(&l[l.find("probe-import: ")?..]))
+        .unwrap_or_else(|| panic!("the import's skopeo reached the registry: {}", r.stderr));
+    let field = |k: &str| {
+        report
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k} missing in {report}"))
+            .to_owned()
+    };
+    assert!(
+        report.contains("args=experimental-image-proxy --no-creds"),
+        "{report}"
+    );
+    if sandbox() == "systemd" {
+        let uid: u32 = field("uid").parse().unwrap();
+        assert!((61184..=65519).contains(&uid), "{report}");
+        assert_eq!(field("capeff"), "0000000000000000", "{report}");
+        assert_eq!(field("layout"), "readable", "{report}");
+    } else {
+        assert_eq!(field("uid"), "0", "{report}");
+    }
+    assert_eq!(ostree(&repo, &["refs"]), "");
+    assert_eq!(staging_left(&repo), Vec::<String>::new());
+}
+
+/// ExportOpts for a chunked encapsulation of `commit` in `repo`: each file's
+/// object belongs to the component named by its directory under /usr/share
+/// (`a`, `b`), anything else to `base`, as rpm-ostree maps objects to packages.
+#[cfg(feature = "ostree")]
+fn chunked(
+    repo: &ostree_ext::ostree::Repo,
+    src: &Path,
+    commit: &str,
+) -> ostree_ext::container::ExportOpts<'static, 'static> {
+    use ostree_ext::chunking::ObjectMetaSized;
+    use ostree_ext::objectsource::{ObjectMeta, ObjectMetaMap, ObjectMetaSet, ObjectSourceMeta};
+    use std::rc::Rc;
+    let mut map = ObjectMetaMap::default();
+    let mut set = ObjectMetaSet::default();
+    for l in ostree(src, &["ls", "-R", "-C", commit]).lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if !l.starts_with('-') {
+            continue;
+        }
+        let (checksum, path) = (f[4], f[f.len() - 1]);
+        let id = path
+            .strip_prefix("/usr/share/")
+            .and_then(|p| p.split('/').next())
+            .filter(|c| ["a", "b"].contains(c))
+            .unwrap_or("base");
+        let id: Rc<str> = Rc::from(id);
+        map.insert(checksum.to_owned(), Rc::clone(&id));
+        set.insert(ObjectSourceMeta {
+            identifier: Rc::clone(&id),
+            name: Rc::clone(&id),
+            srcid: Rc::clone(&id),
+            change_time_offset: 1,
+            change_frequency: 1,
+        });
+    }
+    let sized = ObjectMetaSized::compute_sizes(repo, ObjectMeta { set, map }).unwrap();
+    let mut opts = ostree_ext::container::ExportOpts::default();
+    opts.contentmeta = Some(Box::leak(Box::new(sized)));
+    opts.max_layers = std::num::NonZeroU32::new(8);
+    opts
+}
+
+/// The second case: a chunked base (ostree-ext's encapsulation with the
+/// objects split into a layer per component, as FCOS and RHCOS are built).
+/// An update where one component changed fetches only the layers whose
+/// digest changed (that chunk and the commit layer), per the registry's log.
+#[cfg(feature = "ostree")]
+#[test]
+fn a_chunked_update_fetches_only_the_changed_chunks() {
+    let s = scratch();
+    let name = "hostpull/ostree-chunked";
+    let image = format!("{}/{name}:stable", var("RIG_REGISTRY"));
+    let a: Vec<(String, String)> = (0..4)
+        .map(|i| (format!("usr/share/a/f{i}"), format!("{i}").repeat(64 << 10)))
+        .collect();
+    let publish = |tag: &str, b: &str| {
+        let rootfs = s.path().join(format!("rootfs-{tag}"));
+        let mut files: Vec<(&str, &str)> =
+            a.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+        files.extend([
+            ("usr/share/b/version", b),
+            ("usr/lib/os-release", "ID=chunked\n"),
+        ]);
+        write_tree(&rootfs, &files);
+        let src = s.path().join(format!("chunked-{tag}-src-repo"));
+        let layout = encapsulate_tree(
+            s.path(),
+            &format!("chunked-{tag}"),
+            &rootfs,
+            |repo, commit| Some(chunked(repo, &src, commit)),
+        );
+        push(&layout, "v1", &image);
+        layers_of(&image)
+    };
+    let (v1_layers, _) = publish("v1", "b v1\n");
+    assert!(v1_layers.len() >= 3, "chunked: {v1_layers:?}");
+    let repo = new_repo(s.path());
+    let dest = format!("ostree:{}:hostpull/os", repo.display());
+    pulled(&image, &dest);
+
+    let (v2_layers, v2_config) = publish("v2", "b v2\n");
+    let changed: Vec<&(String, u64)> = v2_layers
+        .iter()
+        .filter(|l| !v1_layers.contains(l))
+        .collect();
+    assert!(
+        !changed.is_empty() && changed.len() < v2_layers.len(),
+        "{v1_layers:?} {v2_layers:?}"
+    );
+    let mark = registry_log_mark();
+    let update = pulled(&image, &dest);
+    let mut got = blobs_fetched_since(mark, name);
+    got.sort();
+    let mut want: Vec<String> = changed.iter().map(|l| l.0.clone()).collect();
+    want.push(v2_config.0.clone());
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(
+        update["layers_fetched"].as_u64(),
+        Some(changed.len() as u64)
+    );
+    assert_eq!(
+        update["layers_reused"].as_u64(),
+        Some((v2_layers.len() - changed.len()) as u64)
+    );
+    assert_eq!(
+        update["bytes_fetched"].as_u64().unwrap(),
+        v2_config.1 + changed.iter().map(|l| l.1).sum::<u64>()
+    );
+    assert_eq!(
+        ostree(&repo, &["cat", "hostpull/os", "/usr/share/b/version"]),
+        "b v2\n"
+    );
+    assert_eq!(
+        ostree(&repo, &["cat", "hostpull/os", "/usr/share/a/f3"]),
+        "3".repeat(64 << 10)
+    );
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 }

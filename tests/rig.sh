@@ -229,12 +229,14 @@ write_config() {   # write_config PORT [CLIENT-CA]
     local port=$1 clientcas=
     [ -n "${2:-}" ] && clientcas=$(printf '    clientcas:\n      - %s' "$2")
     # No blobdescriptor cache: tests tamper with the storage and must see the result.
+    # The access log (one combined-format line per request, in RIG_REGISTRY_LOG)
+    # is how tests/ostree.rs sees which blobs a pull really asked for.
     cat >"$CONFIG" <<EOF
 version: 0.1
 log:
   level: warn
   accesslog:
-    disabled: true
+    disabled: false
 storage:
   filesystem:
     rootdirectory: $STORAGE

@@ -42,6 +42,9 @@ fi
 failed=()
 echo "== unit and integration tests, --sandbox none, on the host" >&2
 HOSTPULL_TEST_SANDBOX=none host_tests || failed+=("the host pass")
+# The build without ostree support refuses an ostree destination (exit 2).
+echo "== the ostree tests of a --no-default-features build" >&2
+HOSTPULL_TEST_SANDBOX=none cargo test --locked --no-default-features -- ostree || failed+=("the --no-default-features build")
 
 # The same suite again with every worker in a transient unit, plus the systemd
 # tests, inside a real systemd (booted by tests/sysd.sh unless it is PID 1), once

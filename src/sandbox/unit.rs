@@ -200,6 +200,56 @@ pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path
     c
 }
 
+/// The `systemd-run` command for the skopeo that reads a local, verified layout
+/// for ostree-ext's import (store::ostree): the worker's hardening, but no
+/// network at all. PID 1 makes its network namespace (`PrivateNetwork=yes`), so
+/// the caller needs no capability for it, and only AF_UNIX sockets may be made
+/// (the proxy's socketpair is inherited). `layout` (SRC, DST) is bound
+/// read-only at DST; DST under /tmp lands in the unit's private /tmp. Unlike a
+/// worker, the unit is collected when it ends: it has nothing to report.
+pub fn offline_systemd_run(
+    unit: &str,
+    limits: &Limits,
+    layout: (&Path, &Path),
+    selinux_context: Option<&str>,
+    skopeo: &Path,
+) -> Command {
+    let mut c = Command::new("systemd-run");
+    c.args(["--pipe", "--wait", "--quiet", "--collect"])
+        .arg(format!("--unit={unit}"))
+        .arg(format!("--slice={SLICE}"));
+    let mut props: Vec<String> = HARDENING
+        .iter()
+        .filter(|p| !p.starts_with("RestrictAddressFamilies="))
+        .map(|s| s.to_string())
+        .collect();
+    props.push("PrivateNetwork=yes".into());
+    props.push("RestrictAddressFamilies=AF_UNIX".into());
+    props.push(format!("MemoryMax={}", limits.memory_max));
+    props.push(format!("TasksMax={}", limits.tasks_max));
+    props.push(format!("IOWeight={}", limits.io_weight));
+    if let Some(q) = &limits.cpu_quota {
+        props.push(format!("CPUQuota={q}"));
+    }
+    props.push(format!(
+        "BindReadOnlyPaths={}:{}",
+        layout.0.display(),
+        layout.1.display()
+    ));
+    if let Some(ctx) = selinux_context {
+        props.push(format!("SELinuxContext={ctx}"));
+    }
+    for p in props {
+        c.arg("--property").arg(p);
+    }
+    c.arg("--").arg(skopeo);
+    c.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    if let Some(bus) = std::env::var_os("DBUS_SYSTEM_BUS_ADDRESS") {
+        c.env("DBUS_SYSTEM_BUS_ADDRESS", bus);
+    }
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
