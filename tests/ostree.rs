@@ -146,7 +146,15 @@ fn encapsulated_image(dir: &Path) -> (String, std::path::PathBuf) {
     let rootfs = dir.join("rootfs");
     write_tree(&rootfs, &BASE_FILES);
     let layout = encapsulate_tree(dir, "encapsulated", &rootfs, |_, _| None);
-    let image = format!("{}/hostpull/ostree-fixture:v1", var("RIG_REGISTRY"));
+    // A repository of its own per call: tests run in parallel, and each
+    // encapsulation differs (timestamps), so a shared tag would move under them.
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let image = format!(
+        "{}/hostpull/ostree-fixture-{}-{n}:v1",
+        var("RIG_REGISTRY"),
+        std::process::id()
+    );
     push(&layout, "v1", &image);
     (image, rootfs)
 }
