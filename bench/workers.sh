@@ -8,7 +8,7 @@ export BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
 bash "$ROOT/tests/rig.sh" install
 while read -r worker version protocol; do
     echo "bench: worker skopeo $version (protocol $protocol)" >&2
-    SKOPEO=$worker bash "$ROOT/bench/suite.sh" --only P1,P3 "$@"
+    SKOPEO=$worker bash "$ROOT/bench/suite.sh" --only P1,P3 "$@" </dev/null   # it must not eat the list
     cp "$BENCH_DIR/suite.txt" "$BENCH_DIR/suite-$version.txt"
     cp "$BENCH_DIR/suite.tsv" "$BENCH_DIR/suite-$version.tsv"
 done < <(bash "$ROOT/tests/rig.sh" workers)
