@@ -79,7 +79,9 @@ pub fn load_config(path: &Path) -> anyhow::Result<ProviderConfig> {
     if v["kind"] != "CredentialProviderConfig" {
         return Err(bad(path, "kind is not CredentialProviderConfig"));
     }
-    let c: ProviderConfig = serde_json::from_value(v).map_err(|e| bad(path, e))?;
+    // Its args and env may hold secrets: serde's error must not quote them.
+    let c: ProviderConfig =
+        serde_json::from_value(v).map_err(|e| bad(path, crate::error::serde_redacted(&e)))?;
     for p in &c.providers {
         if p.api_version != REQUEST_API {
             return Err(bad(
@@ -100,7 +102,8 @@ pub fn load_config(path: &Path) -> anyhow::Result<ProviderConfig> {
     Ok(c)
 }
 
-/// A Go duration such as `12h`, `5m30s` or `0`.
+/// A Go duration such as `12h`, `5m30s` or `0`. As Go's `time.ParseDuration`,
+/// one over `i64::MAX` nanoseconds (about 292 years) is invalid: never a panic.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     if s == "0" {
         return Some(Duration::ZERO);
@@ -117,13 +120,19 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
             "h" => 3600.0,
             "m" => 60.0,
             "s" => 1.0,
-            "ms" => 0.001,
+            "ms" => 1e-3,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1e-6,
+            "ns" => 1e-9,
             _ => return None,
         };
         total += value * scale;
         rest = &rest[unit_len..];
     }
-    Some(Duration::from_secs_f64(total))
+    const GO_MAX_SECS: f64 = i64::MAX as f64 / 1e9;
+    if !(total <= GO_MAX_SECS) {
+        return None;
+    }
+    Duration::try_from_secs_f64(total).ok()
 }
 
 /// `(provider, key, username, password)` for `image`: every provider whose
@@ -255,7 +264,7 @@ fn store(cache_dir: &Path, p: &Provider, image: &ImageRef, r: &Response) -> anyh
         .mode(0o700)
         .create(cache_dir)?;
     let entry = CacheEntry {
-        expires: now() + ttl.as_secs(),
+        expires: now().saturating_add(ttl.as_secs()),
         response: r.clone(),
     };
     let tmp = file.with_extension("tmp");
@@ -284,6 +293,14 @@ mod tests {
             ("500ms", Some(0.5)),
             ("x", None),
             ("5d", None),
+            ("1us", Some(0.000001)),
+            // Past Go's limit (i64 nanoseconds): invalid, not a panic.
+            ("99999999999999999999h", None),
+            ("2562048h", None),
+            ("9".repeat(400).as_str(), None),
+            (format!("{}s", "9".repeat(400)).as_str(), None),
+            ("1.0.0s", None),
+            (".s", None),
         ] {
             assert_eq!(parse_duration(s).map(|d| d.as_secs_f64()), want, "{s}");
         }
@@ -304,13 +321,14 @@ mod tests {
             ),
             &ok.replace("name: p", "name: ../p"),
             "{",
+            // A string where a list belongs: serde would quote it in its error.
+            &format!("{ok}  args: \"--token=s3cr3t-arg\"\n"),
+            &format!("{ok}  env: [{{name: T, value: [s3cr3t-env]}}]\n"),
         ] {
             std::fs::write(&f, bad).unwrap();
-            assert_eq!(
-                crate::error::exit_code(&load_config(&f).unwrap_err()),
-                2,
-                "{bad}"
-            );
+            let e = load_config(&f).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+            assert!(!format!("{e:#}").contains("s3cr3t"), "{e:#}");
         }
     }
 }
