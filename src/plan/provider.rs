@@ -306,6 +306,32 @@ mod tests {
         }
     }
 
+    /// A plugin's answer is read while it runs: over a pipe's 64 KiB it used to
+    /// block until the timeout. Over the limit it is refused, at once.
+    #[test]
+    fn plugin_answers_big_and_huge() {
+        use crate::plan::auth::{PLUGIN_ANSWER_MAX, run_root_plugin};
+        let sh = |script: &str| {
+            let mut c = std::process::Command::new("sh");
+            c.args(["-c", script]);
+            c
+        };
+        let t = std::time::Instant::now();
+        let out = run_root_plugin(sh("head -c 300000 /dev/zero"), b"{}", TIMEOUT).unwrap();
+        assert_eq!(out.len(), 300000);
+        let huge = format!("head -c {} /dev/zero", PLUGIN_ANSWER_MAX + 1);
+        let e = run_root_plugin(sh(&huge), b"{}", TIMEOUT).unwrap_err();
+        assert!(e.contains("larger than 1024 KiB"), "{e}");
+        // Endless output is cut at the limit too, and the plugin killed.
+        let e = run_root_plugin(sh("cat /dev/zero"), b"{}", TIMEOUT).unwrap_err();
+        assert!(e.contains("larger than"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        let e = run_root_plugin(sh("exec sleep 30"), b"{}", Duration::from_millis(300));
+        assert_eq!(e.unwrap_err(), "no answer in 0s");
+        let e = run_root_plugin(sh("echo {}; exit 3"), b"{}", TIMEOUT).unwrap_err();
+        assert!(e.contains("exit status: 3"), "{e}");
+    }
+
     #[test]
     fn config_checks() {
         let td = tempfile::tempdir().unwrap();
