@@ -336,17 +336,10 @@ async fn fetch_into(
         fetch_blobs(worker, &image, layout, &tally, plan.retry.stall, progress).await?;
     }
     progress.blobs(&tally.states(|_| u64::MAX), true);
-    // The config must be JSON: a consumer will parse it.
+    // The consumer will parse the config: it must be able to.
     let config = layout.read_blob(&r.manifest.config.digest)?;
-    if serde_json::from_slice::<serde::de::IgnoredAny>(&config).is_err() {
-        return fail(
-            Kind::Verify,
-            format!(
-                "image config {} is not valid JSON",
-                r.manifest.config.digest
-            ),
-        );
-    }
+    manifest::check_config(&config)
+        .with_context(|| format!("Checking image config {}", r.manifest.config.digest))?;
     progress.steps("publishing", 2, 3);
     layout.write_blob("manifest", &r.digest, &r.raw)?;
     layout.set_tag(
