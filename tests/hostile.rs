@@ -212,7 +212,11 @@ fn consumer_reads_what_root_verified(scenario: &str) -> i32 {
     };
     let ours: Vec<String> = m.layers.iter().map(|l| l.digest.to_string()).collect();
     let inspect: Value = serde_json::from_str(&skopeo(&["inspect", &layout])).unwrap();
-    assert_eq!(inspect["Layers"], serde_json::json!(ours), "{scenario}: layers");
+    assert_eq!(
+        inspect["Layers"],
+        serde_json::json!(ours),
+        "{scenario}: layers"
+    );
     let config = skopeo(&["inspect", "--config", "--raw", &layout]);
     assert_eq!(
         hostpull::verify::sha256(config.as_bytes()),

@@ -8,6 +8,7 @@ mod hostile;
 mod mirrors;
 mod ostree;
 mod pull;
+mod robust;
 mod signatures;
 mod systemd;
 mod tty;
