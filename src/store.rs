@@ -486,7 +486,7 @@ mod tests {
 
     #[test]
     fn blob_dirs_that_are_not_dirs_are_usage_errors() {
-        for (blobs, sha) in [(true, false), (false, true)] {
+        for blobs in [true, false] {
             let td = tempfile::tempdir().unwrap();
             let path = td.path().join("l");
             std::fs::create_dir(&path).unwrap();

@@ -17,3 +17,36 @@ fn missing_config_root_is_a_usage_error_naming_it() {
     r.assert_failure(2);
     assert!(r.stderr.contains(missing.to_str().unwrap()), "{}", r.stderr);
 }
+
+#[path = "../fuzz/src/contract.rs"]
+#[allow(dead_code)]
+mod contract;
+
+/// Every file of fuzz/corpus/TARGET (seeds, and every crash the fuzzer ever
+/// found, kept once fixed) goes through its target's contract check, as the
+/// fuzzer ran it.
+#[test]
+fn fuzz_corpus_replays_clean() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+    let mut total = 0;
+    for (name, check) in contract::TARGETS {
+        let dir = root.join(name);
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        assert!(!files.is_empty(), "no seeds for fuzz target {name}");
+        for f in &files {
+            let data = std::fs::read(f).unwrap();
+            let r = std::panic::catch_unwind(|| check(&data));
+            assert!(
+                r.is_ok(),
+                "fuzz target {name}: {} breaks the contract",
+                f.display()
+            );
+        }
+        total += files.len();
+    }
+    eprintln!("replayed {total} corpus files");
+}

@@ -44,9 +44,10 @@ pub struct EnvVar {
     pub value: String,
 }
 
+/// A plugin's answer (fields private: they hold the secret).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Response {
+pub struct Response {
     #[serde(default)]
     cache_key_type: Option<String>,
     #[serde(default)]
@@ -183,30 +184,27 @@ fn exec(p: &Provider, bin_dir: &Path, image: &str) -> anyhow::Result<Response> {
         .map_err(|why| {
             Failure::new(Kind::Auth, format!("credential provider {}: {why}", p.name))
         })?;
-    // Never echo the answer: it holds the secret.
-    let v: serde_json::Value = serde_json::from_slice(&stdout).map_err(|_| {
+    parse_answer(&p.name, &stdout)
+}
+
+/// A plugin's answer: a `CredentialProviderResponse`, or exit 2 without a word
+/// of it (it holds the secret).
+pub fn parse_answer(provider: &str, stdout: &[u8]) -> anyhow::Result<Response> {
+    let malformed = || {
         Failure::new(
             Kind::Usage,
-            format!("credential provider {}: malformed response", p.name),
+            format!("credential provider {provider}: malformed response"),
         )
-    })?;
+    };
+    let v: serde_json::Value = serde_json::from_slice(stdout).map_err(|_| malformed())?;
     if v["kind"] != "CredentialProviderResponse" {
         return Err(Failure::new(
             Kind::Usage,
-            format!(
-                "credential provider {}: not a CredentialProviderResponse",
-                p.name
-            ),
+            format!("credential provider {provider}: not a CredentialProviderResponse"),
         )
         .into());
     }
-    serde_json::from_value(v).map_err(|_| {
-        Failure::new(
-            Kind::Usage,
-            format!("credential provider {}: malformed response", p.name),
-        )
-        .into()
-    })
+    Ok(serde_json::from_value(v).map_err(|_| malformed())?)
 }
 
 /// The cache entry's file: per provider and per key (the image, its registry,
