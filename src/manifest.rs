@@ -760,7 +760,7 @@ mod tests {
             format!(r#"{{"schemaVersion":2,"config":{da},"layers":{da}}}"#),
             // Deeper than any consumer should parse, in an annotation.
             format!(
-                r#"{{"schemaVersion":2,"config":{da},"layers":[],"annotations":{{"x":{}{}}}}}"#,
+                r#"{{"schemaVersion":2,"config":{da},"layers":[],"x-unknown":{{"x":{}{}}}}}"#,
                 "[".repeat(10_000),
                 "]".repeat(10_000)
             ),

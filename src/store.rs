@@ -116,7 +116,9 @@ impl Layout {
                     origin = Origin::Empty;
                 }
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                return fail(Kind::Usage, format!("{}/{OCI_LAYOUT}: {e}", path.display()));
+            }
         }
         // A file, a dangling symlink or a loop where the blob directories belong
         // is a layout that is not one (2), not an internal error.
@@ -256,7 +258,11 @@ impl Layout {
                 "mediaType": crate::manifest::OCI_INDEX,
                 "manifests": [],
             })),
-            Err(e) => Err(e.into()),
+            // A directory where index.json belongs, say: not an internal error.
+            Err(e) => fail(
+                Kind::Usage,
+                format!("{}/index.json: {e}", self.path.display()),
+            ),
         }
     }
 }
@@ -505,6 +511,21 @@ mod tests {
             assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
             assert!(format!("{e:#}").contains("/blobs"), "{e:#}");
         }
+        // oci-layout or index.json a directory.
+        let td = tempfile::tempdir().unwrap();
+        let path = td.path().join("l");
+        std::fs::create_dir_all(path.join("oci-layout")).unwrap();
+        let e = Layout::open_locked(&path).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
+        assert!(format!("{e:#}").contains("oci-layout"), "{e:#}");
+        let path = td.path().join("m");
+        let l = Layout::open_locked(&path).unwrap();
+        std::fs::create_dir(path.join("index.json")).unwrap();
+        let e = l
+            .set_tag("t", crate::manifest::OCI_MANIFEST, &desc(b"x").digest, 1)
+            .unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
+        assert!(format!("{e:#}").contains("index.json"), "{e:#}");
     }
 
     #[test]
