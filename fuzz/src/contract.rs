@@ -13,8 +13,11 @@ use hostpull::error::{Kind, exit_code};
 use hostpull::manifest::{self, Parsed, Platform};
 use hostpull::plan::imgref::{Dest, ImageRef, Sha256Digest};
 
+/// A target's check: panics if `data` breaks the contract.
+pub type Check = fn(&[u8]);
+
 /// Every target: its name (the corpus directory) and its check.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Check)] = &[
     ("manifest", manifest_target),
     ("manifest_go", manifest_go_target),
     ("config", config_target),
@@ -382,10 +385,10 @@ pub fn sigstore_payload_target(data: &[u8]) {
 pub fn hostpull_config_target(data: &[u8]) {
     use cap_std_ext::cap_std::{ambient_authority, fs::Dir};
     let (config, profile) = split(data);
-    if let Ok(text) = std::str::from_utf8(config) {
-        if let Err(e) = hostpull::config::parse("config.toml", text) {
-            expect_code("config::parse", &e, &[2]);
-        }
+    if let Ok(text) = std::str::from_utf8(config)
+        && let Err(e) = hostpull::config::parse("config.toml", text)
+    {
+        expect_code("config::parse", &e, &[2]);
     }
     let root = scratch().join("hproot");
     let _ = std::fs::remove_dir_all(&root);

@@ -130,7 +130,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         rest = &rest[unit_len..];
     }
     const GO_MAX_SECS: f64 = i64::MAX as f64 / 1e9;
-    if !(total <= GO_MAX_SECS) {
+    if total.is_nan() || total > GO_MAX_SECS {
         return None;
     }
     Duration::try_from_secs_f64(total).ok()
