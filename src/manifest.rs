@@ -133,9 +133,11 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
         if index.manifests.is_empty() {
             return fail(Kind::Verify, "malformed manifest: index lists no manifests");
         }
+        sizes(&index.manifests)?;
         return Ok(Parsed::Index(index));
     }
     let m: Manifest = serde_json::from_slice(bytes).map_err(malformed)?;
+    sizes(m.blobs())?;
     if m.layers.len() > LAYERS_MAX {
         return fail(
             Kind::Verify,
@@ -173,6 +175,24 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
             OCI_MANIFEST
         },
     ))
+}
+
+/// A descriptor's size is Go's `int64`, and JSON numbers past 2^53 are not
+/// exact in every reader (skopeo's proxy protocol passes sizes as JSON
+/// numbers): a size beyond that (8 PiB) is a lie, not a blob.
+pub const SIZE_MAX: u64 = 1 << 53;
+
+fn sizes<'a>(ds: impl IntoIterator<Item = &'a Descriptor>) -> anyhow::Result<()> {
+    match ds.into_iter().find(|d| d.size >= SIZE_MAX) {
+        Some(d) => fail(
+            Kind::Verify,
+            format!(
+                "malformed manifest: {} has size {}, beyond any blob (2^53)",
+                d.digest, d.size
+            ),
+        ),
+        None => Ok(()),
+    }
 }
 
 /// Check an image config the consumer will parse: JSON, UTF-8, an object, not
@@ -758,6 +778,13 @@ mod tests {
                 r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"x","digest":"{a}","size":3,"platform":["linux","amd64"]}}]}}"#
             ),
             format!(r#"{{"schemaVersion":2,"config":{da},"layers":{da}}}"#),
+            // Sizes no reader holds exactly (Go's int64; JSON numbers past 2^53).
+            format!(
+                r#"{{"schemaVersion":2,"config":{da},"layers":[{{"mediaType":"x","digest":"{b}","size":9007199254740992}}]}}"#
+            ),
+            format!(
+                r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"x","digest":"{b}","size":18446744073709551615}}]}}"#
+            ),
             // Deeper than any consumer should parse, in an annotation.
             format!(
                 r#"{{"schemaVersion":2,"config":{da},"layers":[],"x-unknown":{{"x":{}{}}}}}"#,
