@@ -21,6 +21,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MINUTES=${1:-2}
 shift || true
+[[ $MINUTES =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: MINUTES must be a whole number >= 1" >&2; exit 2; }
 FUZZ=$ROOT/fuzz
 HOST=$(rustc -vV | sed -n 's/^host: //p')
 BIN=$FUZZ/target/$HOST/release/fuzz
