@@ -83,20 +83,19 @@ pub fn load_config(path: &Path) -> anyhow::Result<ProviderConfig> {
     // Its args and env may hold secrets: serde's error must not quote them.
     let c: ProviderConfig =
         serde_json::from_value(v).map_err(|e| bad(path, crate::error::serde_redacted(&e)))?;
-    for p in &c.providers {
+    // Providers by their place, not their name or values: the file may hold
+    // secrets, and no error quotes it.
+    for (i, p) in c.providers.iter().enumerate() {
         if p.api_version != REQUEST_API {
             return Err(bad(
                 path,
-                format!(
-                    "provider {}: apiVersion {} is not {REQUEST_API}",
-                    p.name, p.api_version
-                ),
+                format!("providers[{i}]: apiVersion is not {REQUEST_API}"),
             ));
         }
         if p.name.contains('/') || p.name.is_empty() {
             return Err(bad(
                 path,
-                format!("provider name {:?} is not a file name", p.name),
+                format!("providers[{i}]: its name is not a file name"),
             ));
         }
     }
@@ -348,6 +347,11 @@ mod tests {
             // A string where a list belongs: serde would quote it in its error.
             &format!("{ok}  args: \"--token=s3cr3t-arg\"\n"),
             &format!("{ok}  env: [{{name: T, value: [s3cr3t-env]}}]\n"),
+            &ok.replace(
+                "apiVersion: credentialprovider",
+                "apiVersion: s3cr3t-credentialprovider",
+            ),
+            &ok.replace("name: p", "name: s3cr3t/p"),
         ] {
             std::fs::write(&f, bad).unwrap();
             let e = load_config(&f).unwrap_err();
