@@ -235,28 +235,25 @@ fn creds_target(data: &[u8], rel: &str, source: fn(PathBuf) -> hostpull::plan::a
 /// `data` holds it.
 fn names_hold_mark(data: &[u8]) -> bool {
     use base64::Engine as _;
-    fn walk(v: &serde_yaml::Value, in_helpers: bool) -> bool {
-        use serde_yaml::Value as V;
+    use serde_json::Value as V;
+    fn walk(v: &V, helpers: bool) -> bool {
         match v {
-            V::Mapping(m) => m.iter().any(|(k, v)| {
-                let key = serde_yaml::to_string(k).unwrap_or_default();
-                key.contains(SECRET_MARK) || walk(k, false) || walk(v, key.contains("credHelpers"))
-            }),
-            V::Sequence(s) => s.iter().any(|v| walk(v, in_helpers)),
-            V::String(s) if in_helpers => s.contains(SECRET_MARK),
+            V::Object(m) => m
+                .iter()
+                .any(|(k, v)| k.contains(SECRET_MARK) || walk(v, helpers || k == "credHelpers")),
+            V::Array(a) => a.iter().any(|v| walk(v, helpers)),
+            V::String(s) if helpers => s.contains(SECRET_MARK),
             V::String(s) => base64::engine::general_purpose::STANDARD
                 .decode(s.trim())
                 .ok()
-                .and_then(|b| serde_yaml::from_slice::<serde_yaml::Value>(&b).ok())
+                .and_then(|b| serde_json::from_slice::<V>(&b).ok())
                 .is_some_and(|inner| walk(&inner, false)),
-            V::Tagged(t) => walk(&t.value, in_helpers),
             _ => false,
         }
     }
-    match serde_yaml::from_slice::<serde_yaml::Value>(data) {
-        Ok(v) => walk(&v, false),
-        Err(_) => false,
-    }
+    // Read as hostpull reads it: YAML (a superset of JSON) into JSON values.
+    let text = String::from_utf8_lossy(data);
+    serde_yaml::from_str::<V>(&text).is_ok_and(|v| walk(&v, false))
 }
 
 /// containers-auth.json.
