@@ -3,7 +3,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::error::{self, Kind};
@@ -281,7 +280,15 @@ fn plan_for(opts: &PullOpts, dest_optional: bool) -> anyhow::Result<plan::Plan> 
         &opts.config_root,
         cap_std_ext::cap_std::ambient_authority(),
     )
-    .with_context(|| format!("Opening {}", opts.config_root.display()))?;
+    .map_err(|e| {
+        error::Failure::new(
+            Kind::Usage,
+            format!(
+                "cannot open --config-root {}: {e}",
+                opts.config_root.display()
+            ),
+        )
+    })?;
     if let Some(name) = &opts.profile {
         crate::config::load_profile(&root, name)?.fill(&mut req);
     }

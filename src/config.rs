@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use cap_std_ext::cap_std::fs::Dir;
 use cap_std_ext::dirext::CapStdExtDirExt;
 use serde::Deserialize;
@@ -163,14 +162,42 @@ fn prepend<T: Clone>(cli: &mut Vec<T>, mine: &[T]) {
     *cli = all;
 }
 
+/// A configuration file that cannot be read is a configuration error (2) that
+/// names it, whatever the reason: a directory where the file belongs or the
+/// reverse, a symlink out of the root or in a loop, bytes that are not UTF-8.
+fn unreadable(rel: &Path, why: &dyn std::fmt::Display) -> anyhow::Error {
+    Failure::new(
+        Kind::Usage,
+        format!("cannot read configuration /{}: {why}", rel.display()),
+    )
+    .into()
+}
+
+/// The text of `rel` under `root`, or `None` if there is no such file.
+fn read_optional(root: &Dir, rel: &Path) -> anyhow::Result<Option<String>> {
+    let Some(f) = root.open_optional(rel).map_err(|e| unreadable(rel, &e))? else {
+        return Ok(None);
+    };
+    // Opening a directory succeeds; say what is wrong rather than EISDIR.
+    if f.metadata().map_err(|e| unreadable(rel, &e))?.is_dir() {
+        return Err(unreadable(rel, &"it is a directory, not a file"));
+    }
+    std::io::read_to_string(f)
+        .map(Some)
+        .map_err(|e| unreadable(rel, &e))
+}
+
 /// Read every configuration file under `root`, in precedence order.
 pub fn load(root: &Dir) -> anyhow::Result<Config> {
     let mut config = Config::default();
     for dir in DIRS {
         let mut files = vec![Path::new(dir).join("config.toml")];
-        if let Some(d) = root.open_dir_optional(Path::new(dir).join("config.d"))? {
+        let dropins = Path::new(dir).join("config.d");
+        let unreadable = |e: std::io::Error| unreadable(&dropins, &e);
+        if let Some(d) = root.open_dir_optional(&dropins).map_err(unreadable)? {
             let mut names: Vec<String> = d
-                .entries()?
+                .entries()
+                .map_err(unreadable)?
                 .filter_map(|e| e.ok()?.file_name().into_string().ok())
                 .filter(|n| n.ends_with(".toml"))
                 .collect();
@@ -182,11 +209,9 @@ pub fn load(root: &Dir) -> anyhow::Result<Config> {
             );
         }
         for f in files {
-            let Some(text) = root.open_optional(&f)? else {
+            let Some(text) = read_optional(root, &f)? else {
                 continue;
             };
-            let text = std::io::read_to_string(text)
-                .with_context(|| format!("Reading /{}", f.display()))?;
             config.merge(parse(&format!("/{}", f.display()), &text)?);
         }
     }
@@ -197,6 +222,75 @@ pub fn load(root: &Dir) -> anyhow::Result<Config> {
 mod tests {
     use super::*;
     use cap_std_ext::cap_std::ambient_authority;
+
+    /// Every file that cannot be read is exit 2 with its name, never exit 1.
+    #[test]
+    fn unreadable_files_are_config_errors_naming_the_file() {
+        use std::os::unix::fs::symlink;
+        type Setup = fn(&Path);
+        let cases: &[(&str, Setup, &str)] = &[
+            (
+                "non-UTF-8 config.toml",
+                |r| {
+                    std::fs::write(
+                        r.join("etc/hostpull/config.toml"),
+                        b"[pull]\ntimeout = \xff\n",
+                    )
+                    .unwrap()
+                },
+                "/etc/hostpull/config.toml",
+            ),
+            (
+                "config.toml a directory",
+                |r| std::fs::create_dir(r.join("etc/hostpull/config.toml")).unwrap(),
+                "/etc/hostpull/config.toml",
+            ),
+            (
+                "config.d a file",
+                |r| std::fs::write(r.join("etc/hostpull/config.d"), b"").unwrap(),
+                "/etc/hostpull/config.d",
+            ),
+            (
+                "a drop-in a directory",
+                |r| std::fs::create_dir_all(r.join("etc/hostpull/config.d/10-x.toml")).unwrap(),
+                "/etc/hostpull/config.d/10-x.toml",
+            ),
+            (
+                "absolute symlink",
+                |r| symlink("/etc/passwd", r.join("etc/hostpull/config.toml")).unwrap(),
+                "/etc/hostpull/config.toml",
+            ),
+            (
+                "symlink loop",
+                |r| symlink("config.toml", r.join("etc/hostpull/config.toml")).unwrap(),
+                "/etc/hostpull/config.toml",
+            ),
+        ];
+        for (what, setup, file) in cases {
+            let td = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(td.path().join("etc/hostpull")).unwrap();
+            setup(td.path());
+            let root = Dir::open_ambient_dir(td.path(), ambient_authority()).unwrap();
+            let e = load(&root).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{what}: {e:#}");
+            assert!(format!("{e:#}").contains(file), "{what}: {e:#}");
+        }
+        // And a profile.
+        let td = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(td.path().join("etc/hostpull/pulls.d")).unwrap();
+        std::fs::write(
+            td.path().join("etc/hostpull/pulls.d/p.toml"),
+            b"image = \"\xff\"\n",
+        )
+        .unwrap();
+        let root = Dir::open_ambient_dir(td.path(), ambient_authority()).unwrap();
+        let e = load_profile(&root, "p").unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
+        assert!(
+            format!("{e:#}").contains("/etc/hostpull/pulls.d/p.toml"),
+            "{e:#}"
+        );
+    }
 
     #[test]
     fn parse_table() {
@@ -401,10 +495,9 @@ pub fn load_profile(root: &Dir, name: &str) -> anyhow::Result<Profile> {
     }
     for dir in DIRS.iter().rev() {
         let rel = Path::new(dir).join("pulls.d").join(format!("{name}.toml"));
-        let Some(f) = root.open_optional(&rel)? else {
+        let Some(text) = read_optional(root, &rel)? else {
             continue;
         };
-        let text = std::io::read_to_string(f)?;
         return toml::from_str(&text).map_err(|e| {
             let msg = crate::error::one_line(e.message());
             Failure::new(

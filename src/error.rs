@@ -96,6 +96,53 @@ pub fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// serde's message for `e` without the values it quotes from the input, for
+/// files that can hold secrets (a provider's `args`, an authfile): serde writes
+/// `invalid type: string "s3cr3t", expected a sequence`, and this keeps
+/// `invalid type: string, expected a sequence`. What serde quotes after
+/// "expected" comes from our types, and so do the names in `missing field `x``
+/// and `duplicate field `x``; any other `"…"` or backticked text (a string, a
+/// number, an unknown key or variant) is the input's, and goes.
+pub fn serde_redacted(e: &dyn fmt::Display) -> String {
+    let msg = one_line(&e.to_string());
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg.as_str();
+    let mut ours = false;
+    while let Some(i) = rest.find(['"', '`']) {
+        let (before, from) = rest.split_at(i);
+        ours |= before.contains("expected");
+        let quote = from.as_bytes()[0];
+        // serde writes strings with Rust's `{:?}`: a quote inside one is escaped.
+        let mut end = None;
+        let mut escaped = false;
+        for (j, b) in from.bytes().enumerate().skip(1) {
+            match b {
+                b'\\' if quote == b'"' && !escaped => escaped = true,
+                b if b == quote && !escaped => {
+                    end = Some(j);
+                    break;
+                }
+                _ => escaped = false,
+            }
+        }
+        let Some(end) = end else {
+            // An unbalanced quote: what follows may be the value.
+            out.push_str(before.trim_end());
+            return out;
+        };
+        let name = quote == b'`'
+            && (before.ends_with("missing field ") || before.ends_with("duplicate field "));
+        if ours || name {
+            out.push_str(&rest[..i + end + 1]);
+        } else {
+            out.push_str(before.trim_end_matches(' '));
+        }
+        rest = &from[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Classify a worker's (skopeo's) error text by facts that neither a registry
 /// nor whoever names a repository can choose: the registry's error *code*
 /// (containers/image prints the distribution error code's fixed name, then the
@@ -309,6 +356,54 @@ mod tests {
         let e = anyhow::Error::from(Failure::new(Kind::Auth, "refused")).context("Pulling x");
         assert_eq!(exit_code(&e), 3);
         assert_eq!(exit_code(&anyhow::anyhow!("boom")), 1);
+    }
+
+    #[test]
+    fn serde_errors_lose_the_input_values() {
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct T {
+            args: Vec<String>,
+            n: Option<u8>,
+            mode: Option<Mode>,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        enum Mode {
+            Fast,
+        }
+        let cases = [
+            (
+                r#"{"args": "--token=s3cr3t \"x\" `y`"}"#,
+                "invalid type: string, expected a sequence at line 1 column 35",
+            ),
+            (
+                r#"{"args": [], "n": 99999}"#,
+                "invalid value: integer, expected u8",
+            ),
+            (
+                r#"{"args": [], "s3cr3t": 1}"#,
+                "unknown field, expected one of `args`, `n`, `mode`",
+            ),
+            (
+                r#"{"args": [], "mode": "s3cr3t"}"#,
+                "unknown variant, expected `Fast`",
+            ),
+            (r#"{"n": 1}"#, "missing field `args`"),
+            (r#"{"args": [], "args": []}"#, "duplicate field `args`"),
+            (
+                r#"{"args": ["a", 5.5]}"#,
+                "invalid type: floating point, expected a string",
+            ),
+        ];
+        for (json, want) in cases {
+            let e = serde_json::from_str::<T>(json).unwrap_err();
+            let got = serde_redacted(&e);
+            assert!(got.starts_with(want), "{json}: {got:?} (serde: {e})");
+            for secret in ["s3cr3t", "99999", "5.5"] {
+                assert!(!got.contains(secret), "{got}");
+            }
+        }
     }
 
     #[test]

@@ -367,21 +367,12 @@ async fn fetch_into(
         fetch_blobs(worker, plan, &image, layout, &tally, early, progress).await?;
     }
     progress.blobs(&tally.states(|_| u64::MAX), true);
-    // The config must be JSON: a consumer will parse it. (It is not in the
-    // layout only when an ostree destination has this very image already.)
-    if layout.has_blob(&r.manifest.config)?
-        && serde_json::from_slice::<serde::de::IgnoredAny>(
-            &layout.read_blob(&r.manifest.config.digest)?,
-        )
-        .is_err()
-    {
-        return fail(
-            Kind::Verify,
-            format!(
-                "image config {} is not valid JSON",
-                r.manifest.config.digest
-            ),
-        );
+    // The consumer will parse the config: it must be able to. (It is not in
+    // the layout only when an ostree destination has this very image already.)
+    if layout.has_blob(&r.manifest.config)? {
+        let config = layout.read_blob(&r.manifest.config.digest)?;
+        manifest::check_config(&config)
+            .with_context(|| format!("Checking image config {}", r.manifest.config.digest))?;
     }
     progress.steps("publishing", 2, 3);
     layout.write_blob("manifest", &r.digest, &r.raw)?;

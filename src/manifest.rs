@@ -69,6 +69,16 @@ pub enum Parsed {
 }
 
 /// Parse untrusted manifest bytes. Anything malformed is a verification failure (7).
+///
+/// The rule: what root verifies is exactly what the consumer reads. skopeo (and
+/// so rpm-ostree and bootc) reads with Go's `encoding/json`, which matches keys
+/// to fields regardless of case and lets the last of repeated keys win; serde
+/// matches exactly and takes the first. So before the typed parse, [`strict`]
+/// refuses every document the two could read differently: a key repeated, or
+/// repeated in another case (`"Layers"` beside `"layers"`); a key that only
+/// Go would take for a field (`"Digest"`); a document that is both a manifest
+/// and an index (CVE-2021-41190); a value of the wrong JSON type where an
+/// object belongs (serde would read an array positionally, Go refuses it).
 pub fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
     if bytes.len() as u64 > MANIFEST_MAX {
         return fail(Kind::Verify, "manifest is larger than 4 MiB");
@@ -83,6 +93,10 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
     let malformed = |e: serde_json::Error| {
         crate::error::Failure::new(Kind::Verify, format!("malformed manifest: {e}"))
     };
+    let tree = Json::parse(bytes).map_err(malformed)?;
+    if !matches!(tree, Json::Obj(_)) {
+        return fail(Kind::Verify, "malformed manifest: not a JSON object");
+    }
     let probe: Probe = serde_json::from_slice(bytes).map_err(malformed)?;
     if probe.schema_version != Some(2) {
         return fail(
@@ -106,14 +120,24 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
             );
         }
     };
+    let shape = if media_type == OCI_INDEX {
+        Shape::Index
+    } else {
+        Shape::Manifest
+    };
+    strict(&tree, shape, "manifest").map_err(|why| {
+        crate::error::Failure::new(Kind::Verify, format!("malformed manifest: {why}"))
+    })?;
     if media_type == OCI_INDEX {
         let index: Index = serde_json::from_slice(bytes).map_err(malformed)?;
         if index.manifests.is_empty() {
             return fail(Kind::Verify, "malformed manifest: index lists no manifests");
         }
+        sizes(&index.manifests)?;
         return Ok(Parsed::Index(index));
     }
     let m: Manifest = serde_json::from_slice(bytes).map_err(malformed)?;
+    sizes(m.blobs())?;
     if m.layers.len() > LAYERS_MAX {
         return fail(
             Kind::Verify,
@@ -123,13 +147,19 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
             ),
         );
     }
-    if let Some(foreign) = m.layers.iter().find(|l| !l.urls.is_empty()) {
-        // A foreign layer asks the client to fetch from another server, maybe
-        // without TLS or with our credentials. Everything comes from the registry.
+    if let Some(foreign) = m.blobs().find(|l| !l.urls.is_empty()) {
+        // A foreign blob asks the client to fetch from another server, maybe
+        // without TLS or with our credentials. Everything comes from the
+        // registry: the config too (`skopeo inspect` would fetch it there).
         return fail(
             Kind::Verify,
             format!(
-                "layer {} names foreign URLs; hostpull fetches only from the registry",
+                "{} {} names foreign URLs; hostpull fetches only from the registry",
+                if std::ptr::eq(foreign, &m.config) {
+                    "config"
+                } else {
+                    "layer"
+                },
                 foreign.digest
             ),
         );
@@ -147,12 +177,300 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
     ))
 }
 
+/// A descriptor's size is Go's `int64`, and JSON numbers past 2^53 are not
+/// exact in every reader (skopeo's proxy protocol passes sizes as JSON
+/// numbers): a size beyond that (8 PiB) is a lie, not a blob.
+pub const SIZE_MAX: u64 = 1 << 53;
+
+fn sizes<'a>(ds: impl IntoIterator<Item = &'a Descriptor>) -> anyhow::Result<()> {
+    match ds.into_iter().find(|d| d.size >= SIZE_MAX) {
+        Some(d) => fail(
+            Kind::Verify,
+            format!(
+                "malformed manifest: {} has size {}, beyond any blob (2^53)",
+                d.digest, d.size
+            ),
+        ),
+        None => Ok(()),
+    }
+}
+
+/// Check an image config the consumer will parse: JSON, UTF-8, an object, not
+/// deeper than serde_json's 128 levels, no key repeated (in any case, where Go
+/// reads a struct), and readable as an OCI image configuration (what ostree-ext,
+/// and so rpm-ostree and bootc, parse it as). Anything else is exit 7.
+pub fn check_config(bytes: &[u8]) -> anyhow::Result<()> {
+    let malformed = |why: &dyn fmt::Display| {
+        crate::error::Failure::new(Kind::Verify, format!("malformed image config: {why}"))
+    };
+    if bytes.len() as u64 > CONFIG_MAX {
+        return Err(malformed(&"larger than 16 MiB").into());
+    }
+    let tree = Json::parse(bytes).map_err(|e| malformed(&e))?;
+    strict(&tree, Shape::Config, "config").map_err(|e| malformed(&e))?;
+    serde_json::from_slice::<oci_spec::image::ImageConfiguration>(bytes)
+        .map_err(|e| malformed(&e))?;
+    Ok(())
+}
+
+/// A JSON document as written: every key of an object in order, repeats kept,
+/// so that [`strict`] sees what serde's typed parse and Go's would each pick.
+/// serde_json's parse of it refuses invalid UTF-8, lone surrogates and nesting
+/// deeper than 128.
+#[derive(Debug)]
+enum Json {
+    Scalar,
+    Arr(Vec<Json>),
+    Obj(Vec<(String, Json)>),
+}
+
+impl Json {
+    fn parse(bytes: &[u8]) -> serde_json::Result<Self> {
+        serde_json::from_slice(bytes)
+    }
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Json;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Json, E> {
+                Ok(Json::Scalar)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Json, E> {
+                Ok(Json::Scalar)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Json, E> {
+                Ok(Json::Scalar)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Json, E> {
+                Ok(Json::Scalar)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Json, E> {
+                Ok(Json::Scalar)
+            }
+            fn visit_unit<E>(self) -> Result<Json, E> {
+                Ok(Json::Scalar)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Json, A::Error> {
+                let mut v = Vec::new();
+                while let Some(e) = a.next_element()? {
+                    v.push(e);
+                }
+                Ok(Json::Arr(v))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Json, A::Error> {
+                let mut v = Vec::new();
+                while let Some(e) = a.next_entry::<String, Json>()? {
+                    v.push(e);
+                }
+                Ok(Json::Obj(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// What a JSON value is read as, by us and by Go: a struct (image-spec's
+/// `specs-go/v1`), or anything else ([`Shape::Any`]: maps such as annotations
+/// and labels, strings, numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Manifest,
+    Index,
+    Descriptor,
+    Platform,
+    Config,
+    ContainerConfig,
+    RootFs,
+    History,
+    Any,
+}
+
+/// A field of a struct: its key, what it holds, and whether it is an array of that.
+type Field = (&'static str, Shape, bool);
+
+impl Shape {
+    fn fields(self) -> &'static [Field] {
+        use Shape::*;
+        const A: Shape = Any;
+        match self {
+            Manifest => &[
+                ("schemaVersion", A, false),
+                ("mediaType", A, false),
+                ("artifactType", A, false),
+                ("config", Descriptor, false),
+                ("layers", Descriptor, true),
+                ("subject", Descriptor, false),
+                ("annotations", A, false),
+            ],
+            Index => &[
+                ("schemaVersion", A, false),
+                ("mediaType", A, false),
+                ("artifactType", A, false),
+                ("manifests", Descriptor, true),
+                ("subject", Descriptor, false),
+                ("annotations", A, false),
+            ],
+            Descriptor => &[
+                ("mediaType", A, false),
+                ("digest", A, false),
+                ("size", A, false),
+                ("urls", A, false),
+                ("annotations", A, false),
+                ("data", A, false),
+                ("platform", Platform, false),
+                ("artifactType", A, false),
+            ],
+            Platform => &[
+                ("architecture", A, false),
+                ("os", A, false),
+                ("os.version", A, false),
+                ("os.features", A, false),
+                ("variant", A, false),
+                ("features", A, false),
+            ],
+            Config => &[
+                ("created", A, false),
+                ("author", A, false),
+                ("architecture", A, false),
+                ("os", A, false),
+                ("os.version", A, false),
+                ("os.features", A, false),
+                ("variant", A, false),
+                ("config", ContainerConfig, false),
+                ("rootfs", RootFs, false),
+                ("history", History, true),
+            ],
+            ContainerConfig => &[
+                ("User", A, false),
+                ("ExposedPorts", A, false),
+                ("Env", A, false),
+                ("Entrypoint", A, false),
+                ("Cmd", A, false),
+                ("Volumes", A, false),
+                ("WorkingDir", A, false),
+                ("Labels", A, false),
+                ("StopSignal", A, false),
+                ("ArgsEscaped", A, false),
+            ],
+            RootFs => &[("type", A, false), ("diff_ids", A, false)],
+            History => &[
+                ("created", A, false),
+                ("created_by", A, false),
+                ("author", A, false),
+                ("comment", A, false),
+                ("empty_layer", A, false),
+            ],
+            Any => &[],
+        }
+    }
+
+    /// Keys of the other kinds of document that make one ambiguous:
+    /// containers/image's `validateUnambiguousManifestFormat` refuses them.
+    fn foreign(self) -> &'static [&'static str] {
+        match self {
+            Shape::Manifest => &["manifests", "fsLayers", "history"],
+            Shape::Index => &["config", "layers", "fsLayers", "history"],
+            _ => &[],
+        }
+    }
+}
+
+/// Go's case folding of a key (encoding/json's `foldName`: upper of lower, rune
+/// by rune), so that keys Go would match to one field fold alike. The four
+/// runes outside ASCII that fold into it are Go's too (K, ſ, İ, ı).
+fn go_fold(key: &str) -> String {
+    fn single(mut it: impl Iterator<Item = char>, c: char) -> char {
+        match (it.next(), it.next()) {
+            (Some(x), None) => x,
+            _ => c,
+        }
+    }
+    key.chars()
+        .map(|c| match c {
+            '\u{212a}' => 'K',
+            '\u{17f}' => 'S',
+            '\u{130}' | '\u{131}' => 'I',
+            c if c.is_ascii() => c.to_ascii_uppercase(),
+            c => {
+                let lower = single(c.to_lowercase(), c);
+                single(lower.to_uppercase(), lower)
+            }
+        })
+        .collect()
+}
+
+/// Refuse what serde and Go could read differently (see [`parse`]).
+fn strict(v: &Json, shape: Shape, at: &str) -> Result<(), String> {
+    let entries = match (v, shape) {
+        // A scalar where a struct belongs fails both typed parses alike (null:
+        // neither has one).
+        (Json::Scalar, _) => return Ok(()),
+        (Json::Arr(items), Shape::Any) => {
+            return items
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, e)| strict(e, Shape::Any, &format!("{at}[{i}]")));
+        }
+        // serde would read an array into a struct by position; Go refuses it.
+        (Json::Arr(_), _) => return Err(format!("{at} is an array, not an object")),
+        (Json::Obj(entries), _) => entries,
+    };
+    let structure = shape != Shape::Any;
+    let mut seen: Vec<(String, &str)> = Vec::with_capacity(entries.len());
+    for (key, value) in entries {
+        // A map's keys are exact in Go too; a struct's fold.
+        let folded = if structure { go_fold(key) } else { key.clone() };
+        if let Some((_, first)) = seen.iter().find(|(f, _)| *f == folded) {
+            return Err(if *first == key.as_str() {
+                format!("{at} has the key {key:?} twice")
+            } else {
+                format!("{at} has the keys {first:?} and {key:?}, one key to a Go reader")
+            });
+        }
+        seen.push((folded.clone(), key));
+        if shape.foreign().iter().any(|f| go_fold(f) == folded) {
+            return Err(format!(
+                "{at} has {key:?}: it is both an image manifest and an index, or a \
+                 schema 1 manifest (CVE-2021-41190)"
+            ));
+        }
+        let where_ = format!("{at}.{key}");
+        match shape.fields().iter().find(|(f, ..)| go_fold(f) == folded) {
+            None => strict(value, Shape::Any, &where_)?,
+            Some((name, ..)) if *name != key.as_str() => {
+                return Err(format!(
+                    "{at} has the key {key:?}, which a Go reader takes for {name:?}"
+                ));
+            }
+            Some((_, child, false)) => strict(value, *child, &where_)?,
+            Some((_, child, true)) => match value {
+                Json::Arr(items) => {
+                    for (i, e) in items.iter().enumerate() {
+                        strict(e, *child, &format!("{where_}[{i}]"))?;
+                    }
+                }
+                Json::Obj(_) => return Err(format!("{where_} is an object, not an array")),
+                Json::Scalar => {}
+            },
+        }
+    }
+    Ok(())
+}
+
 /// Rewrite a verified Docker schema2 manifest as an OCI manifest, as `skopeo
 /// copy` does for an `oci:` destination: skopeo 1.9.3 reads only OCI media types
 /// from a layout's index. Only media types change; the config and layer blobs
 /// stay byte for byte what the registry served, so their digests still hold.
 pub fn docker_to_oci(raw: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let mut v: serde_json::Value = serde_json::from_slice(raw)?;
+    let mut v: serde_json::Value = serde_json::from_slice(raw).map_err(|e| {
+        crate::error::Failure::new(Kind::Verify, format!("malformed manifest: {e}"))
+    })?;
     let convert = |mt: &mut serde_json::Value| {
         let oci = match mt.as_str() {
             Some("application/vnd.docker.container.image.v1+json") => {
@@ -180,10 +498,29 @@ pub fn docker_to_oci(raw: &[u8]) -> anyhow::Result<Vec<u8>> {
         *mt = oci.into();
         Ok(())
     };
-    v["mediaType"] = OCI_MANIFEST.into();
-    convert(&mut v["config"]["mediaType"])?;
-    for layer in v["layers"].as_array_mut().into_iter().flatten() {
-        convert(&mut layer["mediaType"])?;
+    // Not `v["config"]["mediaType"]`: IndexMut panics on a value that is not an object.
+    let not_object = || {
+        fail(
+            Kind::Verify,
+            "malformed manifest: not a Docker schema2 manifest",
+        )
+    };
+    let Some(top) = v.as_object_mut() else {
+        return not_object();
+    };
+    top.insert("mediaType".into(), OCI_MANIFEST.into());
+    let Some(config) = top.get_mut("config").and_then(|c| c.as_object_mut()) else {
+        return not_object();
+    };
+    convert(config.entry("mediaType").or_insert(serde_json::Value::Null))?;
+    let Some(layers) = top.get_mut("layers").and_then(|l| l.as_array_mut()) else {
+        return not_object();
+    };
+    for layer in layers {
+        let Some(layer) = layer.as_object_mut() else {
+            return not_object();
+        };
+        convert(layer.entry("mediaType").or_insert(serde_json::Value::Null))?;
     }
     Ok(serde_json::to_vec(&v)?)
 }
@@ -391,6 +728,141 @@ mod tests {
             let e =
                 parse(&bytes).expect_err(&String::from_utf8_lossy(&bytes[..bytes.len().min(80)]));
             assert_eq!(crate::error::exit_code(&e), 7, "{e}");
+        }
+    }
+
+    /// Documents that serde and Go's encoding/json (skopeo) would read
+    /// differently, or that a consumer cannot read: all exit 7.
+    #[test]
+    fn parser_differentials_are_refused() {
+        let (a, b) = (d('a'), d('b'));
+        let desc = |x: &str| format!(r#"{{"mediaType":"x","digest":"{x}","size":3}}"#);
+        let (da, db) = (desc(&a), desc(&b));
+        let mut bad_utf8 =
+            format!(r#"{{"schemaVersion":2,"config":{da},"layers":[],"annotations":{{"x":"@"}}}}"#)
+                .into_bytes();
+        let at = bad_utf8.iter().position(|&c| c == b'@').unwrap();
+        bad_utf8[at] = 0xff;
+        let cases = [
+            format!(r#"{{"schemaVersion":2,"config":{da},"layers":[{da}],"Layers":[{db}]}}"#),
+            format!(r#"{{"schemaVersion":2,"config":{da},"Config":{db},"layers":[]}}"#),
+            format!(r#"{{"schemaVersion":2,"CONFIG":{db},"config":{da},"layers":[]}}"#),
+            format!(r#"{{"schemaVersion":2,"config":{da},"layers":[],"layers":[{db}]}}"#),
+            format!(r#"{{"schemaVersion":2,"config":{da},"layerſ":[{db}],"layers":[]}}"#),
+            format!(
+                r#"{{"schemaVersion":2,"config":{{"mediaType":"x","digest":"{a}","Digest":"{b}","size":3}},"layers":[]}}"#
+            ),
+            format!(
+                r#"{{"schemaVersion":2,"config":{{"mediaType":"x","digest":"{a}","size":3,"size":4}},"layers":[]}}"#
+            ),
+            // Only Go sees the field.
+            format!(r#"{{"schemaVersion":2,"config":{da},"Layers":[{db}]}}"#),
+            format!(r#"{{"SchemaVersion":2,"schemaVersion":2,"config":{da},"layers":[]}}"#),
+            // Manifest and index at once (CVE-2021-41190), either way round.
+            format!(
+                r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","config":{da},"layers":[],"manifests":[{db}]}}"#
+            ),
+            format!(
+                r#"{{"schemaVersion":2,"mediaType":"{OCI_INDEX}","manifests":[{db}],"layers":[{da}],"config":{da}}}"#
+            ),
+            format!(r#"{{"schemaVersion":2,"manifests":[{db}],"Config":{da}}}"#),
+            format!(r#"{{"schemaVersion":2,"config":{da},"layers":[],"fsLayers":[]}}"#),
+            // Foreign URLs on the config, not only on layers.
+            format!(
+                r#"{{"schemaVersion":2,"config":{{"mediaType":"x","digest":"{a}","size":3,"urls":["https://elsewhere/c"]}},"layers":[]}}"#
+            ),
+            // Arrays where Go wants an object: serde reads them by position.
+            format!(r#"[2,null,{da},[]]"#),
+            format!(r#"{{"schemaVersion":2,"config":["x","{a}",3],"layers":[]}}"#),
+            format!(
+                r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"x","digest":"{a}","size":3,"platform":["linux","amd64"]}}]}}"#
+            ),
+            format!(r#"{{"schemaVersion":2,"config":{da},"layers":{da}}}"#),
+            // Sizes no reader holds exactly (Go's int64; JSON numbers past 2^53).
+            format!(
+                r#"{{"schemaVersion":2,"config":{da},"layers":[{{"mediaType":"x","digest":"{b}","size":9007199254740992}}]}}"#
+            ),
+            format!(
+                r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"x","digest":"{b}","size":18446744073709551615}}]}}"#
+            ),
+            // Deeper than any consumer should parse, in an annotation.
+            format!(
+                r#"{{"schemaVersion":2,"config":{da},"layers":[],"x-unknown":{{"x":{}{}}}}}"#,
+                "[".repeat(10_000),
+                "]".repeat(10_000)
+            ),
+        ];
+        let cases = cases.map(String::into_bytes);
+        for bytes in cases.iter().chain([&bad_utf8]) {
+            let doc = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]);
+            let e = parse(bytes).expect_err(&doc);
+            assert_eq!(crate::error::exit_code(&e), 7, "{e}");
+        }
+    }
+
+    /// What both read alike stays accepted: escapes, unknown keys, maps whose
+    /// keys differ only in case (Go's maps are exact), key order.
+    #[test]
+    fn go_compatible_documents_are_accepted() {
+        let a = d('a');
+        let desc = format!(r#"{{"mediaType":"x","digest":"{a}","size":3}}"#);
+        for doc in [
+            format!(r#"{{"schemaVersion":2,"config":{desc},"layers":[{desc}]}}"#),
+            format!(r#"{{"layers":[{desc}],"config":{desc},"schemaVersion":2}}"#),
+            format!(r#"{{"schemaVersion":2,"config":{desc},"\u006cayers":[{desc}]}}"#),
+            format!(
+                r#"{{"schemaVersion":2,"config":{desc},"layers":[],"annotations":{{"A":"1","a":"2"}},"x-extra":{{"Y":1,"y":2}}}}"#
+            ),
+            format!(r#"{{"schemaVersion":2,"manifests":[{desc}],"annotations":{{}}}}"#),
+        ] {
+            parse(doc.as_bytes()).unwrap_or_else(|e| panic!("{doc}: {e}"));
+        }
+    }
+
+    #[test]
+    fn config_checks() {
+        let ok = br#"{"architecture":"amd64","os":"linux","config":{"Labels":{"a":"1","A":"2"}},"rootfs":{"type":"layers","diff_ids":[]}}"#;
+        check_config(ok).unwrap();
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let mut bad_utf8 = ok.to_vec();
+        let at = bad_utf8.iter().position(|&c| c == b'1').unwrap();
+        bad_utf8[at] = 0xff;
+        let cases: Vec<Vec<u8>> = vec![
+            b"[]".to_vec(),
+            b"{}".to_vec(),
+            b"null".to_vec(),
+            b"not json".to_vec(),
+            deep.into_bytes(),
+            format!(
+                r#"{{"architecture":"amd64","os":"linux","rootfs":{{"type":"layers","diff_ids":[]}},"x":{}{}}}"#,
+                "[".repeat(200),
+                "]".repeat(200)
+            )
+            .into_bytes(),
+            bad_utf8,
+            br#"{"architecture":"amd64","Architecture":"arm64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#.to_vec(),
+            br#"{"architecture":"amd64","os":"linux","os":"windows","rootfs":{"type":"layers","diff_ids":[]}}"#.to_vec(),
+            br#"{"architecture":"amd64","os":"linux","config":{"labels":{"a":"1"}},"rootfs":{"type":"layers","diff_ids":[]}}"#.to_vec(),
+            br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[],"DIFF_IDS":["x"]}}"#.to_vec(),
+            br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":"x"}}"#.to_vec(),
+        ];
+        for c in cases {
+            let e = check_config(&c).expect_err(&String::from_utf8_lossy(&c[..c.len().min(120)]));
+            assert_eq!(crate::error::exit_code(&e), 7, "{e}");
+        }
+    }
+
+    #[test]
+    fn docker_conversion_of_garbage_is_an_error() {
+        for raw in [
+            "[]",
+            "{}",
+            r#"{"config":"x","layers":[]}"#,
+            r#"{"config":{},"layers":[1]}"#,
+            "1",
+        ] {
+            let e = docker_to_oci(raw.as_bytes()).expect_err(raw);
+            assert_eq!(crate::error::exit_code(&e), 7, "{raw}: {e}");
         }
     }
 

@@ -20,8 +20,8 @@ use crate::sandbox::Worker;
 /// The most signatures read per digest, from a lookaside or an attachment.
 const MAX_SIGNATURES: usize = 64;
 /// `critical.type` of GPG simple signing and of sigstore payloads.
-const ATOMIC: &str = "atomic container signature";
-const COSIGN: &str = "cosign container image signature";
+pub const ATOMIC: &str = "atomic container signature";
+pub const COSIGN: &str = "cosign container image signature";
 /// A sigstore attachment layer: its blob is the payload, its annotation the signature.
 const COSIGN_PAYLOAD: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 const COSIGN_SIGNATURE: &str = "dev.cosignproject.cosign/signature";
@@ -329,7 +329,7 @@ async fn attachments(
 
 /// A cosign signature over the payload bytes: ECDSA P-256 with SHA-256 in
 /// ASN.1 DER, or ed25519; any of the policy's keys may have made it.
-fn sigstore_verify(keys: &[PublicKey], payload: &[u8], signature: &str) -> Result<(), String> {
+pub fn sigstore_verify(keys: &[PublicKey], payload: &[u8], signature: &str) -> Result<(), String> {
     use p256::ecdsa::signature::Verifier as _;
     let sig = base64::engine::general_purpose::STANDARD
         .decode(signature.trim())
@@ -382,7 +382,7 @@ struct PayloadIdentity {
 
 /// A verified payload must be of `kind`, name `digest`, and carry an identity
 /// that `rule` accepts for `image`.
-fn check_payload(
+pub fn check_payload(
     bytes: &[u8],
     kind: &str,
     digest: &Sha256Digest,

@@ -17,7 +17,7 @@ use cap_std_ext::dirext::CapStdExtDirExt;
 use fn_error_context::context;
 use serde_json::{Value, json};
 
-use crate::error::{Kind, fail};
+use crate::error::{Failure, Kind, fail};
 use crate::manifest::Descriptor;
 use crate::plan::imgref::Sha256Digest;
 use crate::verify::Verifier;
@@ -116,12 +116,29 @@ impl Layout {
                     origin = Origin::Empty;
                 }
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                return fail(Kind::Usage, format!("{}/{OCI_LAYOUT}: {e}", path.display()));
+            }
         }
+        // A file, a dangling symlink or a loop where the blob directories belong
+        // is a layout that is not one (2), not an internal error.
         for d in ["blobs", BLOBS] {
-            if dir.metadata_optional(d)?.is_none() {
-                dir.create_dir(d)?;
-                dir.set_permissions(d, Permissions::from_mode(DIR_MODE))?;
+            let bad = |why: &dyn std::fmt::Display| {
+                Failure::new(
+                    Kind::Usage,
+                    format!(
+                        "{}/{d}: {why}: not a usable OCI image layout",
+                        path.display()
+                    ),
+                )
+            };
+            match dir.metadata_optional(d).map_err(|e| bad(&e))? {
+                None => {
+                    dir.create_dir(d).map_err(|e| bad(&e))?;
+                    dir.set_permissions(d, Permissions::from_mode(DIR_MODE))?;
+                }
+                Some(m) if m.is_dir() => {}
+                Some(_) => return Err(bad(&"not a directory").into()),
             }
         }
         let blobs = dir.open_dir(BLOBS)?;
@@ -241,7 +258,11 @@ impl Layout {
                 "mediaType": crate::manifest::OCI_INDEX,
                 "manifests": [],
             })),
-            Err(e) => Err(e.into()),
+            // A directory where index.json belongs, say: not an internal error.
+            Err(e) => fail(
+                Kind::Usage,
+                format!("{}/index.json: {e}", self.path.display()),
+            ),
         }
     }
 }
@@ -470,6 +491,44 @@ mod tests {
         let e = Layout::open_locked(td.path()).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(td.path().join("precious").exists());
+    }
+
+    #[test]
+    fn blob_dirs_that_are_not_dirs_are_usage_errors() {
+        for blobs in [true, false] {
+            let td = tempfile::tempdir().unwrap();
+            let path = td.path().join("l");
+            std::fs::create_dir(&path).unwrap();
+            std::fs::write(
+                path.join("oci-layout"),
+                br#"{"imageLayoutVersion":"1.0.0"}"#,
+            )
+            .unwrap();
+            if blobs {
+                std::fs::write(path.join("blobs"), b"").unwrap();
+            } else {
+                std::fs::create_dir(path.join("blobs")).unwrap();
+                std::fs::write(path.join("blobs/sha256"), b"").unwrap();
+            }
+            let e = Layout::open_locked(&path).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
+            assert!(format!("{e:#}").contains("/blobs"), "{e:#}");
+        }
+        // oci-layout or index.json a directory.
+        let td = tempfile::tempdir().unwrap();
+        let path = td.path().join("l");
+        std::fs::create_dir_all(path.join("oci-layout")).unwrap();
+        let e = Layout::open_locked(&path).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
+        assert!(format!("{e:#}").contains("oci-layout"), "{e:#}");
+        let path = td.path().join("m");
+        let l = Layout::open_locked(&path).unwrap();
+        std::fs::create_dir(path.join("index.json")).unwrap();
+        let e = l
+            .set_tag("t", crate::manifest::OCI_MANIFEST, &desc(b"x").digest, 1)
+            .unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
+        assert!(format!("{e:#}").contains("index.json"), "{e:#}");
     }
 
     #[test]

@@ -216,3 +216,88 @@ fn redirected(scenario: &str) -> Hostile {
     assert_eq!(r.json()["manifest_digest"], digest.as_str());
     h
 }
+
+/// The rule for every manifest root accepts: what root verified is exactly what
+/// the consumer reads. Pull `scenario`; if hostpull accepts it, skopeo's
+/// reading of the stored layout (`inspect`, `inspect --config`, and `copy`,
+/// which fetches every blob it reads) must name exactly the config and layers
+/// hostpull's parse of the stored manifest names, each of which root verified.
+/// Returns the pull's exit code.
+fn consumer_reads_what_root_verified(scenario: &str) -> i32 {
+    let h = Hostile::start(scenario);
+    let r = h.pull(&h.image(":v1"), "");
+    eprintln!("{scenario}: exit {}: {}", r.code, r.stderr.trim());
+    if r.code != 0 {
+        r.assert_failure(7);
+        assert!(!h.dest.exists(), "a failed pull published {:?}", h.dest);
+        return r.code;
+    }
+    let layout = format!("oci:{}:v1", h.dest.display());
+    let stored = skopeo(&["inspect", "--raw", &layout]);
+    assert_eq!(
+        hostpull::verify::sha256(stored.as_bytes()).as_str(),
+        r.json()["manifest_digest"],
+        "skopeo reads the manifest hostpull published"
+    );
+    let hostpull::manifest::Parsed::Manifest(m, _) =
+        hostpull::manifest::parse(stored.as_bytes()).unwrap()
+    else {
+        panic!("{scenario}: the layout holds an index")
+    };
+    let ours: Vec<String> = m.layers.iter().map(|l| l.digest.to_string()).collect();
+    let inspect: Value = serde_json::from_str(&skopeo(&["inspect", &layout])).unwrap();
+    assert_eq!(
+        inspect["Layers"],
+        serde_json::json!(ours),
+        "{scenario}: layers"
+    );
+    let config = skopeo(&["inspect", "--config", "--raw", &layout]);
+    assert_eq!(
+        hostpull::verify::sha256(config.as_bytes()),
+        m.config.digest,
+        "{scenario}: config"
+    );
+    let out = scratch();
+    skopeo(&["copy", &layout, &format!("dir:{}", out.path().display())]);
+    let mut copied: Vec<String> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "manifest.json" && n != "version")
+        .collect();
+    copied.sort();
+    let mut verified: Vec<String> = m.blobs().map(|d| d.digest.hex().to_owned()).collect();
+    verified.sort();
+    verified.dedup();
+    assert_eq!(copied, verified, "{scenario}: the blobs skopeo copy reads");
+    0
+}
+
+/// Documents Go and serde would read differently, or that the consumer cannot
+/// read: refused with 7 (and, were one accepted, the check above would show
+/// skopeo reading the shadow layer or config root never fetched).
+#[test]
+fn parser_differentials_are_refused() {
+    for scenario in [
+        "case-layers",
+        "case-config",
+        "case-digest",
+        "dup-layers",
+        "dup-annotation",
+        "manifest-and-index",
+        "config-urls",
+        "config-array",
+        "config-deep",
+        "config-bad-utf8",
+        "index-platform-array",
+    ] {
+        assert_eq!(consumer_reads_what_root_verified(scenario), 7, "{scenario}");
+    }
+}
+
+/// What Go and serde read alike is accepted, and skopeo reads what root verified.
+#[test]
+fn accepted_manifests_read_alike() {
+    for scenario in ["ok", "benign-extras", "docker-schema2"] {
+        assert_eq!(consumer_reads_what_root_verified(scenario), 0, "{scenario}");
+    }
+}

@@ -44,6 +44,23 @@ SCENARIOS = {
     "foreign-urls": "a layer descriptor has urls naming the second server",
     "redirect": "blob GETs answer 307 to the same path on the second server, named localhost",
     "redirect-port": "blob GETs answer 307 to the same path on the second server, as 127.0.0.1",
+    # Parser differentials: Go's encoding/json (skopeo) matches keys regardless
+    # of case and lets the last repeated key win. A shadow layer and a shadow
+    # config are served too, never named by the honest manifest.
+    "case-layers": '"Layers" (the shadow layer) after "layers"',
+    "case-config": '"Config" (the shadow config) after "config"',
+    "case-digest": 'the last layer\'s descriptor has "Digest" and "Size" of the shadow layer',
+    "dup-layers": '"layers" twice, the shadow layer in the second',
+    "dup-annotation": 'an annotation key twice, with two values',
+    "manifest-and-index": 'the manifest also has "manifests" (CVE-2021-41190)',
+    "config-urls": "the config descriptor has urls naming the second server",
+    "config-array": "the config blob is [] (right digest and size)",
+    "config-deep": "the config nests arrays 10,000 deep",
+    "config-bad-utf8": "the config has a byte that is not UTF-8 in a label",
+    "index-platform-array": "the tag is an index whose entry's platform is an array",
+    # What Go and serde read alike: must be accepted, and read alike.
+    "benign-extras": "unknown keys, an escaped key, annotations differing in case, keys reordered",
+    "docker-schema2": "the image as a Docker schema2 manifest",
 }
 
 REPO = "hostile/img"
@@ -51,6 +68,10 @@ TAG = "v1"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
+DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 
 
 def sha256(data):
@@ -73,7 +94,8 @@ def layer(files):
 
 
 def build_image(scenario, second_port):
-    """Returns (manifest bytes, {digest: bytes served for that blob})."""
+    """Returns (manifest bytes, {digest: bytes served for that blob},
+    {digest: bytes of another manifest served by digest})."""
     layers = [
         layer({"etc/hostile": b"layer one\n"}),
         layer({"data/hostile.txt": b"hostile registry content\n" * 200}),
@@ -86,14 +108,32 @@ def build_image(scenario, second_port):
     }).encode()
     if scenario == "config-not-json":
         config = b"this is not JSON {"
+    elif scenario == "config-array":
+        config = b"[]"
+    elif scenario == "config-deep":
+        config = config[:-1] + b', "x": ' + b"[" * 10000 + b"]" * 10000 + b"}"
+    elif scenario == "config-bad-utf8":
+        config = config.replace(b'"hostile"', b'"host\xffile"')
+    shadow_layer = layer({"etc/hostile": b"never verified by root\n"})
+    shadow_config = json.dumps({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Labels": {"org.hostpull.test": "shadow"}},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }).encode()
     manifest = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "config": descriptor(OCI_CONFIG, config),
         "layers": [descriptor(OCI_LAYER, l) for l in layers],
     }
+    if scenario == "docker-schema2":
+        manifest["mediaType"] = DOCKER_MANIFEST
+        manifest["config"]["mediaType"] = DOCKER_CONFIG
+        for l in manifest["layers"]:
+            l["mediaType"] = DOCKER_LAYER
     # Every blob is served as it is, unless the scenario tampers with it below.
-    blobs = {sha256(b): b for b in [config] + layers}
+    blobs = {sha256(b): b for b in [config] + layers + [shadow_layer, shadow_config]}
+    extra = {}  # other manifests, by digest
     last = manifest["layers"][-1]["digest"]
     if scenario == "blob-corrupt":
         good = blobs[last]
@@ -110,15 +150,59 @@ def build_image(scenario, second_port):
     elif scenario == "foreign-urls":
         manifest["layers"][-1]["urls"] = [
             f"https://127.0.0.1:{second_port}/v2/{REPO}/blobs/{last}"]
-    return json.dumps(manifest, indent=1).encode(), blobs
+    elif scenario == "config-urls":
+        manifest["config"]["urls"] = [
+            f"https://127.0.0.1:{second_port}/v2/{REPO}/blobs/{manifest['config']['digest']}"]
+    elif scenario == "case-config":
+        manifest["Config"] = descriptor(OCI_CONFIG, shadow_config)
+    elif scenario == "case-layers":
+        manifest["Layers"] = [manifest["layers"][0], descriptor(OCI_LAYER, shadow_layer)]
+    elif scenario == "case-digest":
+        shadow = descriptor(OCI_LAYER, shadow_layer)
+        manifest["layers"][-1]["Digest"] = shadow["digest"]
+        manifest["layers"][-1]["Size"] = shadow["size"]
+    elif scenario == "manifest-and-index":
+        manifest["manifests"] = [{"mediaType": OCI_MANIFEST, "digest": sha256(b"other"),
+                                  "size": 5, "platform": {"os": "linux", "architecture": "amd64"}}]
+    elif scenario == "benign-extras":
+        manifest = {k: manifest[k] for k in reversed(list(manifest))}
+        manifest["x-unknown"] = {"Layers": [descriptor(OCI_LAYER, shadow_layer)], "layers": 1}
+        manifest["annotations"] = {"org.hostpull.Case": "A", "org.hostpull.case": "a"}
+        manifest["layers"][0]["x-extra"] = "ignored by everyone"
+    raw = json.dumps(manifest, indent=1).encode()
+    # Raw edits, for what a dict cannot hold.
+    if scenario == "benign-extras":
+        raw = raw.replace(b'"layers"', b'"\\u006cayers"', 1)
+    elif scenario == "dup-layers":
+        shadow = json.dumps([manifest["layers"][0], descriptor(OCI_LAYER, shadow_layer)])
+        raw = raw[:-2] + b',\n "layers": ' + shadow.encode() + b"\n}"
+    elif scenario == "dup-annotation":
+        raw = raw[:-2] + b',\n "annotations": {"a": "1", "a": "2"}\n}'
+    if scenario == "index-platform-array":
+        extra[sha256(raw)] = raw
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [{
+            "mediaType": OCI_MANIFEST, "digest": sha256(raw), "size": len(raw),
+            "platform": ["linux", "amd64"]}]}
+        raw = json.dumps(index).encode()
+    return raw, blobs, extra
+
+
+def media_type(manifest):
+    """The manifest's own mediaType, as a registry sends it in Content-Type."""
+    try:
+        return json.loads(manifest).get("mediaType") or OCI_MANIFEST
+    except (ValueError, AttributeError):
+        return OCI_MANIFEST
 
 
 class Registry:
     """What one server serves, and where it logs."""
 
-    def __init__(self, name, scenario, manifest, blobs, log, auth, redirect_port=None):
+    def __init__(self, name, scenario, manifest, blobs, log, auth, redirect_port=None,
+                 extra=None):
         self.name, self.scenario = name, scenario
         self.manifest, self.blobs = manifest, blobs
+        self.extra = extra or {}
         self.digest = sha256(manifest)
         self.log, self.log_lock = log, threading.Lock()
         self.auth = auth  # the Authorization header value we accept; None: no auth
@@ -170,9 +254,13 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, b"{}", json_type, head)
         if path.startswith(prefix + "manifests/"):
             ref = path[len(prefix + "manifests/"):]
+            if ref in reg.extra:
+                return self.reply(200, reg.extra[ref], [
+                    ("Content-Type", media_type(reg.extra[ref])),
+                    ("Docker-Content-Digest", ref)], head)
             if ref in (TAG, reg.digest) or reg.scenario == "pinned-mismatch":
                 return self.reply(200, reg.manifest, [
-                    ("Content-Type", OCI_MANIFEST),
+                    ("Content-Type", media_type(reg.manifest)),
                     ("Docker-Content-Digest", reg.digest)], head)
         elif path == prefix + "tags/list":  # for `skopeo inspect` by hand
             body = json.dumps({"name": REPO, "tags": [TAG]}).encode()
@@ -220,15 +308,16 @@ def main():
     # The second server comes first: the manifest may name its port.
     second_port = 0
     redirects = a.scenario in ("redirect", "redirect-port")
-    if a.scenario == "foreign-urls" or redirects:
+    if a.scenario in ("foreign-urls", "config-urls") or redirects:
         # It listens before the image exists; it gets the image's blobs below.
         second = Registry("second", a.scenario, b"", {}, a.log, None)
         second_port = serve(second, 0, tls)
-    manifest, blobs = build_image(a.scenario, second_port)
+    manifest, blobs, extra = build_image(a.scenario, second_port)
     if second_port:
         second.manifest, second.digest, second.blobs = manifest, sha256(manifest), blobs
     main_reg = Registry("main", a.scenario, manifest, blobs, a.log, auth,
-                        redirect_port=second_port if redirects else None)
+                        redirect_port=second_port if redirects else None,
+                        extra=extra)
     port = serve(main_reg, a.port, tls)
     print(port, second_port, flush=True)
     threading.Event().wait()

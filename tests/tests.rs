@@ -9,6 +9,7 @@ mod mirrors;
 mod ostree;
 mod pull;
 mod rate;
+mod robust;
 mod signatures;
 mod systemd;
 mod tty;

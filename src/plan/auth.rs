@@ -266,41 +266,63 @@ fn read_creds(name: &Path, text: &str) -> anyhow::Result<FileCreds> {
     Ok(FileCreds { entries, helpers })
 }
 
+/// The most a credential helper or provider plugin may answer: an answer is a
+/// few credentials, and a bigger one is refused rather than held in memory.
+pub(crate) const PLUGIN_ANSWER_MAX: u64 = 1 << 20;
+
 /// Run a credential helper or provider plugin as root: `input` on its stdin,
 /// its stdout back, killed after `timeout`. Its stderr is dropped: it may hold
-/// secrets. The error is a short reason, for the caller to put in context.
+/// secrets. Its stdout is read while it runs (a pipe holds only 64 KiB, and a
+/// plugin blocked on a full one never exits), and at most [`PLUGIN_ANSWER_MAX`]
+/// of it. The error is a short reason, for the caller to put in context.
 pub(crate) fn run_root_plugin(
     mut cmd: std::process::Command,
     input: &[u8],
     timeout: std::time::Duration,
 ) -> Result<Vec<u8>, String> {
-    use std::io::Write as _;
+    use std::io::{Read as _, Write as _};
     use std::process::Stdio;
     let program = cmd.get_program().to_string_lossy().into_owned();
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut child = cmd.spawn().map_err(|e| format!("{program}: {e}"))?;
+    let start = std::time::Instant::now();
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut answer = Vec::new();
+        let r = stdout.take(PLUGIN_ANSWER_MAX + 1).read_to_end(&mut answer);
+        let _ = tx.send(r.map(|_| answer));
+    });
     // A plugin that exits without reading its input is its own business.
     let _ = child.stdin.take().expect("piped").write_all(input);
-    let start = std::time::Instant::now();
+    let stop = |child: &mut std::process::Child, why: String| {
+        let _ = child.kill();
+        let _ = child.wait();
+        Err(why)
+    };
+    let no_answer = format!("no answer in {}s", timeout.as_secs());
+    let answer = match rx.recv_timeout(timeout) {
+        Ok(Ok(a)) if a.len() as u64 > PLUGIN_ANSWER_MAX => {
+            return stop(
+                &mut child,
+                format!("its answer is larger than {} KiB", PLUGIN_ANSWER_MAX >> 10),
+            );
+        }
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => return stop(&mut child, format!("reading its answer: {e}")),
+        Err(_) => return stop(&mut child, no_answer),
+    };
     loop {
         match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if start.elapsed() > timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("no answer in {}s", timeout.as_secs()));
-            }
+            Ok(Some(status)) if status.success() => return Ok(answer),
+            Ok(Some(status)) => return Err(format!("it exited with {status}")),
+            Ok(None) if start.elapsed() > timeout => return stop(&mut child, no_answer),
             Ok(None) => std::thread::sleep(std::time::Duration::from_millis(10)),
             Err(e) => return Err(e.to_string()),
         }
     }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!("it exited with {}", out.status));
-    }
-    Ok(out.stdout)
 }
 
 /// How long a credential helper may take.

@@ -48,9 +48,10 @@ pub struct EnvVar {
     pub value: String,
 }
 
+/// A plugin's answer (fields private: they hold the secret).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Response {
+pub struct Response {
     #[serde(default)]
     cache_key_type: Option<String>,
     #[serde(default)]
@@ -83,39 +84,36 @@ pub fn load_config(path: &Path) -> anyhow::Result<ProviderConfig> {
     if v["kind"] != "CredentialProviderConfig" {
         return Err(bad(path, "kind is not CredentialProviderConfig"));
     }
-    let c: ProviderConfig = serde_json::from_value(v).map_err(|e| bad(path, e))?;
-    for p in &c.providers {
+    // Its args and env may hold secrets: serde's error must not quote them.
+    let c: ProviderConfig =
+        serde_json::from_value(v).map_err(|e| bad(path, crate::error::serde_redacted(&e)))?;
+    // Providers by their place, not their name or values: the file may hold
+    // secrets, and no error quotes it.
+    for (i, p) in c.providers.iter().enumerate() {
         // kubelet's validateCredentialProviderConfig: the name is a file in
         // the bin dir, so not `.`, `..`, nor with `/` or a space.
         if p.name.is_empty() || p.name == "." || p.name == ".." || p.name.contains(['/', ' ', '\0'])
         {
             return Err(bad(
                 path,
-                format!("provider name {:?} is not a file name", p.name),
+                format!("providers[{i}]: its name is not a file name"),
             ));
         }
         if p.api_version != REQUEST_API {
             return Err(bad(
                 path,
-                format!(
-                    "provider {}: apiVersion {} is not {REQUEST_API}",
-                    p.name, p.api_version
-                ),
+                format!("providers[{i}]: apiVersion is not {REQUEST_API}"),
             ));
         }
         if p.match_images.is_empty() {
-            return Err(bad(
-                path,
-                format!("provider {}: matchImages is empty", p.name),
-            ));
+            return Err(bad(path, format!("providers[{i}]: matchImages is empty")));
         }
         if p.token_attributes.is_some() {
             return Err(bad(
                 path,
                 format!(
-                    "provider {}: tokenAttributes (a pod's service-account token, KEP-4412) \
-                     is not supported: a host pull has no such token",
-                    p.name
+                    "providers[{i}]: tokenAttributes (a pod's service-account token, KEP-4412) \
+                     is not supported: a host pull has no such token"
                 ),
             ));
         }
@@ -123,7 +121,8 @@ pub fn load_config(path: &Path) -> anyhow::Result<ProviderConfig> {
     Ok(c)
 }
 
-/// A Go duration such as `12h`, `5m30s` or `0`.
+/// A Go duration such as `12h`, `5m30s` or `0`. As Go's `time.ParseDuration`,
+/// one over `i64::MAX` nanoseconds (about 292 years) is invalid: never a panic.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     if s == "0" {
         return Some(Duration::ZERO);
@@ -140,13 +139,19 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
             "h" => 3600.0,
             "m" => 60.0,
             "s" => 1.0,
-            "ms" => 0.001,
+            "ms" => 1e-3,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1e-6,
+            "ns" => 1e-9,
             _ => return None,
         };
         total += value * scale;
         rest = &rest[unit_len..];
     }
-    Some(Duration::from_secs_f64(total))
+    const GO_MAX_SECS: f64 = i64::MAX as f64 / 1e9;
+    if total.is_nan() || total > GO_MAX_SECS {
+        return None;
+    }
+    Duration::try_from_secs_f64(total).ok()
 }
 
 /// `(provider, key, username, password)` for `image`, every one in kubelet's
@@ -204,30 +209,27 @@ fn exec(p: &Provider, bin_dir: &Path, image: &str) -> anyhow::Result<Response> {
         .map_err(|why| {
             Failure::new(Kind::Auth, format!("credential provider {}: {why}", p.name))
         })?;
-    // Never echo the answer: it holds the secret.
-    let v: serde_json::Value = serde_json::from_slice(&stdout).map_err(|_| {
+    parse_answer(&p.name, &stdout)
+}
+
+/// A plugin's answer: a `CredentialProviderResponse`, or exit 2 without a word
+/// of it (it holds the secret).
+pub fn parse_answer(provider: &str, stdout: &[u8]) -> anyhow::Result<Response> {
+    let malformed = || {
         Failure::new(
             Kind::Usage,
-            format!("credential provider {}: malformed response", p.name),
+            format!("credential provider {provider}: malformed response"),
         )
-    })?;
+    };
+    let v: serde_json::Value = serde_json::from_slice(stdout).map_err(|_| malformed())?;
     if v["kind"] != "CredentialProviderResponse" {
         return Err(Failure::new(
             Kind::Usage,
-            format!(
-                "credential provider {}: not a CredentialProviderResponse",
-                p.name
-            ),
+            format!("credential provider {provider}: not a CredentialProviderResponse"),
         )
         .into());
     }
-    serde_json::from_value(v).map_err(|_| {
-        Failure::new(
-            Kind::Usage,
-            format!("credential provider {}: malformed response", p.name),
-        )
-        .into()
-    })
+    Ok(serde_json::from_value(v).map_err(|_| malformed())?)
 }
 
 /// The cache entry's file: per provider and per key (the image, its registry,
@@ -285,7 +287,7 @@ fn store(cache_dir: &Path, p: &Provider, image: &ImageRef, r: &Response) -> anyh
         .mode(0o700)
         .create(cache_dir)?;
     let entry = CacheEntry {
-        expires: now() + ttl.as_secs(),
+        expires: now().saturating_add(ttl.as_secs()),
         response: r.clone(),
     };
     let tmp = file.with_extension("tmp");
@@ -314,9 +316,43 @@ mod tests {
             ("500ms", Some(0.5)),
             ("x", None),
             ("5d", None),
+            ("1us", Some(0.000001)),
+            // Past Go's limit (i64 nanoseconds): invalid, not a panic.
+            ("99999999999999999999h", None),
+            ("2562048h", None),
+            ("9".repeat(400).as_str(), None),
+            (format!("{}s", "9".repeat(400)).as_str(), None),
+            ("1.0.0s", None),
+            (".s", None),
         ] {
             assert_eq!(parse_duration(s).map(|d| d.as_secs_f64()), want, "{s}");
         }
+    }
+
+    /// A plugin's answer is read while it runs: over a pipe's 64 KiB it used to
+    /// block until the timeout. Over the limit it is refused, at once.
+    #[test]
+    fn plugin_answers_big_and_huge() {
+        use crate::plan::auth::{PLUGIN_ANSWER_MAX, run_root_plugin};
+        let sh = |script: &str| {
+            let mut c = std::process::Command::new("sh");
+            c.args(["-c", script]);
+            c
+        };
+        let t = std::time::Instant::now();
+        let out = run_root_plugin(sh("head -c 300000 /dev/zero"), b"{}", TIMEOUT).unwrap();
+        assert_eq!(out.len(), 300000);
+        let huge = format!("head -c {} /dev/zero", PLUGIN_ANSWER_MAX + 1);
+        let e = run_root_plugin(sh(&huge), b"{}", TIMEOUT).unwrap_err();
+        assert!(e.contains("larger than 1024 KiB"), "{e}");
+        // Endless output is cut at the limit too, and the plugin killed.
+        let e = run_root_plugin(sh("cat /dev/zero"), b"{}", TIMEOUT).unwrap_err();
+        assert!(e.contains("larger than"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        let e = run_root_plugin(sh("exec sleep 30"), b"{}", Duration::from_millis(300));
+        assert_eq!(e.unwrap_err(), "no answer in 0s");
+        let e = run_root_plugin(sh("echo {}; exit 3"), b"{}", TIMEOUT).unwrap_err();
+        assert!(e.contains("exit status: 3"), "{e}");
     }
 
     #[test]
@@ -339,16 +375,22 @@ mod tests {
             &ok.replace("name: p", "name: 'a p'"),
             &ok.replace("[\"*.io\"]", "[]"),
             "{",
+            // A string where a list belongs: serde would quote it in its error.
+            &format!("{ok}  args: \"--token=s3cr3t-arg\"\n"),
+            &format!("{ok}  env: [{{name: T, value: [s3cr3t-env]}}]\n"),
+            &ok.replace(
+                "apiVersion: credentialprovider",
+                "apiVersion: s3cr3t-credentialprovider",
+            ),
+            &ok.replace("name: p", "name: s3cr3t/p"),
         ] {
             std::fs::write(&f, bad).unwrap();
-            assert_eq!(
-                crate::error::exit_code(&load_config(&f).unwrap_err()),
-                2,
-                "{bad}"
-            );
+            let e = load_config(&f).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+            assert!(!format!("{e:#}").contains("s3cr3t"), "{e:#}");
         }
         // KEP-4412: a provider that wants a service-account token is refused
-        // by name, never run with an empty token.
+        // (by its place: the file may hold secrets), never run with an empty token.
         std::fs::write(
             &f,
             format!("{ok}  tokenAttributes:\n    serviceAccountTokenAudience: aud\n    requireServiceAccount: true\n"),
@@ -356,7 +398,10 @@ mod tests {
         .unwrap();
         let e = load_config(&f).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
-        assert!(e.to_string().contains("provider p: tokenAttributes"), "{e}");
+        assert!(
+            e.to_string().contains("providers[0]: tokenAttributes"),
+            "{e}"
+        );
         // Valid JSON that YAML refuses: a surrogate-pair escape.
         std::fs::write(
             &f,
