@@ -395,9 +395,6 @@ impl BlobSink<'_> {
     pub fn commit(mut self) -> anyhow::Result<()> {
         self.flush()?;
         self.verifier.finish()?;
-        // On disk before it is linked, while other blobs still stream: the
-        // syncfs before the index is replaced then has little left to write.
-        self.tmp.as_file().sync_data().context("Syncing blob")?;
         self.tmp
             .as_file()
             .set_permissions(Permissions::from_mode(FILE_MODE))?;
