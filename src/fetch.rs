@@ -225,13 +225,6 @@ async fn try_pull(
     p: &mut Kept,
     progress: &Progress,
 ) -> anyhow::Result<()> {
-    // The blob session's unit comes up while the manifest is resolved:
-    // starting it contacts no registry (skopeo only answers Initialize until
-    // OpenImage). A pull that then needs no blob stops it unused.
-    let early = match p.resolved {
-        None => Some(EarlyProxy::start(worker)?),
-        Some(_) => None,
-    };
     let resolved = match &p.resolved {
         Some(r) => r,
         None => {
@@ -287,7 +280,7 @@ async fn try_pull(
         p.missing = Some(missing);
     }
     let missing = p.missing.as_deref().expect("checked");
-    fetch_into(worker, plan, (resolved, layout), missing, early, progress).await
+    fetch_into(worker, plan, (resolved, layout), missing, progress).await
 }
 
 /// Resolves on SIGINT or SIGTERM, with the matching exit code.
@@ -340,7 +333,6 @@ async fn fetch_into(
     plan: &Plan,
     (r, layout): (&Resolved, &Arc<Layout>),
     missing: &[Descriptor],
-    early: Option<EarlyProxy>,
     progress: &Progress,
 ) -> anyhow::Result<()> {
     let mut todo: Vec<Descriptor> = Vec::new();
@@ -364,7 +356,7 @@ async fn fetch_into(
     progress.blobs(&tally.states(|_| 0), false);
     if !tally.todo.is_empty() {
         let image = plan.image.with_digest(&r.source_digest);
-        fetch_blobs(worker, plan, &image, layout, &tally, early, progress).await?;
+        fetch_blobs(worker, plan, &image, layout, &tally, progress).await?;
     }
     progress.blobs(&tally.states(|_| u64::MAX), true);
     // The consumer will parse the config: it must be able to. (It is not in
@@ -391,22 +383,18 @@ async fn fetch_blobs(
     image: &ImageRef,
     layout: &Arc<Layout>,
     tally: &Tally<'_>,
-    early: Option<EarlyProxy>,
     progress: &Progress,
 ) -> anyhow::Result<()> {
     let todo = &tally.todo;
     let stall = plan.retry.stall;
-    let mut early = match early {
-        Some(e) => e,
-        None => EarlyProxy::start(worker)?,
-    };
-    let unit = early.unit.clone();
+    let (config, unit) = worker.proxy_config()?;
     let watchdog = Watchdog::new(todo.len(), plan.max_rate);
     let session = async {
-        let (proxy, took) = (&mut early.started)
+        let started = Instant::now();
+        let proxy = ImageProxy::new_with_config(config)
             .await
-            .map_err(|e| anyhow::anyhow!("starting the worker: {e}"))??;
-        worker.record_session(took, &proxy);
+            .map_err(|e| proxy_failure("starting the worker", e))?;
+        worker.record_session(started.elapsed(), &proxy);
         let result = async {
             let img = proxy
                 .open_image(&image.to_transport())
@@ -435,35 +423,6 @@ async fn fetch_blobs(
             Kind::Network,
             format!("{STALLED} no data from the registry for {}s (--stall-timeout)", stall.as_secs()),
         ),
-    }
-}
-
-/// A proxy session's worker being started (up to its `Initialize` reply),
-/// and the unit it runs as. Dropped unused, the start is aborted, which drops
-/// the proxy: skopeo exits as its socket closes.
-#[derive(Debug)]
-struct EarlyProxy {
-    unit: Option<String>,
-    started: tokio::task::JoinHandle<anyhow::Result<(ImageProxy, Duration)>>,
-}
-
-impl EarlyProxy {
-    fn start(worker: &Worker) -> anyhow::Result<Self> {
-        let (config, unit) = worker.proxy_config()?;
-        let started = tokio::spawn(async move {
-            let t0 = Instant::now();
-            let proxy = ImageProxy::new_with_config(config)
-                .await
-                .map_err(|e| proxy_failure("starting the worker", e))?;
-            Ok((proxy, t0.elapsed()))
-        });
-        Ok(Self { unit, started })
-    }
-}
-
-impl Drop for EarlyProxy {
-    fn drop(&mut self) {
-        self.started.abort();
     }
 }
 

@@ -76,15 +76,14 @@ fn unit_has_the_configured_properties() {
         .arg(config_root(&root));
     let child = spawn_piped(&mut c);
     let pid = child.id();
-    // The proxy session is the first unit: it comes up while the manifest's
-    // `inspect` (the second) runs.
+    // The proxy session is the second unit, after the manifest's `inspect`.
     let unit = format!("hostpull-worker-{pid}-");
     let mut shown = String::new();
     let mut security = String::new();
     wait_for("the proxy unit", Duration::from_secs(30), || {
         let Some(u) = units_of(pid)
             .into_iter()
-            .find(|u| u.starts_with(&unit) && u.ends_with("-0.service"))
+            .find(|u| u.starts_with(&unit) && u.ends_with("-1.service"))
         else {
             return false;
         };
@@ -235,7 +234,7 @@ fn sigterm_stops_the_unit_and_leaves_the_layout() {
         .unwrap();
     let pid = child.id();
     wait_for("the proxy unit", Duration::from_secs(30), || {
-        units_of(pid).iter().any(|u| u.ends_with("-0.service"))
+        units_of(pid).iter().any(|u| u.ends_with("-1.service"))
     });
     std::thread::sleep(Duration::from_millis(300));
     let t0 = Instant::now();
