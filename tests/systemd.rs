@@ -521,6 +521,9 @@ fn the_installed_pull_service_pulls_its_profile() {
     std::fs::copy(var("RIG_AUTHFILE"), "/etc/hostpull/demo-auth.json").unwrap();
     std::fs::create_dir_all("/etc/hostpull/demo-certs").unwrap();
     std::fs::copy(var("RIG_CA"), "/etc/hostpull/demo-certs/ca.crt").unwrap();
+    // A fresh destination: the suite runs once per worker in the same systemd,
+    // and a layout that has the image already needs no proxy unit.
+    let _ = std::fs::remove_dir_all("/var/lib/hostpull/images/demo");
     std::fs::write(
         "/etc/hostpull/pulls.d/demo.toml",
         format!(
