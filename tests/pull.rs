@@ -679,7 +679,7 @@ fn client_certificate_with_a_private_key() {
         let mut c = pull_cmd(&image, &oci(&s.path().join(dest), None));
         c.arg("--authfile")
             .arg(&auth)
-            .args(["--timeout", "10", "--config-root"])
+            .args(["--timeout", "60", "--config-root"])
             .arg(config_root(&root));
         c
     };
