@@ -203,8 +203,9 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         m => m,
     };
     let limits = limits(req)?;
-    let tables = registries::load(&req.root, req.registries_conf.as_deref())?;
-    let route = registries::route(&tables, &image)?;
+    let conf = registries::load(&req.root, req.registries_conf.as_deref())?;
+    registries::check_short_name(&conf.short_names, &image)?;
+    let route = registries::route(&conf.tables, &image)?;
     let sources = route.hosts();
     let insecure_hosts: Vec<String> = route
         .sources
