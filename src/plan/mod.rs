@@ -389,6 +389,14 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::
         .iter()
         .map(|(path, matching)| (req.root.join(path), *matching))
         .filter(|(path, _)| path.is_file())
+        .filter(|(path, matching)| match matching {
+            Matching::Containers => true,
+            // kubelet logs a node config.json it cannot read and goes on
+            // without it; the errors name keys, never values.
+            Matching::Kubelet => auth::read_kubelet(path)
+                .inspect_err(|e| tracing::warn!("skipped: {e} (as kubelet skips it)"))
+                .is_ok(),
+        })
         .map(|(path, matching)| match matching {
             Matching::Containers => (Source::Authfile(path), matching),
             Matching::Kubelet => (Source::PullSecret(path), matching),
@@ -881,6 +889,46 @@ mod tests {
                 Some("credential provider default (key test.registry.io)")
             );
         }
+    }
+
+    /// A node config.json kubelet cannot read is skipped with a warning when
+    /// it comes from the host's default files, as kubelet goes on without it;
+    /// given with --pull-secret, it is an error.
+    #[test]
+    fn a_malformed_default_kubelet_config_is_skipped() {
+        use base64::Engine as _;
+        let td = tempfile::tempdir().unwrap();
+        let d = td.path();
+        std::fs::create_dir_all(d.join("var/lib/kubelet")).unwrap();
+        std::fs::create_dir_all(d.join("etc/ostree")).unwrap();
+        let node = d.join("var/lib/kubelet/config.json");
+        std::fs::write(
+            &node,
+            r#"{"auths": {"other.io": {"auth": "pants"}, "h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#,
+        )
+        .unwrap();
+        let ostree = base64::engine::general_purpose::STANDARD.encode("ostree:pw");
+        std::fs::write(
+            d.join("etc/ostree/auth.json"),
+            format!(r#"{{"auths": {{"h.io": {{"auth": "{ostree}"}}}}}}"#),
+        )
+        .unwrap();
+        let mut r = req("h.io/a:v1", "oci:/d");
+        r.root = d.into();
+        let p = plan(&r).unwrap();
+        let sources: Vec<&str> = p.credentials.iter().map(|c| c.source.as_str()).collect();
+        assert_eq!(sources, [d.join("etc/ostree/auth.json").to_str().unwrap()]);
+        // Readable, it is a candidate after ostree's.
+        std::fs::write(
+            &node,
+            r#"{"auths": {"h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#,
+        )
+        .unwrap();
+        assert_eq!(plan(&r).unwrap().credentials.len(), 2);
+        std::fs::write(&node, "{").unwrap();
+        assert_eq!(plan(&r).unwrap().credentials.len(), 1);
+        r.pull_secrets = vec![node];
+        assert_eq!(crate::error::exit_code(&plan(&r).unwrap_err()), 2);
     }
 
     #[test]
