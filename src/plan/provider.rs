@@ -413,6 +413,13 @@ mod tests {
             );
         }
         assert_eq!(std::fs::read_to_string(&ran).unwrap(), "plain\n");
+        // kubernetes pkg/credentialprovider/keyring_test.go,
+        // TestProvidersDockerKeyring: every lookup asks the provider again
+        // (here: its answer is not to be cached, cacheDuration 0).
+        for _ in 0..2 {
+            assert_eq!(creds("reg.io/app").unwrap().len(), 1);
+        }
+        assert_eq!(std::fs::read_to_string(&ran).unwrap(), "plain\n".repeat(3));
     }
 
     #[test]
