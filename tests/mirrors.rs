@@ -374,3 +374,37 @@ fn plan_refuses_a_short_name_that_registries_conf_resolves_elsewhere() {
         r.stderr
     );
 }
+
+/// `hostpull plan` with the default `--sandbox auto` reports what a pull would
+/// do rather than failing: the systemd sandbox where systemd runs the host,
+/// elsewhere `auto` with the error a pull gives (exit 8) (issue 14).
+#[test]
+fn plan_with_the_default_sandbox_reports_it() {
+    let s = scratch();
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.args(["plan", var("RIG_IMG_SMALL"), "--no-default-creds", "--json"])
+        .arg("--config-root")
+        .arg(config_root(s.path()));
+    let v = run(&mut c).json();
+    if Path::new("/run/systemd/system").is_dir() {
+        assert_eq!(v["sandbox"], "systemd", "{v}");
+        assert!(v.get("sandbox_error").is_none(), "{v}");
+    } else {
+        assert_eq!(v["sandbox"], "auto", "{v}");
+        assert!(
+            v["sandbox_error"]
+                .as_str()
+                .unwrap()
+                .contains("pass --sandbox none"),
+            "{v}"
+        );
+        // A pull still fails, before anything is written.
+        let mut p = std::process::Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        p.args(["pull", var("RIG_IMG_SMALL"), "--no-default-creds", "--dest"])
+            .arg(format!("oci:{}", s.path().join("d").display()))
+            .arg("--config-root")
+            .arg(config_root(s.path()));
+        run(&mut p).assert_failure(8);
+        assert!(!s.path().join("d").exists());
+    }
+}
