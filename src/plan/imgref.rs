@@ -73,7 +73,7 @@ impl<'de> serde::Deserialize<'de> for Sha256Digest {
 }
 
 /// A registry image: `domain/path` plus a tag or a digest.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ImageRef {
     /// `host[:port]`, e.g. `quay.io` or `127.0.0.1:5000`.
     pub domain: String,
@@ -86,6 +86,16 @@ pub struct ImageRef {
     /// registries.conf's short-name settings may resolve it elsewhere.
     pub short_name: Option<String>,
 }
+
+/// The same image however it was typed: `short_name` says how, not which.
+impl PartialEq for ImageRef {
+    fn eq(&self, o: &Self) -> bool {
+        (&self.domain, &self.path, &self.tag, &self.digest)
+            == (&o.domain, &o.path, &o.tag, &o.digest)
+    }
+}
+
+impl Eq for ImageRef {}
 
 impl ImageRef {
     /// Parse `docker://NAME[:TAG|@DIGEST]` or the same without `docker://`.
@@ -486,6 +496,8 @@ mod tests {
             assert_eq!(r.short_name.as_deref(), short, "{input}");
             if short.is_some() {
                 assert_eq!(r.domain, "docker.io", "{input}");
+                // The same image as its fully qualified name.
+                assert_eq!(r, ImageRef::parse(&r.to_string()).unwrap(), "{input}");
             }
         }
     }
