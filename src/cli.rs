@@ -221,7 +221,7 @@ impl PullOpts {
         plan::Request {
             image: self.image.clone().unwrap_or_default(),
             dest: self.dest.clone().unwrap_or_default(),
-            dest_optional: false,
+            dry_run: false,
             authfiles: self
                 .authfile
                 .iter()
@@ -266,16 +266,16 @@ impl PullOpts {
 }
 
 /// The plan for these options, with the hostpull.d configuration applied.
-/// `hostpull plan` needs no destination (`dest_optional`); a pull does.
-fn plan_for(opts: &PullOpts, dest_optional: bool) -> anyhow::Result<plan::Plan> {
-    if !dest_optional && opts.dest.is_none() && opts.profile.is_none() {
+/// `hostpull plan` is a dry run (`dry_run`): it needs no destination; a pull does.
+fn plan_for(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
+    if !dry_run && opts.dest.is_none() && opts.profile.is_none() {
         return error::fail(
             Kind::Usage,
             "--dest oci:DIR[:TAG] is required (or --profile NAME)",
         );
     }
     let mut req = opts.request();
-    req.dest_optional = dest_optional;
+    req.dry_run = dry_run;
     let root = cap_std_ext::cap_std::fs::Dir::open_ambient_dir(
         &opts.config_root,
         cap_std_ext::cap_std::ambient_authority(),

@@ -311,3 +311,100 @@ fn refused_registries_files() {
         assert!(!s.path().join(format!("d-{name}")).exists());
     }
 }
+
+/// A name without a registry is docker.io's only where registries.conf does
+/// not resolve it elsewhere: `hostpull plan` refuses it (exit 2) naming the
+/// setting, its file and, for an alias, the fully qualified name (issue 14).
+#[test]
+fn plan_refuses_a_short_name_that_registries_conf_resolves_elsewhere() {
+    let s = scratch();
+    let root = config_root(s.path());
+    let plan = |image: &str, extra: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        c.args(["plan", image, "--sandbox", &sandbox(), "--no-default-creds"])
+            .args(extra)
+            .arg("--config-root")
+            .arg(&root);
+        run(&mut c)
+    };
+    let image = |r: Run| r.json()["image"].as_str().unwrap().to_owned();
+    assert_eq!(
+        image(plan("fedora:40", &["--json"])),
+        "docker.io/library/fedora:40"
+    );
+    let dropins = root.join("etc/containers/registries.conf.d");
+    std::fs::create_dir_all(&dropins).unwrap();
+    std::fs::write(
+        dropins.join("shortnames.conf"),
+        "[aliases]\n\"fedora\" = \"registry.fedoraproject.org/fedora\"\n\"alpine\" = \"docker.io/library/alpine\"\n",
+    )
+    .unwrap();
+    let r = plan("fedora:40", &[]);
+    r.assert_failure(2);
+    assert!(
+        r.stderr
+            .contains("registries.conf aliases it to registry.fedoraproject.org/fedora")
+            && r.stderr.contains("shortnames.conf")
+            && r.stderr
+                .contains("pull registry.fedoraproject.org/fedora:40"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        image(plan("registry.fedoraproject.org/fedora:40", &["--json"])),
+        "registry.fedoraproject.org/fedora:40"
+    );
+    // An alias to docker.io's own repository resolves the same.
+    assert_eq!(
+        image(plan("alpine", &["--json"])),
+        "docker.io/library/alpine:latest"
+    );
+    let conf = s.path().join("search.conf");
+    std::fs::write(
+        &conf,
+        "unqualified-search-registries = [\"quay.io\", \"docker.io\"]\n",
+    )
+    .unwrap();
+    let r = plan("alpine", &["--registries-conf", conf.to_str().unwrap()]);
+    r.assert_failure(2);
+    assert!(
+        r.stderr
+            .contains("unqualified-search-registries would search [quay.io, docker.io]"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// `hostpull plan` with the default `--sandbox auto` reports what a pull would
+/// do rather than failing: the systemd sandbox where systemd runs the host,
+/// elsewhere `auto` with the error a pull gives (exit 8) (issue 14).
+#[test]
+fn plan_with_the_default_sandbox_reports_it() {
+    let s = scratch();
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.args(["plan", var("RIG_IMG_SMALL"), "--no-default-creds", "--json"])
+        .arg("--config-root")
+        .arg(config_root(s.path()));
+    let v = run(&mut c).json();
+    if Path::new("/run/systemd/system").is_dir() {
+        assert_eq!(v["sandbox"], "systemd", "{v}");
+        assert!(v.get("sandbox_error").is_none(), "{v}");
+    } else {
+        assert_eq!(v["sandbox"], "auto", "{v}");
+        assert!(
+            v["sandbox_error"]
+                .as_str()
+                .unwrap()
+                .contains("pass --sandbox none"),
+            "{v}"
+        );
+        // A pull still fails, before anything is written.
+        let mut p = std::process::Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        p.args(["pull", var("RIG_IMG_SMALL"), "--no-default-creds", "--dest"])
+            .arg(format!("oci:{}", s.path().join("d").display()))
+            .arg("--config-root")
+            .arg(config_root(s.path()));
+        run(&mut p).assert_failure(8);
+        assert!(!s.path().join("d").exists());
+    }
+}

@@ -279,15 +279,19 @@ pub fn registries_conf_target(data: &[u8]) {
     write("regroot/etc/containers/registries.conf", main);
     write("regroot/etc/containers/registries.conf.d/50-x.conf", dropin);
     for explicit in [None, Some(root.join("etc/containers/registries.conf"))] {
-        let tables = match registries::load(&root, explicit.as_deref()) {
+        let conf = match registries::load(&root, explicit.as_deref()) {
             Err(e) => return expect_code("registries::load", &e, &[2]),
-            Ok(t) => t,
+            Ok(c) => c,
         };
         for image in [
             image(),
             ImageRef::parse("registry.local:5000/x/y:1").unwrap(),
+            ImageRef::parse("fedora:40").unwrap(),
         ] {
-            match registries::route(&tables, &image) {
+            if let Err(e) = registries::check_short_name(&conf.short_names, &image) {
+                expect_code("registries::check_short_name", &e, &[2]);
+            }
+            match registries::route(&conf.tables, &image) {
                 Err(e) => expect_code("registries::route", &e, &[2]),
                 Ok(route) => {
                     let _ = route.hosts();

@@ -188,7 +188,7 @@ pub(crate) fn parse_json_or_yaml(text: &str) -> Option<Value> {
 }
 
 /// What one credentials file holds: `{key: entry}` and, in an authfile, the
-/// `credHelpers` named per registry host.
+/// `credHelpers` named per registry host (kubelet ignores them).
 #[derive(Debug, Default)]
 struct FileCreds {
     entries: BTreeMap<String, Entry>,
@@ -196,11 +196,16 @@ struct FileCreds {
 }
 
 /// Read an authfile, dockerconfigjson or dockercfg, bare or inside a Kubernetes
-/// Secret (YAML or JSON). A Secret whose data key does not fit its type holds
-/// no credential (kubelet's `secretsToTrackedDockerConfigs` skips it).
-fn read_creds(name: &Path, text: &str) -> anyhow::Result<FileCreds> {
+/// Secret (YAML or JSON). A Secret's `type` says which of the two it holds, as
+/// kubelet's `secretsToTrackedDockerConfigs` reads it: a dockerconfigjson
+/// without `auths` holds no credential, and in a dockercfg every key is a
+/// registry. A Secret whose data key does not fit its type holds none either.
+/// A bare file is a dockerconfigjson when it has `auths`. `credHelpers` are
+/// read (and checked) only with `helpers`: for an authfile.
+fn read_creds(name: &Path, text: &str, helpers: bool) -> anyhow::Result<FileCreds> {
     // Errors never echo the file, which holds secrets.
     let v = parse_json_or_yaml(text).ok_or_else(|| bad(name, "not JSON or YAML"))?;
+    let mut config_json = v.get("auths").is_some();
     let v = if v["kind"] == "Secret" {
         let field = match v["type"].as_str() {
             Some("kubernetes.io/dockerconfigjson") => ".dockerconfigjson",
@@ -225,23 +230,25 @@ fn read_creds(name: &Path, text: &str) -> anyhow::Result<FileCreds> {
             .as_str()
             .and_then(|s| B64.decode(s.trim()).ok())
             .ok_or_else(|| bad(name, format!("data.{field} is not base64")))?;
+        config_json = field == ".dockerconfigjson";
         serde_json::from_slice(&decoded)
             .map_err(|_| bad(name, format!("data.{field} is not JSON")))?
     } else {
         v
     };
     // dockerconfigjson and auth.json have "auths"; dockercfg is the bare map.
-    let map = if v.get("auths").is_some() {
-        &v["auths"]
-    } else {
-        &v
+    let empty = Value::Object(serde_json::Map::new());
+    let map = match v.get("auths") {
+        Some(Value::Null) | None if config_json => &empty,
+        Some(auths) if config_json => auths,
+        _ => &v,
     };
     let Some(obj) = map.as_object() else {
         return Err(bad(name, "no auths map"));
     };
     let entries = obj
         .iter()
-        .filter(|(k, _)| v.get("auths").is_some() || k.as_str() != "credHelpers")
+        .filter(|(k, _)| config_json || k.as_str() != "credHelpers")
         .map(|(k, e)| {
             serde_json::from_value(e.clone())
                 .map(|e| (k.clone(), e))
@@ -249,10 +256,10 @@ fn read_creds(name: &Path, text: &str) -> anyhow::Result<FileCreds> {
         })
         .collect::<anyhow::Result<_>>()?;
     let helpers: BTreeMap<String, String> = match v.get("credHelpers") {
-        None => BTreeMap::new(),
-        Some(h) => {
+        Some(h) if helpers => {
             serde_json::from_value(h.clone()).map_err(|_| bad(name, "credHelpers is malformed"))?
         }
+        _ => BTreeMap::new(),
     };
     if let Some((host, _)) = helpers
         .iter()
@@ -658,7 +665,8 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
                 out.push(chosen(basic(username, token.trim()), file, prefix.clone()));
             }
             (Source::Authfile(path) | Source::PullSecret(path), Matching::Containers) => {
-                let creds = read_creds(path, &read(path)?)?;
+                let helpers = matches!(source, Source::Authfile(_));
+                let creds = read_creds(path, &read(path)?, helpers)?;
                 if let Some(helper) = creds.helpers.get(&image.domain) {
                     // A helper named for this registry answers for it.
                     let auth = run_helper(helper, &image.domain)?;
@@ -687,14 +695,8 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
                     else {
                         continue;
                     };
-                    // kubelet fails on any malformed entry, whatever its host.
-                    for (key, e) in read_creds(path, &read(path)?)?.entries {
-                        let auth = e
-                            .kubelet_auth()
-                            .map_err(|why| bad(path, format!("entry {key:?}: {why}")))?;
-                        if let Some(auth) = auth {
-                            keyring.add(&key, (path, auth));
-                        }
+                    for (key, auth) in read_kubelet(path)? {
+                        keyring.add(&key, (path, auth));
                     }
                 }
                 for (key, (path, auth)) in keyring.lookup(&image.repository()) {
@@ -705,6 +707,20 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
     }
     let mut seen = std::collections::HashSet::new();
     out.retain(|c| seen.insert(c.auth.clone()));
+    Ok(out)
+}
+
+/// A pull secret or kubelet's config.json, as kubelet reads it: every
+/// `(key, auth)` that holds a credential. Any malformed entry, whatever its
+/// host, fails the whole file, as in kubelet.
+pub fn read_kubelet(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for (key, e) in read_creds(path, &read(path)?, false)?.entries {
+        let auth = e
+            .kubelet_auth()
+            .map_err(|why| bad(path, format!("entry {key:?}: {why}")))?;
+        out.extend(auth.map(|a| (key, a)));
+    }
     Ok(out)
 }
 
@@ -808,7 +824,7 @@ mod tests {
         assert!(match_containers(&legacy, &img("fedora")).is_some());
     }
 
-    /// kubernetes pkg/credentialprovider/keyring_test.go, TestURLsMatch.
+    /// kubernetes pkg/credentialprovider/keyring_test.go, TestUrlsMatch.
     #[test]
     fn kubelet_urls_match() {
         let cases = [
@@ -1021,6 +1037,8 @@ mod tests {
             (r#"{"auth": "Zm9vOmJhcg"}"#, Some("foo:bar")),
             (r#"{"auth": "Zm9vOm\nJhcg==\n"}"#, Some("foo:bar")),
             (r#"{"auth": "Zm9vOmJhcg="}"#, None),
+            // Only newlines are skipped.
+            (r#"{"auth": "Zm9vOmJhcg== "}"#, None),
         ];
         for (input, want) in cases {
             let got = serde_json::from_str::<Entry>(input)
@@ -1209,6 +1227,116 @@ mod tests {
             let f = write(d, "bad", bad);
             let e = kubelet(&[f], "reg.io/a").unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+        }
+    }
+
+    /// kubernetes pkg/credentialprovider/config_test.go,
+    /// TestDockerConfigJsonJSONDecode, TestDockerConfigJSONDecode,
+    /// TestReadDockerConfigFileFromBytes, TestReadDockerConfigJSONFileFromBytes
+    /// and TestReadDockerConfigFile: a dockerconfigjson (`auths`) or a bare
+    /// dockercfg map, every key with its credential; broken JSON fails.
+    #[test]
+    fn kubelet_config_files() {
+        let td = tempfile::tempdir().unwrap();
+        let foo = r#""http://foo.example.com":{"username": "foo", "password": "bar", "email": "foo@example.com"}"#;
+        let bar = r#""http://bar.example.com":{"username": "bar", "password": "baz", "email": "bar@example.com"}"#;
+        let both = [
+            ("http://bar.example.com", "bar:baz"),
+            ("http://foo.example.com", "foo:bar"),
+        ];
+        let cases: [(String, Option<&[(&str, &str)]>); 6] = [
+            (format!(r#"{{"auths": {{{foo}, {bar}}}}}"#), Some(&both)),
+            (format!(r#"{{{foo}, {bar}}}"#), Some(&both)),
+            (
+                format!(r#"{{{foo}}}"#),
+                Some(&[("http://foo.example.com", "foo:bar")]),
+            ),
+            (format!(r#"{{{}"#, &foo[..foo.len() - 1]), None),
+            (format!(r#"{{"auths": {{{foo}, {}"#, &bar[..bar.len() - 1]), None),
+            (
+                r#"{ "auths": { "http://foo.example.com":{"auth":"Zm9vOmJhcgo=","email":"foo@example.com"}}}"#.into(),
+                Some(&[("http://foo.example.com", "foo:bar\n")]),
+            ),
+        ];
+        for (i, (text, want)) in cases.iter().enumerate() {
+            let f = write(td.path(), &format!("c{i}"), text);
+            let got = read_kubelet(&f).map(|v| {
+                v.into_iter()
+                    .map(|(k, a)| (k, String::from_utf8(B64.decode(a).unwrap()).unwrap()))
+                    .collect::<Vec<_>>()
+            });
+            match (got, want) {
+                (Ok(got), Some(want)) => {
+                    let want: Vec<(String, String)> = want
+                        .iter()
+                        .map(|(k, a)| (k.to_string(), a.to_string()))
+                        .collect();
+                    assert_eq!(got, want, "{text}");
+                }
+                (Err(e), None) => assert_eq!(crate::error::exit_code(&e), 2),
+                (got, _) => panic!("{text}: {got:?}"),
+            }
+        }
+    }
+
+    /// kubelet reads a Secret by its `type` (secrets/secrets.go,
+    /// secretsToTrackedDockerConfigs): a dockerconfigjson without `auths`
+    /// holds no credential, and in a dockercfg `auths` is just a key. A
+    /// Secret's or a bare pull secret's `credHelpers` are ignored, as kubelet
+    /// ignores them; an authfile's are checked.
+    #[test]
+    fn kubelet_goes_by_the_secret_type_and_ignores_cred_helpers() {
+        let td = tempfile::tempdir().unwrap();
+        let d = td.path();
+        let auth = r#"{"auth": "dXNlcjpwYXNzd29yZA=="}"#;
+        for (i, (kind, key, content)) in [
+            (
+                "dockerconfigjson",
+                ".dockerconfigjson",
+                format!(r#"{{"test.registry.io": {auth}}}"#),
+            ),
+            (
+                "dockercfg",
+                ".dockercfg",
+                format!(r#"{{"auths": {{"test.registry.io": {auth}}}}}"#),
+            ),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let f = write(d, &format!("s{i}"), &secret(kind, key, content));
+            assert!(
+                kubelet(&[f], "test.registry.io/x").unwrap().is_empty(),
+                "{kind}"
+            );
+        }
+        let bad_helpers = [
+            r#""credHelpers": {"test.registry.io": "a/b"}"#,
+            r#""credHelpers": 3"#,
+        ];
+        for (i, helpers) in bad_helpers.iter().enumerate() {
+            let json = format!(r#"{{"auths": {{"test.registry.io": {auth}}}, {helpers}}}"#);
+            for (j, text) in [
+                json.clone(),
+                secret("dockerconfigjson", ".dockerconfigjson", &json),
+            ]
+            .iter()
+            .enumerate()
+            {
+                let f = write(d, &format!("h{i}{j}"), text);
+                assert_eq!(
+                    kubelet(std::slice::from_ref(&f), "test.registry.io/x").unwrap(),
+                    ["user:password"],
+                    "{text}"
+                );
+                let e = resolve(
+                    &[(Source::Authfile(f), Matching::Containers)],
+                    &img("test.registry.io/x"),
+                )
+                .unwrap_err();
+                assert_eq!(crate::error::exit_code(&e), 2, "{text}");
+                assert!(e.to_string().contains("credHelpers"), "{e}");
+            }
         }
     }
 

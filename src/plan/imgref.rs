@@ -73,7 +73,7 @@ impl<'de> serde::Deserialize<'de> for Sha256Digest {
 }
 
 /// A registry image: `domain/path` plus a tag or a digest.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ImageRef {
     /// `host[:port]`, e.g. `quay.io` or `127.0.0.1:5000`.
     pub domain: String,
@@ -81,7 +81,21 @@ pub struct ImageRef {
     pub path: String,
     pub tag: Option<String>,
     pub digest: Option<Sha256Digest>,
+    /// The name as given, without tag or digest, when it named no registry
+    /// (`fedora` for `fedora:40`, `library/fedora`): docker.io's here, but
+    /// registries.conf's short-name settings may resolve it elsewhere.
+    pub short_name: Option<String>,
 }
+
+/// The same image however it was typed: `short_name` says how, not which.
+impl PartialEq for ImageRef {
+    fn eq(&self, o: &Self) -> bool {
+        (&self.domain, &self.path, &self.tag, &self.digest)
+            == (&o.domain, &o.path, &o.tag, &o.digest)
+    }
+}
+
+impl Eq for ImageRef {}
 
 impl ImageRef {
     /// Parse `docker://NAME[:TAG|@DIGEST]` or the same without `docker://`.
@@ -124,13 +138,17 @@ impl ImageRef {
         if tag.is_some() && digest.is_some() {
             return bad("a tag and a digest together are not supported");
         }
-        let (domain, path) = match name.split_once('/') {
+        let (domain, path, short_name) = match name.split_once('/') {
             Some((first, rest))
                 if first.contains(['.', ':']) || first == "localhost" || first.starts_with('[') =>
             {
-                (first.to_owned(), rest.to_owned())
+                (first.to_owned(), rest.to_owned(), None)
             }
-            _ => (DEFAULT_DOMAIN.to_owned(), name.to_owned()),
+            _ => (
+                DEFAULT_DOMAIN.to_owned(),
+                name.to_owned(),
+                Some(name.to_owned()),
+            ),
         };
         let domain = match domain.as_str() {
             "index.docker.io" | "registry-1.docker.io" => DEFAULT_DOMAIN.to_owned(),
@@ -162,6 +180,7 @@ impl ImageRef {
             path,
             tag,
             digest,
+            short_name,
         })
     }
 
@@ -443,12 +462,44 @@ mod tests {
                 (domain, path, tag),
                 "{input}"
             );
+            // Only a name without a registry is a short name, as typed.
+            let short = (input == "fedora:40").then_some("fedora");
+            assert_eq!(r.short_name.as_deref(), short, "{input}");
             assert_eq!(r.digest, None);
         }
         let r = ImageRef::parse(&format!("docker://quay.io/a/b@{D}")).unwrap();
         assert_eq!(r.digest.as_ref().map(|d| d.as_str()), Some(D));
         assert_eq!(r.tag, None);
         assert_eq!(r.to_transport(), format!("docker://quay.io/a/b@{D}"));
+    }
+
+    /// A name names a registry when its first component has a `.` or `:` or is
+    /// `localhost`, as containers/image's `parseUnnormalizedShortName`
+    /// (pkg/shortnames/shortnames.go) decides it.
+    #[test]
+    fn short_names() {
+        let pinned = format!("fedora@{D}");
+        for (input, short) in [
+            ("fedora", Some("fedora")),
+            ("docker://fedora:40", Some("fedora")),
+            ("library/fedora", Some("library/fedora")),
+            ("org/team/app:v1", Some("org/team/app")),
+            (pinned.as_str(), Some("fedora")),
+            ("docker.io/fedora", None),
+            ("docker.io/library/fedora:40", None),
+            ("index.docker.io/library/fedora", None),
+            ("localhost/fedora", None),
+            ("reg:5000/fedora", None),
+            ("quay.io/fedora/fedora", None),
+        ] {
+            let r = ImageRef::parse(input).unwrap();
+            assert_eq!(r.short_name.as_deref(), short, "{input}");
+            if short.is_some() {
+                assert_eq!(r.domain, "docker.io", "{input}");
+                // The same image as its fully qualified name.
+                assert_eq!(r, ImageRef::parse(&r.to_string()).unwrap(), "{input}");
+            }
+        }
     }
 
     #[test]

@@ -16,6 +16,10 @@ use crate::manifest::Platform;
 use crate::sandbox::{Limits, SandboxMode, WorkerSpec, unit};
 use imgref::{Dest, ImageRef, OstreeDest};
 
+/// Why `--sandbox auto` fails where systemd does not run the host.
+pub const NO_SYSTEMD: &str = "systemd is not running on this host, so the worker cannot be sandboxed; \
+     pass --sandbox none to run it without isolation";
+
 /// The worker's domain in selinux/hostpull.te.
 pub const WORKER_SELINUX_CONTEXT: &str = "system_u:system_r:hostpull_worker_t:s0";
 
@@ -25,7 +29,7 @@ pub struct Plan {
     pub image: ImageRef,
     /// The layout the pull writes; for an ostree destination, the staging
     /// layout, chosen when the pull starts (`store::ostree::Staging`). Empty
-    /// only in a plan made without a destination (`Request::dest_optional`),
+    /// only in a plan made without a destination (`Request::dry_run`),
     /// which is shown and never pulled.
     pub dest_dir: PathBuf,
     pub tag: String,
@@ -74,9 +78,11 @@ impl Default for RetryPolicy {
 pub struct Request {
     pub image: String,
     pub dest: String,
-    /// `hostpull plan`: an empty `dest` is allowed, and the plan then has no
-    /// destination. What a pull would use does not depend on where it goes.
-    pub dest_optional: bool,
+    /// `hostpull plan`: what a pull would use, never pulled. An empty `dest`
+    /// is allowed (the plan then has no destination: what a pull would use
+    /// does not depend on where it goes), and `--sandbox auto` on a host
+    /// without systemd stays `auto`, shown with the error a pull would give.
+    pub dry_run: bool,
     /// `--authfile`, repeated; `REGISTRY_AUTH_FILE` comes after them.
     pub authfiles: Vec<PathBuf>,
     /// `--pull-secret`, repeated.
@@ -155,7 +161,7 @@ fn check_ostree(d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
 pub fn plan(req: &Request) -> anyhow::Result<Plan> {
     let image = ImageRef::parse(&req.image)?;
     let dest = match req.dest.as_str() {
-        "" if req.dest_optional => Dest {
+        "" if req.dry_run => Dest {
             dir: PathBuf::new(),
             tag: image.tag.clone().or(Some(String::new())),
             ostree: None,
@@ -193,18 +199,14 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
     }
     let mode = match req.sandbox.unwrap_or(SandboxMode::Auto) {
         SandboxMode::Auto if req.systemd_booted => SandboxMode::Systemd,
-        SandboxMode::Auto => {
-            return fail(
-                Kind::Worker,
-                "systemd is not running on this host, so the worker cannot be sandboxed; \
-                 pass --sandbox none to run it without isolation",
-            );
-        }
+        SandboxMode::Auto if req.dry_run => SandboxMode::Auto,
+        SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
         m => m,
     };
     let limits = limits(req)?;
-    let tables = registries::load(&req.root, req.registries_conf.as_deref())?;
-    let route = registries::route(&tables, &image)?;
+    let conf = registries::load(&req.root, req.registries_conf.as_deref())?;
+    registries::check_short_name(&conf.short_names, &image)?;
+    let route = registries::route(&conf.tables, &image)?;
     let sources = route.hosts();
     let insecure_hosts: Vec<String> = route
         .sources
@@ -388,6 +390,14 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::
         .iter()
         .map(|(path, matching)| (req.root.join(path), *matching))
         .filter(|(path, _)| path.is_file())
+        .filter(|(path, matching)| match matching {
+            Matching::Containers => true,
+            // kubelet logs a node config.json it cannot read and goes on
+            // without it; the errors name keys, never values.
+            Matching::Kubelet => auth::read_kubelet(path)
+                .inspect_err(|e| tracing::warn!("skipped: {e} (as kubelet skips it)"))
+                .is_ok(),
+        })
         .map(|(path, matching)| match matching {
             Matching::Containers => (Source::Authfile(path), matching),
             Matching::Kubelet => (Source::PullSecret(path), matching),
@@ -405,7 +415,11 @@ pub struct Summary {
     /// None in a plan made without `--dest`.
     pub dest: Option<String>,
     pub tag: Option<String>,
+    /// `auto` only in `hostpull plan` on a host without systemd, where a pull
+    /// fails with `sandbox_error` (exit 8).
     pub sandbox: SandboxMode,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox_error: Option<String>,
     pub memory_max: String,
     pub tasks_max: u32,
     /// `--max-rate`, bytes a second; none: no limit.
@@ -455,6 +469,7 @@ impl Plan {
             tag: Some(self.tag.clone())
                 .filter(|_| self.ostree.is_some() || !self.dest_dir.as_os_str().is_empty()),
             sandbox: w.mode,
+            sandbox_error: (w.mode == SandboxMode::Auto).then(|| NO_SYSTEMD.to_owned()),
             memory_max: w.limits.memory_max.clone(),
             tasks_max: w.limits.tasks_max,
             max_rate: self.max_rate,
@@ -530,6 +545,9 @@ impl Summary {
             "image     {} ({})\ndest      {dest}\nsandbox   {:?}, MemoryMax={}, TasksMax={}\n",
             self.image, self.platform, self.sandbox, self.memory_max, self.tasks_max
         );
+        if let Some(e) = &self.sandbox_error {
+            t += &format!("  a pull fails (exit 8): {e}\n");
+        }
         t += &format!(
             "max rate  {}\n",
             match self.max_rate {
@@ -728,7 +746,7 @@ mod tests {
         for image in ["h.io/a:v1", pinned] {
             let mut r = req(image, "");
             assert_eq!(crate::error::exit_code(&plan(&r).unwrap_err()), 2);
-            r.dest_optional = true;
+            r.dry_run = true;
             let s = plan(&r).unwrap().summary();
             assert_eq!((s.dest.as_deref(), s.tag.as_deref()), (None, None));
             assert!(
@@ -739,7 +757,7 @@ mod tests {
             assert_eq!(s.hosts.len(), 1);
         }
         let mut r = req("h.io/a:v1", "oci:/d");
-        r.dest_optional = true;
+        r.dry_run = true;
         let s = plan(&r).unwrap().summary();
         assert_eq!(
             (s.dest.as_deref(), s.tag.as_deref()),
@@ -882,6 +900,46 @@ mod tests {
         }
     }
 
+    /// A node config.json kubelet cannot read is skipped with a warning when
+    /// it comes from the host's default files, as kubelet goes on without it;
+    /// given with --pull-secret, it is an error.
+    #[test]
+    fn a_malformed_default_kubelet_config_is_skipped() {
+        use base64::Engine as _;
+        let td = tempfile::tempdir().unwrap();
+        let d = td.path();
+        std::fs::create_dir_all(d.join("var/lib/kubelet")).unwrap();
+        std::fs::create_dir_all(d.join("etc/ostree")).unwrap();
+        let node = d.join("var/lib/kubelet/config.json");
+        std::fs::write(
+            &node,
+            r#"{"auths": {"other.io": {"auth": "pants"}, "h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#,
+        )
+        .unwrap();
+        let ostree = base64::engine::general_purpose::STANDARD.encode("ostree:pw");
+        std::fs::write(
+            d.join("etc/ostree/auth.json"),
+            format!(r#"{{"auths": {{"h.io": {{"auth": "{ostree}"}}}}}}"#),
+        )
+        .unwrap();
+        let mut r = req("h.io/a:v1", "oci:/d");
+        r.root = d.into();
+        let p = plan(&r).unwrap();
+        let sources: Vec<&str> = p.credentials.iter().map(|c| c.source.as_str()).collect();
+        assert_eq!(sources, [d.join("etc/ostree/auth.json").to_str().unwrap()]);
+        // Readable, it is a candidate after ostree's.
+        std::fs::write(
+            &node,
+            r#"{"auths": {"h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#,
+        )
+        .unwrap();
+        assert_eq!(plan(&r).unwrap().credentials.len(), 2);
+        std::fs::write(&node, "{").unwrap();
+        assert_eq!(plan(&r).unwrap().credentials.len(), 1);
+        r.pull_secrets = vec![node];
+        assert_eq!(crate::error::exit_code(&plan(&r).unwrap_err()), 2);
+    }
+
     #[test]
     fn missing_inputs_are_usage_errors() {
         let mut r = req("h.io/a:v1", "oci:/d");
@@ -892,6 +950,8 @@ mod tests {
         assert_eq!(crate::error::exit_code(&plan(&r).unwrap_err()), 2);
     }
 
+    /// `auto` is systemd where systemd runs the host; elsewhere a pull fails
+    /// (exit 8), and `hostpull plan` says so rather than failing itself.
     #[test]
     fn auto_needs_systemd() {
         let mut r = req("h.io/a:v1", "oci:/d");
@@ -902,6 +962,19 @@ mod tests {
         let e = plan(&r).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 8);
         assert!(e.to_string().contains("--sandbox none"));
+        r.dry_run = true;
+        let s = plan(&r).unwrap().summary();
+        assert_eq!(s.sandbox, SandboxMode::Auto);
+        assert_eq!(s.sandbox_error.as_deref(), Some(NO_SYSTEMD));
+        assert!(
+            s.text()
+                .contains("sandbox   Auto, MemoryMax=512M, TasksMax=256\n  a pull fails (exit 8): systemd is not running"),
+            "{}",
+            s.text()
+        );
+        r.systemd_booted = true;
+        let s = plan(&r).unwrap().summary();
+        assert_eq!((s.sandbox, s.sandbox_error), (SandboxMode::Systemd, None));
     }
 
     #[test]

@@ -22,6 +22,9 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 #[serde(rename_all = "camelCase")]
 pub struct ProviderConfig {
     pub providers: Vec<Provider>,
+    /// The file it was read from, for errors.
+    #[serde(skip)]
+    pub path: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -37,7 +40,8 @@ pub struct Provider {
     #[serde(default)]
     pub env: Vec<EnvVar>,
     /// KEP-4412: the plugin wants the pod's service-account token. A host
-    /// pull has none, so such a provider is refused, never sent an empty one.
+    /// pull has none, so such a provider is refused when an image matches
+    /// it (never sent an empty token); it does not stop the others.
     #[serde(default)]
     pub token_attributes: Option<serde_json::Value>,
 }
@@ -85,8 +89,9 @@ pub fn load_config(path: &Path) -> anyhow::Result<ProviderConfig> {
         return Err(bad(path, "kind is not CredentialProviderConfig"));
     }
     // Its args and env may hold secrets: serde's error must not quote them.
-    let c: ProviderConfig =
+    let mut c: ProviderConfig =
         serde_json::from_value(v).map_err(|e| bad(path, crate::error::serde_redacted(&e)))?;
+    c.path = path.to_owned();
     // Providers by their place, not their name or values: the file may hold
     // secrets, and no error quotes it.
     for (i, p) in c.providers.iter().enumerate() {
@@ -107,15 +112,6 @@ pub fn load_config(path: &Path) -> anyhow::Result<ProviderConfig> {
         }
         if p.match_images.is_empty() {
             return Err(bad(path, format!("providers[{i}]: matchImages is empty")));
-        }
-        if p.token_attributes.is_some() {
-            return Err(bad(
-                path,
-                format!(
-                    "providers[{i}]: tokenAttributes (a pod's service-account token, KEP-4412) \
-                     is not supported: a host pull has no such token"
-                ),
-            ));
         }
     }
     Ok(c)
@@ -167,9 +163,19 @@ pub fn credentials(
     // kubelet matches and asks with the repository, without tag or digest.
     let target = image.repository();
     let mut keyring = Keyring::default();
-    for p in &config.providers {
+    for (i, p) in config.providers.iter().enumerate() {
         if !p.match_images.iter().any(|m| urls_match(m, &target)) {
             continue;
+        }
+        // By its place, not its name or values: the file may hold secrets.
+        if p.token_attributes.is_some() {
+            return Err(bad(
+                &config.path,
+                format!(
+                    "providers[{i}] matches {target} but wants tokenAttributes (a pod's \
+                     service-account token, KEP-4412), which a host pull does not have"
+                ),
+            ));
         }
         let response = match cached(cache_dir, p, image) {
             Some(r) => r,
@@ -355,6 +361,67 @@ mod tests {
         assert!(e.contains("exit status: 3"), "{e}");
     }
 
+    /// KEP-4412: a provider with `tokenAttributes` is refused when an image
+    /// matches it, by its place (the file may hold secrets), and never run
+    /// (it would get an empty token); it does not stop the providers of
+    /// other images.
+    #[test]
+    fn token_attributes_refused_only_where_asked() {
+        let td = tempfile::tempdir().unwrap();
+        let d = td.path();
+        let ran = d.join("ran");
+        for name in ["plain", "wants-token"] {
+            let p = d.join(name);
+            std::fs::write(
+                &p,
+                format!(
+                    "#!/bin/sh\ncat >/dev/null\necho {name} >>{}\necho '{{\"kind\":\"CredentialProviderResponse\",\"cacheDuration\":\"0\",\"auth\":{{\"*.io\":{{\"username\":\"{name}\",\"password\":\"pw\"}}}}}}'\n",
+                    ran.display()
+                ),
+            )
+            .unwrap();
+            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .unwrap();
+        }
+        let f = d.join("c.yaml");
+        std::fs::write(
+            &f,
+            "kind: CredentialProviderConfig\nproviders:\n\
+             - name: wants-token\n  matchImages: [\"*.token.io\", \"both.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  tokenAttributes:\n    serviceAccountTokenAudience: s3cr3t-aud\n    requireServiceAccount: true\n\
+             - name: plain\n  matchImages: [\"*.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+        )
+        .unwrap();
+        let config = load_config(&f).unwrap();
+        let creds = |image: &str| {
+            let image = ImageRef::parse(image).unwrap();
+            credentials(&config, d, &d.join("cache"), &image)
+        };
+        let got = creds("reg.io/app").unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].0.as_str(), got[0].2.as_str()), ("plain", "plain"));
+        for image in ["x.token.io/app", "both.io/app"] {
+            let e = creds(image).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{image}");
+            let e = format!("{e:#}");
+            assert!(
+                e.contains("providers[0] matches") && e.contains("tokenAttributes"),
+                "{e}"
+            );
+            assert!(
+                e.contains(&f.display().to_string()) && !e.contains("s3cr3t"),
+                "{e}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&ran).unwrap(), "plain\n");
+        // kubernetes pkg/credentialprovider/keyring_test.go,
+        // TestProvidersDockerKeyring: every lookup asks the provider again
+        // (here: its answer is not to be cached, cacheDuration 0).
+        for _ in 0..2 {
+            assert_eq!(creds("reg.io/app").unwrap().len(), 1);
+        }
+        assert_eq!(std::fs::read_to_string(&ran).unwrap(), "plain\n".repeat(3));
+    }
+
     #[test]
     fn config_checks() {
         let td = tempfile::tempdir().unwrap();
@@ -389,18 +456,17 @@ mod tests {
             assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
             assert!(!format!("{e:#}").contains("s3cr3t"), "{e:#}");
         }
-        // KEP-4412: a provider that wants a service-account token is refused
-        // (by its place: the file may hold secrets), never run with an empty token.
+        // KEP-4412: a provider that wants a service-account token loads; it
+        // is refused only when an image matches it (token_attributes_*).
         std::fs::write(
             &f,
             format!("{ok}  tokenAttributes:\n    serviceAccountTokenAudience: aud\n    requireServiceAccount: true\n"),
         )
         .unwrap();
-        let e = load_config(&f).unwrap_err();
-        assert_eq!(crate::error::exit_code(&e), 2);
         assert!(
-            e.to_string().contains("providers[0]: tokenAttributes"),
-            "{e}"
+            load_config(&f).unwrap().providers[0]
+                .token_attributes
+                .is_some()
         );
         // Valid JSON that YAML refuses: a surrogate-pair escape.
         std::fs::write(

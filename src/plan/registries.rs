@@ -11,10 +11,12 @@
 //!   must be valid reference names or host names when the file is read, not
 //!   only when a pull uses them, so a table the worker could not read never
 //!   reaches it;
-//! - `unqualified-search-registries`, `short-name-mode`, `[aliases]` and
-//!   `credential-helpers` are validated and otherwise not used: hostpull pulls
-//!   fully qualified references through skopeo's `docker://` transport, which
-//!   resolves no short names either (a name without a host is docker.io's).
+//! - hostpull resolves no short names: a name without a registry is
+//!   docker.io's, as in skopeo's `docker://` transport. Where
+//!   `[aliases]`, `unqualified-search-registries` or `short-name-mode` would
+//!   resolve it elsewhere, the pull is refused ([`check_short_name`]) rather
+//!   than silently going to docker.io. `credential-helpers` is validated and
+//!   not used.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -101,14 +103,80 @@ impl V1 {
 }
 
 impl File {
+    /// containers/image's `V2RegistriesConf.hasSetField`: a list or table
+    /// that is present counts, even empty; a string only when not empty (Go
+    /// reads `""` as unset).
     fn v2_is_set(&self) -> bool {
+        let set = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.is_empty());
         self.registry.is_some()
             || self.unqualified_search_registries.is_some()
             || self.credential_helpers.is_some()
-            || self.short_name_mode.is_some()
-            || self.additional_layer_store_auth_helper.is_some()
+            || set(&self.short_name_mode)
+            || set(&self.additional_layer_store_auth_helper)
             || self.aliases.is_some()
     }
+}
+
+/// `short-name-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShortNameMode {
+    Disabled,
+    Enforcing,
+    Permissive,
+}
+
+/// containers/image's `parseShortNameMode`; `""` is not a mode (a file with
+/// `short-name-mode = ""` leaves the mode as it was).
+fn parse_short_name_mode(mode: &str) -> Result<ShortNameMode, String> {
+    match mode {
+        "disabled" => Ok(ShortNameMode::Disabled),
+        "enforcing" => Ok(ShortNameMode::Enforcing),
+        "permissive" => Ok(ShortNameMode::Permissive),
+        _ => Err(format!("invalid short-name mode: {mode:?}")),
+    }
+}
+
+/// One file's short-name settings, as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct FileShortNames {
+    /// Name to normalized repository; `None` where the file resets it (`""`).
+    aliases: BTreeMap<String, Option<String>>,
+    search: Option<Vec<String>>,
+    mode: Option<ShortNameMode>,
+}
+
+/// registries.conf's short-name settings, merged over the files as
+/// containers/image merges them (`updateWithConfigurationFrom`): each alias
+/// from the last file naming it, `unqualified-search-registries` from the last
+/// file that has the key, `short-name-mode` from the last that sets one. Each
+/// with the file it came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShortNames {
+    aliases: BTreeMap<String, (Option<String>, PathBuf)>,
+    search: Option<(Vec<String>, PathBuf)>,
+    mode: Option<(ShortNameMode, PathBuf)>,
+}
+
+impl ShortNames {
+    fn merge(&mut self, f: FileShortNames, file: &Path) {
+        for (name, value) in f.aliases {
+            self.aliases.insert(name, (value, file.to_owned()));
+        }
+        if let Some(s) = f.search {
+            self.search = Some((s, file.to_owned()));
+        }
+        if let Some(m) = f.mode {
+            self.mode = Some((m, file.to_owned()));
+        }
+    }
+}
+
+/// What the registries.conf files say: the `[[registry]]` tables (one per
+/// prefix) and the short-name settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    pub tables: Vec<Table>,
+    pub short_names: ShortNames,
 }
 
 fn invalid(why: String) -> anyhow::Error {
@@ -160,35 +228,49 @@ fn has_registry(name: &str) -> bool {
     name.contains('/') && (first.contains(['.', ':']) || first == "localhost")
 }
 
-/// containers/image's `validateShortName` and `parseShortNameValue`: a short
-/// name has no registry, tag or digest; its value is empty or a repository with
-/// a registry and no tag or digest.
-fn check_alias(name: &str, value: &str) -> Result<(), String> {
-    let short_ok = !name.contains(['@', ':'])
+/// containers/image's `validateShortName`: a repository name without a
+/// registry, tag or digest.
+fn validate_short_name(name: &str) -> Result<(), String> {
+    let ok = name.len() <= 255
+        && !name.contains(['@', ':'])
         && !has_registry(name)
         && name.split('/').all(imgref::valid_path_component);
-    if !short_ok {
-        return Err(format!(
-            "invalid short name {name:?}: it must not contain a registry, tag or digest"
-        ));
-    }
-    let ok = value.is_empty() || has_registry(value) && valid_location(value);
     if !ok {
         return Err(format!(
-            "invalid alias {value:?} for {name:?}: it must contain registry and repository, and no tag or digest"
+            "invalid short name {name:?}: it must not contain a registry, tag or digest"
         ));
     }
     Ok(())
 }
 
+/// containers/image's `parseShortNameValue`: a repository with a registry and
+/// no tag or digest, normalized (`docker.io/fedora` is
+/// `docker.io/library/fedora`).
+fn parse_short_name_value(value: &str) -> Result<String, String> {
+    let invalid = || {
+        format!(
+            "invalid alias {value:?}: it must contain registry and repository, and no tag or digest"
+        )
+    };
+    let tagged = value
+        .rsplit_once(':')
+        .is_some_and(|(_, t)| !t.contains('/'));
+    if value.contains('@') || tagged || !has_registry(value) || !valid_location(value) {
+        return Err(invalid());
+    }
+    ImageRef::parse(value)
+        .map(|r| r.repository())
+        .map_err(|_| invalid())
+}
+
 /// containers/image's `loadConfigFile` and `postProcessRegistries` for one
 /// file: its tables, checked, sorted by prefix, one per prefix (the first in
 /// the file wins).
-fn parse(text: &str, drop_in: bool) -> anyhow::Result<Vec<Table>> {
+fn parse(text: &str, drop_in: bool) -> anyhow::Result<(Vec<Table>, FileShortNames)> {
     let f: File = toml::from_str(text).map_err(|e| invalid(crate::error::one_line(e.message())))?;
     let v1 = f.registries.as_ref().is_some_and(V1::is_set);
     let mut tables = f.registry.clone().unwrap_or_default();
-    let mut search = f.unqualified_search_registries.clone().unwrap_or_default();
+    let mut search = f.unqualified_search_registries.clone();
     if v1 {
         if drop_in {
             return Err(invalid(
@@ -225,7 +307,7 @@ fn parse(text: &str, drop_in: bool) -> anyhow::Result<Vec<Table>> {
                 }
             }
         }
-        search = V1::list(&v1.search).to_vec();
+        search = v1.search.as_ref().and_then(|l| l.registries.clone());
     }
     for t in &mut tables {
         t.location = parse_location(&t.location)?;
@@ -326,35 +408,43 @@ fn parse(text: &str, drop_in: bool) -> anyhow::Result<Vec<Table>> {
             }
         }
     }
-    for s in &search {
-        let s = parse_location(s)?;
-        if !imgref::valid_domain(&s) {
-            return Err(invalid(format!(
-                "Invalid unqualified-search-registries entry {s:?}"
-            )));
+    let mut short = FileShortNames::default();
+    if let Some(search) = search {
+        let mut list = Vec::new();
+        for s in &search {
+            let s = parse_location(s)?;
+            if !imgref::valid_domain(&s) {
+                return Err(invalid(format!(
+                    "Invalid unqualified-search-registries entry {s:?}"
+                )));
+            }
+            list.push(s);
         }
+        short.search = Some(list);
     }
-    if let Some(mode) = &f.short_name_mode
-        && !mode.is_empty()
-        && !matches!(mode.as_str(), "disabled" | "enforcing" | "permissive")
-    {
-        return Err(invalid(format!("invalid short-name mode: {mode:?}")));
-    }
+    short.mode = match f.short_name_mode.as_deref() {
+        None | Some("") => None,
+        Some(m) => Some(parse_short_name_mode(m).map_err(invalid)?),
+    };
     for (name, value) in f.aliases.iter().flatten() {
-        check_alias(name, value)
-            .map_err(|e| invalid(format!("validating short-name aliases: {e}")))?;
+        let to = validate_short_name(name).and_then(|()| match value.as_str() {
+            "" => Ok(None),
+            v => parse_short_name_value(v).map(Some),
+        });
+        let to = to.map_err(|e| invalid(format!("validating short-name aliases: {e}")))?;
+        short.aliases.insert(name.clone(), to);
     }
     // The first table with a prefix wins; later ones with the same prefix are ignored.
     let mut unique: BTreeMap<String, Table> = BTreeMap::new();
     for t in tables {
         unique.entry(t.prefix.clone()).or_insert(t);
     }
-    Ok(unique.into_values().collect())
+    Ok((unique.into_values().collect(), short))
 }
 
 /// `/etc/containers/registries.conf` and `registries.conf.d/*.conf` below
 /// `root`, or only `explicit`.
-pub fn load(root: &Path, explicit: Option<&Path>) -> anyhow::Result<Vec<Table>> {
+pub fn load(root: &Path, explicit: Option<&Path>) -> anyhow::Result<Config> {
     match explicit {
         Some(f) => load_files(f, true, None),
         None => load_files(
@@ -367,7 +457,7 @@ pub fn load(root: &Path, explicit: Option<&Path>) -> anyhow::Result<Vec<Table>> 
 
 /// `main` (an error if missing and `required`), then the drop-ins of `dir` in
 /// name order. A drop-in's table replaces the one with its prefix.
-fn load_files(main: &Path, required: bool, dir: Option<&Path>) -> anyhow::Result<Vec<Table>> {
+fn load_files(main: &Path, required: bool, dir: Option<&Path>) -> anyhow::Result<Config> {
     let mut files: Vec<(PathBuf, bool)> = vec![(main.to_owned(), false)];
     if let Some(dir) = dir {
         match std::fs::read_dir(dir) {
@@ -388,13 +478,14 @@ fn load_files(main: &Path, required: bool, dir: Option<&Path>) -> anyhow::Result
         }
     }
     let mut tables: BTreeMap<String, Table> = BTreeMap::new();
+    let mut short_names = ShortNames::default();
     for (i, (f, drop_in)) in files.iter().enumerate() {
         let text = match std::fs::read_to_string(f) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && (i > 0 || !required) => continue,
             Err(e) => return fail(Kind::Usage, format!("reading {}: {e}", f.display())),
         };
-        let parsed = parse(&text, *drop_in).map_err(|e| {
+        let (parsed, short) = parse(&text, *drop_in).map_err(|e| {
             invalid(format!(
                 "invalid registries configuration {}: {e}",
                 f.display()
@@ -403,8 +494,95 @@ fn load_files(main: &Path, required: bool, dir: Option<&Path>) -> anyhow::Result
         for t in parsed {
             tables.insert(t.prefix.clone(), t);
         }
+        short_names.merge(short, f);
     }
-    Ok(tables.into_values().collect())
+    Ok(Config {
+        tables: tables.into_values().collect(),
+        short_names,
+    })
+}
+
+/// hostpull resolves no short names: a name without a registry is docker.io's,
+/// as in skopeo's `docker://` transport. Where registries.conf would resolve
+/// it otherwise, the pull is refused (exit 2) with the setting that applies,
+/// rather than silently going to docker.io. containers/image's
+/// `pkg/shortnames` `Resolve`, without a terminal, would use: the name's
+/// alias (another repository: refused; docker.io's own: fine); else every
+/// `unqualified-search-registries` entry in order (refused unless they all
+/// give docker.io's repository, and in enforcing mode there is one); else,
+/// with no search list, it fails, and so does hostpull in enforcing mode
+/// (otherwise docker.io, as skopeo's `docker://` does).
+pub fn check_short_name(short_names: &ShortNames, image: &ImageRef) -> anyhow::Result<()> {
+    let Some(short) = &image.short_name else {
+        return Ok(());
+    };
+    let hub = image.repository();
+    let refuse = |why: String, instead: String| {
+        fail(
+            Kind::Usage,
+            format!(
+                "{short} names no registry, and {why}; hostpull does not resolve short names: {instead}"
+            ),
+        )
+    };
+    let hub_ref = format!("{hub}{}", suffix(image));
+    match short_names.aliases.get(short) {
+        Some((Some(to), _)) if *to == hub => return Ok(()),
+        Some((Some(to), file)) => {
+            return refuse(
+                format!("registries.conf aliases it to {to} ({})", file.display()),
+                format!("pull {to}{}", suffix(image)),
+            );
+        }
+        // No alias, or one reset with "".
+        _ => {}
+    }
+    let enforcing = short_names
+        .mode
+        .as_ref()
+        .filter(|(m, _)| *m == ShortNameMode::Enforcing);
+    match &short_names.search {
+        Some((search, file)) if !search.is_empty() => {
+            let all_hub = search.iter().all(|r| {
+                ImageRef::parse(&format!("{r}/{short}")).is_ok_and(|c| c.repository() == hub)
+            });
+            if !all_hub || enforcing.is_some() && search.len() > 1 {
+                return refuse(
+                    format!(
+                        "unqualified-search-registries would search [{}] ({})",
+                        search.join(", "),
+                        file.display()
+                    ),
+                    format!(
+                        "name the registry, e.g. {}",
+                        ImageRef::parse(&format!("{}/{short}{}", search[0], suffix(image)))
+                            .map_or(hub_ref, |r| r.to_string())
+                    ),
+                );
+            }
+        }
+        _ => {
+            if let Some((_, file)) = enforcing {
+                return refuse(
+                    format!(
+                        "short-name-mode is \"enforcing\" ({}) with no search registry",
+                        file.display()
+                    ),
+                    format!("name the registry, e.g. {hub_ref}"),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `:TAG` or `@DIGEST` of the image, as it names them.
+fn suffix(image: &ImageRef) -> String {
+    match (&image.digest, &image.tag) {
+        (Some(d), _) => format!("@{d}"),
+        (None, Some(t)) => format!(":{t}"),
+        (None, None) => String::new(),
+    }
 }
 
 /// containers/image's `refMatchingPrefix`: how much of `name` the prefix
@@ -464,11 +642,7 @@ fn rewrite(image: &ImageRef, prefix: &str, location: &str) -> anyhow::Result<Ima
         return Ok(image.clone());
     }
     let new_name = format!("{location}{}", &name[n..]);
-    let suffix = match (&image.digest, &image.tag) {
-        (Some(d), _) => format!("@{d}"),
-        (None, Some(t)) => format!(":{t}"),
-        (None, None) => String::new(),
-    };
+    let suffix = suffix(image);
     let not_canonical = || {
         Failure::new(
             Kind::Usage,
@@ -597,11 +771,11 @@ mod tests {
         } else {
             Path::new(TESTDATA).join(dir)
         };
-        load_files(&Path::new(TESTDATA).join(file), true, Some(&dir))
+        load_files(&Path::new(TESTDATA).join(file), true, Some(&dir)).map(|c| c.tables)
     }
 
     fn from_str(text: &str) -> anyhow::Result<Vec<Table>> {
-        parse(text, false)
+        parse(text, false).map(|(t, _)| t)
     }
 
     fn locations(tables: &[Table]) -> Vec<&str> {
@@ -635,7 +809,10 @@ mod tests {
     fn upstream_empty_config_and_mirrors() {
         assert_eq!(testdata("empty.conf", NO_DIR).unwrap(), vec![]);
         // A missing default file is an empty one; a missing explicit file an error.
-        assert_eq!(load(Path::new("/nonexistent"), None).unwrap(), vec![]);
+        assert_eq!(
+            load(Path::new("/nonexistent"), None).unwrap(),
+            Config::default()
+        );
         let e = testdata("this-does-not-exist.conf", NO_DIR).unwrap_err();
         assert!(format!("{e}").contains("No such file or directory"), "{e}");
 
@@ -1491,7 +1668,7 @@ location = "second.example"
             "[[registry]]\nprefix = \"quay.io\"\nlocation = \"quay.io\"\nblocked = true\n",
         )
         .unwrap();
-        let tables = load(td.path(), None).unwrap();
+        let tables = load(td.path(), None).unwrap().tables;
         assert_eq!(
             crate::error::exit_code(&route(&tables, &img("quay.io/a/b")).unwrap_err()),
             2
@@ -1500,5 +1677,330 @@ location = "second.example"
         let e = load(td.path(), None).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("20-bad.conf"), "{e}");
+    }
+
+    // containers/image pkg/sysregistriesv2/system_registries_v2_test.go,
+    // TestV1RegistriesConfHasSetField and TestV2RegistriesConfHasSetField (the
+    // structs written as the TOML that decodes to them): a list or table that
+    // is present counts, even empty; a string only when not empty.
+    #[test]
+    fn upstream_has_set_field() {
+        let file = |text: &str| toml::from_str::<File>(text).unwrap();
+        for (text, set) in [
+            ("", false),
+            ("[registries.search]\nregistries = []\n", true),
+            ("[registries.insecure]\nregistries = []\n", true),
+            ("[registries.block]\nregistries = []\n", true),
+            (
+                "[registries.search]\nregistries = [\"example.com\"]\n",
+                true,
+            ),
+            (
+                "[registries.insecure]\nregistries = [\"example.com\"]\n",
+                true,
+            ),
+            ("[registries.block]\nregistries = [\"example.com\"]\n", true),
+            // No `registries` key: Go's zero value.
+            ("[registries.block]\n", false),
+        ] {
+            let f = file(text);
+            assert_eq!(f.registries.as_ref().is_some_and(V1::is_set), set, "{text}");
+        }
+        for (text, set) in [
+            ("", false),
+            ("registry = []\n", true),
+            ("unqualified-search-registries = []\n", true),
+            ("credential-helpers = []\n", true),
+            ("[aliases]\n", true),
+            ("[[registry]]\nprefix = \"example.com\"\n", true),
+            ("unqualified-search-registries = [\"example.com\"]\n", true),
+            ("credential-helpers = [\"a\"]\n", true),
+            ("short-name-mode = \"enforcing\"\n", true),
+            ("[aliases]\na = \"example.com/b\"\n", true),
+            ("additional-layer-store-auth-helper = \"example\"\n", true),
+            // Go reads an empty string as unset.
+            ("short-name-mode = \"\"\n", false),
+            ("additional-layer-store-auth-helper = \"\"\n", false),
+        ] {
+            assert_eq!(file(text).v2_is_set(), set, "{text}");
+        }
+        // So v1 with an empty short-name-mode is not a mix of v1 and v2.
+        let (tables, short) = parse(
+            "short-name-mode = \"\"\n[registries.block]\nregistries = [\"b.io\"]\n",
+            false,
+        )
+        .unwrap();
+        assert!(tables[0].blocked);
+        assert_eq!(short.mode, None);
+    }
+
+    /// system_registries_v2_test.go, TestParseShortNameMode.
+    #[test]
+    fn upstream_parse_short_name_mode() {
+        for (input, want) in [
+            ("disabled", Some(ShortNameMode::Disabled)),
+            ("enforcing", Some(ShortNameMode::Enforcing)),
+            ("permissive", Some(ShortNameMode::Permissive)),
+            ("", None),
+            ("xxx", None),
+        ] {
+            assert_eq!(parse_short_name_mode(input).ok(), want, "{input}");
+        }
+    }
+
+    /// shortnames_test.go, TestParseShortNameValue and TestValidateShortName.
+    #[test]
+    fn upstream_short_name_values_and_names() {
+        let digest = "sha256:b87dd5f837112a9e1e9882963a6406387597698268c0ad371b187151a5dfe6bf";
+        let with_digest = format!("docker.io/library/fedora@{digest}");
+        for (input, valid) in [
+            ("docker.io/library/fedora", true),
+            ("localhost/fedora", true),
+            ("localhost:5000/fedora", true),
+            ("localhost:5000/namespace/fedora", true),
+            ("docker.io/library/fedora:latest", false),
+            (with_digest.as_str(), false),
+            ("fedora", false),
+            ("fedora:latest", false),
+            ("library/fedora", false),
+            ("library/fedora:latest", false),
+            ("$$4455%%", false),
+            ("docker://foo", false),
+            ("docker-archive://foo", false),
+            ("", false),
+        ] {
+            let got = parse_short_name_value(input);
+            assert_eq!(got.as_deref().ok(), valid.then_some(input), "{input}");
+        }
+        // docker.io references are normalized.
+        assert_eq!(
+            parse_short_name_value("docker.io/fedora").unwrap(),
+            "docker.io/library/fedora"
+        );
+        for (input, valid) in [
+            ("library/fedora", true),
+            ("fedora", true),
+            ("1234567489", true),
+            ("docker.io/library/fedora:latest", false),
+            (with_digest.as_str(), false),
+            ("fedora:latest", false),
+            ("library/fedora:latest", false),
+            ("$$4455%%", false),
+            ("docker://foo", false),
+            ("docker-archive://foo", false),
+            ("", false),
+        ] {
+            assert_eq!(validate_short_name(input).is_ok(), valid, "{input}");
+        }
+    }
+
+    /// `(value, file)` of an alias, for comparing.
+    fn alias<'a>(short: &'a ShortNames, name: &str) -> Option<(Option<&'a str>, String)> {
+        short.aliases.get(name).map(|(v, f)| {
+            let f = f.strip_prefix(TESTDATA).unwrap_or(f);
+            (v.as_deref(), f.display().to_string())
+        })
+    }
+
+    /// shortnames_test.go, TestResolveShortNameAlias and
+    /// TestAliasesWithDropInConfigs (without the per-user
+    /// short-name-aliases.conf, which hostpull does not read: its `added3`
+    /// is then config-2.conf's), and system_registries_v2_test.go,
+    /// TestGetShortNameMode.
+    #[test]
+    fn upstream_aliases_with_drop_ins() {
+        let load = |file: &str, dir: &str| {
+            let dir = Path::new(TESTDATA).join(dir);
+            load_files(&Path::new(TESTDATA).join(file), true, Some(&dir))
+                .unwrap()
+                .short_names
+        };
+        let short = load("aliases.conf", "this-does-not-exist");
+        assert_eq!(short.aliases.len(), 4);
+        for (name, value) in [
+            ("docker", "docker.io/library/foo"),
+            ("quay/foo", "quay.io/library/foo"),
+            ("example", "example.com/library/foo"),
+        ] {
+            assert_eq!(
+                alias(&short, name),
+                Some((Some(value), "aliases.conf".into()))
+            );
+        }
+        assert_eq!(alias(&short, "idonotexist"), None);
+        // An empty value does not resolve, and says where it was reset.
+        assert_eq!(alias(&short, "empty"), Some((None, "aliases.conf".into())));
+        assert_eq!(short.mode.map(|m| m.0), Some(ShortNameMode::Enforcing));
+
+        let short = load("aliases.conf", "registries.conf.d");
+        assert_eq!(short.aliases.len(), 8);
+        let c1 = "registries.conf.d/config-1.conf";
+        let c2 = "registries.conf.d/config-2.conf";
+        for (name, value, file) in [
+            ("docker", Some("docker.io/library/config1"), c1),
+            ("quay/foo", Some("quay.io/library/foo"), "aliases.conf"),
+            ("config1", Some("config1.com/image"), c1),
+            ("barz", Some("barz.com/config2"), c2),
+            ("config2", Some("config2.com/image"), c2),
+            ("added3", Some("xxx.com/image"), c2),
+            ("empty", None, "aliases.conf"),
+            ("example", None, c2),
+        ] {
+            assert_eq!(alias(&short, name), Some((value, file.into())), "{name}");
+        }
+        assert_eq!(alias(&short, "i/do/no/exist"), None);
+        // Permissive: aliases.conf's enforcing, overridden by config-2.conf.
+        assert_eq!(short.mode.map(|m| m.0), Some(ShortNameMode::Permissive));
+        let (search, file) = short.search.unwrap();
+        assert_eq!(search, ["example-overwrite.com"]);
+        assert!(file.ends_with("config-1.conf"), "{file:?}");
+
+        for (file, mode) in [
+            (
+                "registries.conf.d/config-2.conf",
+                Some(ShortNameMode::Permissive),
+            ),
+            // Empty: containers/image's default, permissive.
+            ("registries.conf.d/config-3.conf", None),
+        ] {
+            assert_eq!(load(file, "this-does-not-exist").mode.map(|m| m.0), mode);
+        }
+    }
+
+    /// Several files' short-name settings, merged as `load_files` merges them.
+    fn short_names(files: &[&str]) -> ShortNames {
+        let mut short = ShortNames::default();
+        for (i, text) in files.iter().enumerate() {
+            let (_, f) = parse(text, i > 0).unwrap();
+            short.merge(f, Path::new(&format!("f{i}")));
+        }
+        short
+    }
+
+    /// hostpull resolves no short names; where registries.conf would resolve
+    /// one elsewhere than docker.io, the pull is refused, naming the setting
+    /// and its file (issue 14).
+    #[test]
+    fn short_names_that_registries_conf_resolves_elsewhere_are_refused() {
+        let alias = "[aliases]\n\"fedora\" = \"registry.fedoraproject.org/fedora\"\n";
+        let search =
+            "unqualified-search-registries = [\"registry.fedoraproject.org\", \"docker.io\"]\n";
+        let enforcing = "short-name-mode = \"enforcing\"\n";
+        let pinned = format!("fedora@{DIGEST}");
+        let want_pinned = format!("pull registry.fedoraproject.org/fedora@{DIGEST}");
+        let cases: &[(&str, &[&str], Option<&str>)] = &[
+            // Nothing says otherwise: docker.io, as skopeo's docker://.
+            ("fedora", &[], None),
+            ("fedora", &["unqualified-search-registries = []\n"], None),
+            ("fedora", &["short-name-mode = \"permissive\"\n"], None),
+            // A name with a registry is never resolved.
+            ("quay.io/fedora/fedora", &[alias, search, enforcing], None),
+            ("docker.io/fedora", &[alias, search, enforcing], None),
+            (
+                "fedora:40",
+                &[alias],
+                Some(
+                    "fedora names no registry, and registries.conf aliases it to registry.fedoraproject.org/fedora (f0); hostpull does not resolve short names: pull registry.fedoraproject.org/fedora:40",
+                ),
+            ),
+            (
+                "fedora",
+                &[alias, search, enforcing],
+                Some("pull registry.fedoraproject.org/fedora:latest"),
+            ),
+            (pinned.as_str(), &[alias], Some(want_pinned.as_str())),
+            // Another name, or an alias reset with "" in a drop-in.
+            ("library/fedora", &[alias], None),
+            ("fedora", &[alias, "[aliases]\n\"fedora\" = \"\"\n"], None),
+            // An alias to docker.io's own repository resolves the same.
+            (
+                "alpine",
+                &["[aliases]\n\"alpine\" = \"docker.io/library/alpine\"\n"],
+                None,
+            ),
+            (
+                "alpine",
+                &["[aliases]\n\"alpine\" = \"docker.io/alpine\"\n", enforcing],
+                None,
+            ),
+            (
+                "fedora:40",
+                &[search],
+                Some(
+                    "fedora names no registry, and unqualified-search-registries would search [registry.fedoraproject.org, docker.io] (f0); hostpull does not resolve short names: name the registry, e.g. registry.fedoraproject.org/fedora:40",
+                ),
+            ),
+            (
+                "fedora",
+                &["[registries.search]\nregistries = [\"quay.io\"]\n"],
+                Some("would search [quay.io]"),
+            ),
+            // A later file's list replaces the earlier one, even empty.
+            (
+                "fedora",
+                &[search, "unqualified-search-registries = []\n"],
+                None,
+            ),
+            // Only docker.io: the same repository, unless enforcing mode has
+            // two candidates to choose from.
+            (
+                "fedora",
+                &["unqualified-search-registries = [\"docker.io\"]\n"],
+                None,
+            ),
+            (
+                "fedora",
+                &[
+                    "unqualified-search-registries = [\"docker.io\"]\nshort-name-mode = \"enforcing\"\n",
+                ],
+                None,
+            ),
+            (
+                "fedora",
+                &[
+                    "unqualified-search-registries = [\"docker.io\", \"index.docker.io\"]\nshort-name-mode = \"enforcing\"\n",
+                ],
+                Some("would search [docker.io, index.docker.io]"),
+            ),
+            (
+                "fedora:40",
+                &[enforcing],
+                Some(
+                    "fedora names no registry, and short-name-mode is \"enforcing\" (f0) with no search registry; hostpull does not resolve short names: name the registry, e.g. docker.io/library/fedora:40",
+                ),
+            ),
+            (
+                "fedora",
+                &[enforcing, "short-name-mode = \"disabled\"\n"],
+                None,
+            ),
+            // `short-name-mode = ""` leaves the mode as it was.
+            (
+                "fedora",
+                &[enforcing, "short-name-mode = \"\"\n"],
+                Some("(f0) with no search registry"),
+            ),
+        ];
+        for (image, files, want) in cases {
+            let r = check_short_name(&short_names(files), &img(image));
+            match (r, want) {
+                (Ok(()), None) => {}
+                (Err(e), Some(want)) => {
+                    assert_eq!(crate::error::exit_code(&e), 2, "{image} {files:?}");
+                    let e = e.to_string();
+                    assert!(e.contains(want), "{image} {files:?}: {e}");
+                    assert!(!e.contains('\n'), "{e}");
+                }
+                (r, _) => panic!("{image} {files:?}: {r:?}"),
+            }
+        }
+        // The host's own files, with drop-ins.
+        let td = tempfile::tempdir().unwrap();
+        let dir = td.path().join("etc/containers/registries.conf.d");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("shortnames.conf"), alias).unwrap();
+        let conf = load(td.path(), None).unwrap();
+        let e = check_short_name(&conf.short_names, &img("fedora")).unwrap_err();
+        assert!(e.to_string().contains("shortnames.conf"), "{e}");
     }
 }
