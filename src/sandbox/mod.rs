@@ -799,13 +799,32 @@ pub fn worker_failure(doing: &str, text: &str) -> Failure {
     Failure::new(kind, format!("{what} while {doing}")).with_detail(message)
 }
 
-/// skopeo logs a fatal error as `time="…" level=fatal msg="…"`; keep the message.
+/// skopeo logs a fatal error as `time="…" level=fatal msg="…"`, the message
+/// quoted with Go's `%q` (logrus); keep the message as skopeo wrote it, so that
+/// a body skopeo quoted in it reads as quoted, and the lines of a multi-error
+/// list as lines.
 fn skopeo_message(text: &str) -> String {
     let Some((_, rest)) = text.rsplit_once("level=fatal msg=\"") else {
         return text.trim().to_owned();
     };
     let msg = rest.trim_end().strip_suffix('"').unwrap_or(rest);
-    msg.replace("\\\"", "\"")
+    let mut out = String::with_capacity(msg.len());
+    let mut chars = msg.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('r') => out.push('\r'),
+            Some(e @ ('\\' | '"')) => out.push(e),
+            Some(e) => out.extend(['\\', e]),
+            None => out.push('\\'),
+        }
+    }
+    out
 }
 
 /// Bind a direct child's life to ours: if hostpull dies, skopeo gets SIGTERM.
@@ -960,6 +979,13 @@ mod tests {
         assert_eq!(f.kind, Kind::NotFound);
         assert_eq!(f.message, "image not found while inspecting x");
         assert_eq!(f.detail.as_deref(), Some("reading \"x\": manifest unknown"));
+        // skopeo 1.9.3's `inspect` of a 401 with a bearer challenge and a body
+        // that is not JSON: logrus quotes the message, and the body in it.
+        let f = worker_failure(
+            "inspecting x",
+            r#"time="…" level=fatal msg="reading manifest v1 in r/x: errors:\nunauthorized: authentication required\nerror parsing HTTP 401 response body: invalid character 'x' looking for beginning of value: \"x: eof: \\\"y\\\"\\n\"\n""#,
+        );
+        assert_eq!(f.kind, Kind::Auth, "{:?}", f.detail);
     }
 
     #[test]
