@@ -211,9 +211,12 @@ fn creds_target(data: &[u8], rel: &str, source: fn(PathBuf) -> hostpull::plan::a
         Source::PullSecret(_) => Matching::Kubelet,
         _ => Matching::Containers,
     };
+    // A long host too: globs in keys are matched label by label against it.
+    let long = vec!["a".repeat(60); 3].join(".");
     for image in [
         image(),
         ImageRef::parse(&format!("127.0.0.1:5000/a/b@sha256:{}", "0".repeat(64))).unwrap(),
+        ImageRef::parse(&format!("{long}.example/x:1")).unwrap(),
     ] {
         match resolve(&[(source(path.clone()), matching)], &image) {
             // 2: a bad file; 3: a credential helper it names failed.
