@@ -152,15 +152,17 @@ pub fn serde_redacted(e: &dyn fmt::Display) -> String {
 /// skopeo joins its errors with ": ", so the text is read as segments, and only
 /// a whole segment counts. What the registry or the reference controls is never
 /// a whole segment ahead of what classifies it: the repository and tag sit
-/// inside `reading manifest TAG in HOST/REPO`, the registry's message after its
-/// code or status. The first segment that says something decides, so a 404
-/// whose body says "connection reset" is a 404. From protocol 0.2.8 on, the
-/// worker's own `retryable` code comes first (`fetch::proxy_failure`).
+/// inside `reading manifest TAG in HOST/REPO`, and what Go quotes (`%q`: a URL,
+/// which a redirect or a token realm chooses; a response body) is never cut
+/// into segments. The first segment that says something decides, so a 404
+/// whose body says "connection reset" is a 404; and reading stops at a segment
+/// after which the text is the registry's own (an error code's message, a
+/// response body), so that text never decides, even when what came first says
+/// nothing. From protocol 0.2.8 on, the worker's own `retryable` code comes
+/// first (`fetch::proxy_failure`).
 pub fn classify_worker_text(text: &str) -> Kind {
-    // Go wraps errors as "outer: inner", and some as "outer (while …: inner)".
-    let segments: Vec<&str> = text
-        .split(": ")
-        .flat_map(|s| s.split(" ("))
+    let segments: Vec<&str> = segments(text)
+        .into_iter()
         .map(|s| s.trim().trim_end_matches(')'))
         .collect();
     for (i, seg) in segments.iter().enumerate() {
@@ -168,18 +170,72 @@ pub fn classify_worker_text(text: &str) -> Kind {
         if let Some(kind) = classify_segment(seg, next) {
             return kind;
         }
+        if opens_registry_text(&seg.to_ascii_lowercase()) {
+            break;
+        }
     }
     Kind::Worker
+}
+
+/// `text` cut where Go joins errors: "outer: inner", and "outer (while …:
+/// inner)"; never inside a string Go quoted with `%q` (`Get "URL": …`,
+/// `StatusCode: 404, "BODY"`), where an escaped `\"` does not end it.
+fn segments(text: &str) -> Vec<&str> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let (mut start, mut i, mut quoted) = (0, 0, false);
+    while i < b.len() {
+        match b[i] {
+            b'\\' if quoted => i += 1,
+            b'"' => quoted = !quoted,
+            _ if !quoted && (b[i..].starts_with(b": ") || b[i..].starts_with(b" (")) => {
+                out.push(&text[start..i]);
+                start = i + 2;
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out.push(&text[start..]);
+    out
+}
+
+/// Segments after which the text is the registry's: the body or message that
+/// containers/image renders after `StatusCode: NNN, `, after `error parsing
+/// HTTP NNN response body: ` and after the `errors:` list of
+/// docker/distribution's `errcode.Errors` (an error code ends reading as well,
+/// by deciding). When one of these does not decide, nothing after it may.
+fn opens_registry_text(lower: &str) -> bool {
+    matches!(
+        lower,
+        "statuscode" | "received unexpected http status" | "unexpected http status"
+    ) || lower.starts_with("error parsing http ")
+        || lower.starts_with("errors:")
 }
 
 /// What one segment says, if anything; `next` is the segment after it (where
 /// an HTTP status follows its phrase).
 fn classify_segment(seg: &str, next: &str) -> Option<Kind> {
-    let lower = seg.to_ascii_lowercase();
+    let mut lower = seg.to_ascii_lowercase();
+    // docker/distribution's `errcode.Errors` with more than one error (skopeo
+    // 1.9.3 prints them all; later ones keep the first): `errors:` and a line
+    // per error. The first says what happened; the others are the registry's.
+    if let Some(first) = lower.strip_prefix("errors:") {
+        lower = first.trim_start().to_owned();
+    }
     // A distribution error code, as containers/image names it (the registry
     // picks one of these; an unknown one reads as `unknown`).
     if let Some(kind) = error_code_kind(&lower).or_else(|| default_message_kind(&lower)) {
         return Some(kind);
+    }
+    // containers/image's own errors for what the registry answered: a 401
+    // (`ErrUnauthorizedForCredentials`, whatever follows it) and a 429
+    // (`ErrTooManyRequests`, after its own retries).
+    match lower.as_str() {
+        "unable to retrieve auth token" | "invalid username/password" => return Some(Kind::Auth),
+        "too many requests to registry" => return Some(Kind::Network),
+        _ => {}
     }
     // An HTTP status where skopeo prints one.
     let status = |s: &str| s.split([' ', ',']).next()?.parse::<u16>().ok();
@@ -187,6 +243,7 @@ fn classify_segment(seg: &str, next: &str) -> Option<Kind> {
         "statuscode" | "received unexpected http status" | "unexpected http status" => status(next),
         _ => lower
             .strip_prefix("invalid status code from registry ")
+            .or_else(|| lower.strip_prefix("error parsing http "))
             .and_then(status),
     };
     if let Some(code) = code {
@@ -235,7 +292,9 @@ fn classify_segment(seg: &str, next: &str) -> Option<Kind> {
 }
 
 /// The kind of a distribution error code, by containers/image's rendering
-/// (`MANIFEST_UNKNOWN` → `manifest unknown`). Retryable as podman's
+/// (`MANIFEST_UNKNOWN` → `manifest unknown`): every code docker/distribution
+/// registers (`registry/api/errcode/register.go`, `registry/api/v2/errors.go`
+/// of v2.8); a code it does not know reads as `unknown`. Retryable as podman's
 /// `IsErrorRetryable()` has it: every code but these four (and the malformed
 /// ones, which are verification failures here).
 fn error_code_kind(code: &str) -> Option<Kind> {
@@ -249,6 +308,10 @@ fn error_code_kind(code: &str) -> Option<Kind> {
             Kind::Verify
         }
         "unknown" | "unavailable" | "toomanyrequests" | "unsupported" => Kind::Network,
+        // Upload and listing codes, meaningless for a pull: retried all the same.
+        "blob upload unknown" | "blob upload invalid" | "pagination number invalid" => {
+            Kind::Network
+        }
         _ => return None,
     })
 }
@@ -265,6 +328,10 @@ fn default_message_kind(message: &str) -> Option<Kind> {
         | "provided length did not match content length"
         | "manifest failed signature verification" => Kind::Verify,
         "unknown error" | "service unavailable" | "too many requests" => Kind::Network,
+        "the operation is unsupported."
+        | "blob upload unknown to registry"
+        | "blob upload invalid"
+        | "invalid number of results requested" => Kind::Network,
         _ if message.starts_with("manifest does not match provided manifest digest") => {
             Kind::Verify
         }
@@ -344,6 +411,41 @@ mod tests {
             // Names that once steered the result: a repository or tag that is a
             // keyword, and a registry message full of them.
             ("reading manifest x509 in 127.0.0.1:5000/certificate/geoff: something odd".into(), Worker),
+            // A 401 through containers/image's `httpResponseToError` (token
+            // requests; 1.9.3's blob GET): `ErrUnauthorizedForCredentials`
+            // (docker/errors.go of c/image 5.22.1, 5.34.0, 5.39.1) around
+            // docker/distribution's `HandleErrorResponse`, which merges a
+            // `WWW-Authenticate: Bearer error=…` challenge with the body into
+            // `errcode.Errors` (registry/client/errors.go of v2.8.1); a body
+            // that is not JSON comes back quoted, after `error parsing HTTP 401
+            // response body` and Go's JSON error.
+            ("failed to invoke method GetBlob: unable to retrieve auth token: invalid username/password: errors:\nunauthorized: authentication required\nerror parsing HTTP 401 response body: invalid character 'x' looking for beginning of value: \"x: eof: y\"\n".into(), Auth),
+            ("unable to retrieve auth token: invalid username/password: unknown: x: eof: y".into(), Auth),
+            (format!("{m}: errors:\nunauthorized: authentication required\nerror parsing HTTP 401 response body: invalid character 'x' looking for beginning of value: \"x: eof: y\"\n"), Auth),
+            // Several errors in one body (1.9.3 prints all): the first code.
+            (format!("{m}: errors:\ndenied: x: eof: y\nunknown: x509\n"), Auth),
+            (format!("{m}: errors:\nmanifest unknown: eof\ndenied: z\n"), NotFound),
+            (format!("{m}: errors:\nsomething odd: eof\n"), Worker),
+            // A body that is not JSON where nothing reworded it (1.9.3's
+            // signature GET): the status in its fixed place.
+            ("downloading signatures for sha256:aa in r/x: error parsing HTTP 404 response body: invalid character 'x' looking for beginning of value: \"x: eof: y\"".into(), NotFound),
+            ("error parsing HTTP 503 response body: unexpected end of JSON input: \"\"".into(), Network),
+            // A 429 after containers/image's own retries: `ErrTooManyRequests`
+            // (1.9.3's blob GET), or the code or status (the rest).
+            ("failed to invoke method GetBlob: too many requests to registry".into(), Network),
+            (format!("{m}: toomanyrequests: denied: x509"), Network),
+            (format!("{m}: StatusCode: 429, \"denied: x509\""), Network),
+            // Codes a pull never meets, and their default messages alone.
+            (format!("{m}: blob upload invalid: denied: x509"), Network),
+            (format!("{m}: The operation is unsupported."), Network),
+            // What Go quotes is never a segment: a URL a redirect or a token
+            // realm chose, a body after the status or the parse error.
+            ("pinging container registry r: Get \"https://r/v2/?a: x509: b\": dial tcp 127.0.0.1:1: connect: connection refused".into(), Network),
+            ("Get \"https://r/token?a: denied: \\\": x509: b\": EOF".into(), Network),
+            (format!("{m}: StatusCode: 403, \"x: eof: y\""), Auth),
+            // Nothing after the start of the registry's text decides.
+            (format!("{m}: StatusCode: x, eof"), Worker),
+            (format!("{m}: error parsing HTTP response body: eof"), Worker),
             ("Error parsing image name \"docker://127.0.0.1:5000/eof:tls\": reading manifest tls in 127.0.0.1:5000/eof: denied: eof".into(), Auth),
         ];
         for (text, want) in cases {

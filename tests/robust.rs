@@ -18,6 +18,39 @@ fn missing_config_root_is_a_usage_error_naming_it() {
     assert!(r.stderr.contains(missing.to_str().unwrap()), "{}", r.stderr);
 }
 
+/// A file of the image host's certs.d that the pull would read and cannot (a
+/// `.crt` that is a directory or a dangling link, a client key that is a
+/// directory) is exit 2 naming it, before any worker starts.
+#[test]
+fn unreadable_trust_files_are_usage_errors_naming_them() {
+    let s = scratch();
+    type Make = fn(&std::path::Path);
+    let cases: [(&str, Make); 3] = [
+        ("ca.crt", |p| std::fs::create_dir(p).unwrap()),
+        ("ca.crt", |p| {
+            std::os::unix::fs::symlink("/nonexistent", p).unwrap()
+        }),
+        ("client.key", |p| std::fs::create_dir(p).unwrap()),
+    ];
+    for (i, (name, make)) in cases.into_iter().enumerate() {
+        let root = config_root(s.path().join(format!("root{i}")));
+        let certs_d = root.join("etc/containers/certs.d/127.0.0.1:1");
+        std::fs::create_dir_all(&certs_d).unwrap();
+        std::fs::write(certs_d.join("client.cert"), "x").unwrap();
+        if name != "client.key" {
+            std::fs::write(certs_d.join("client.key"), "x").unwrap();
+        }
+        let bad = certs_d.join(name);
+        make(&bad);
+        let dest = format!("oci:{}", s.path().join(format!("l{i}")).display());
+        let r = run(pull_cmd("127.0.0.1:1/x:v1", &dest)
+            .arg("--config-root")
+            .arg(&root));
+        r.assert_failure(2);
+        assert!(r.stderr.contains(bad.to_str().unwrap()), "{}", r.stderr);
+    }
+}
+
 #[path = "../fuzz/src/contract.rs"]
 #[allow(dead_code)]
 mod contract;

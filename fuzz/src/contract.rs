@@ -211,9 +211,12 @@ fn creds_target(data: &[u8], rel: &str, source: fn(PathBuf) -> hostpull::plan::a
         Source::PullSecret(_) => Matching::Kubelet,
         _ => Matching::Containers,
     };
+    // A long host too: globs in keys are matched label by label against it.
+    let long = vec!["a".repeat(60); 3].join(".");
     for image in [
         image(),
         ImageRef::parse(&format!("127.0.0.1:5000/a/b@sha256:{}", "0".repeat(64))).unwrap(),
+        ImageRef::parse(&format!("{long}.example/x:1")).unwrap(),
     ] {
         match resolve(&[(source(path.clone()), matching)], &image) {
             // 2: a bad file; 3: a credential helper it names failed.
@@ -410,7 +413,15 @@ pub fn sigstore_payload_target(data: &[u8]) {
     ];
     for rule in &rules {
         for kind in [COSIGN, ATOMIC] {
-            let _ = check_payload(data, kind, &digest, &image(), rule);
+            if check_payload(data, kind, &digest, &image(), rule).is_ok() {
+                // What root accepted signs this manifest, as a reader of the
+                // JSON (containers/image's exact-key parser) finds it.
+                let v: serde_json::Value =
+                    serde_json::from_slice(data).expect("accepted, not JSON");
+                let c = &v["critical"];
+                assert_eq!(c["image"]["docker-manifest-digest"], digest.as_str());
+                assert_eq!(c["type"], kind);
+            }
         }
     }
 }
@@ -437,10 +448,14 @@ pub fn hostpull_config_target(data: &[u8]) {
     }
 }
 
-/// skopeo's error text: always one of the kinds a worker failure can be.
+/// skopeo's error text: always one of the kinds a worker failure can be; and
+/// whatever the registry writes where its text begins (after an error code,
+/// a status, a 401's fixed words) or inside what Go quotes (a URL), the fixed
+/// part before it decides.
 pub fn classify_target(data: &[u8]) {
+    use hostpull::error::classify_worker_text as classify;
     let text = String::from_utf8_lossy(data);
-    let kind = hostpull::error::classify_worker_text(&text);
+    let kind = classify(&text);
     assert!(
         matches!(
             kind,
@@ -448,6 +463,34 @@ pub fn classify_target(data: &[u8]) {
         ),
         "{text:?}: {kind:?}"
     );
+    // skopeo's words (1.9.3, 1.18, 1.22) up to where the registry's begin.
+    const M: &str = "reading manifest v1 in 127.0.0.1:5000/x";
+    let fixed = [
+        (format!("{M}: denied: "), Kind::Auth),
+        (format!("{M}: manifest unknown: "), Kind::NotFound),
+        (format!("{M}: toomanyrequests: "), Kind::Network),
+        (format!("{M}: StatusCode: 404, "), Kind::NotFound),
+        (format!("{M}: StatusCode: 403, \""), Kind::Auth),
+        (format!("{M}: errors:\nunauthorized: "), Kind::Auth),
+        (format!("{M}: received unexpected HTTP status: 503 "), Kind::Network),
+        (
+            "failed to invoke method GetBlob: unable to retrieve auth token: invalid username/password: ".into(),
+            Kind::Auth,
+        ),
+        (
+            "downloading signatures for sha256:aa in r/x: error parsing HTTP 404 response body: ".into(),
+            Kind::NotFound,
+        ),
+    ];
+    for (before, want) in &fixed {
+        let all = format!("{before}{text}");
+        assert_eq!(classify(&all), *want, "{all:?}");
+    }
+    // A URL the registry chose (a redirect, a token realm), as Go quotes it.
+    let url = format!(
+        "pinging container registry r: Get {text:?}: dial tcp 127.0.0.1:1: connect: connection refused"
+    );
+    assert_eq!(classify(&url), Kind::Network, "{url:?}");
 }
 
 /// A reader with Go's `encoding/json` semantics for OCI manifests and indexes

@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
+
 use crate::error::{Kind, fail};
 use crate::plan::imgref::valid_domain;
 
@@ -40,10 +42,37 @@ pub fn parse_ca(arg: &str) -> anyhow::Result<(String, PathBuf)> {
             format!("invalid --ca {arg:?}: {host:?} is not HOST[:PORT]"),
         );
     }
-    if !Path::new(file).is_file() {
-        return fail(Kind::Usage, format!("--ca {arg}: no such file"));
-    }
+    open_file(Path::new(file)).with_context(|| format!("--ca {arg}"))?;
     Ok((host.to_owned(), file.into()))
+}
+
+/// Open a trust file (a CA, a client certificate or key) to read, or fail with
+/// a usage error naming it: a directory, a dangling link or a file that cannot
+/// be read is configuration to fix. Anything but a regular file is refused
+/// before it is opened (opening a FIFO would block).
+pub fn open_file(path: &Path) -> anyhow::Result<std::fs::File> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return fail(
+                Kind::Usage,
+                format!("{}: not a regular file", path.display()),
+            );
+        }
+        Ok(_) => {}
+        Err(e) => return fail(Kind::Usage, format!("reading {}: {e}", path.display())),
+    }
+    std::fs::File::open(path)
+        .or_else(|e| fail(Kind::Usage, format!("reading {}: {e}", path.display())))
+}
+
+/// A trust file's bytes, with [`open_file`]'s errors.
+pub fn read_file(path: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    open_file(path)?
+        .read_to_end(&mut bytes)
+        .or_else(|e| fail(Kind::Usage, format!("reading {}: {e}", path.display())))?;
+    Ok(bytes)
 }
 
 /// The trust of each host in `hosts` that has any: `--ca` files first, then the
@@ -70,19 +99,28 @@ pub fn resolve(
             .map(|d| root.join(d).join(host))
             .find(|d| d.is_dir())
         {
-            let mut names: Vec<String> = std::fs::read_dir(&dir)?
+            let entries = std::fs::read_dir(&dir)
+                .or_else(|e| fail(Kind::Usage, format!("reading {}: {e}", dir.display())))?;
+            let mut names: Vec<String> = entries
                 .filter_map(|e| e.ok()?.file_name().into_string().ok())
                 .collect();
             names.sort();
+            // Each file this pull will read, checked now: the plan either
+            // holds or names the file that is wrong.
             for n in &names {
                 if n.ends_with(".crt") {
+                    open_file(&dir.join(n))?;
                     t.cas.push(dir.join(n));
                 } else if let Some(base) = n.strip_suffix(".cert") {
                     let key = format!("{base}.key");
                     if !names.contains(&key) {
                         return fail(Kind::Usage, format!("{}: {n} has no {key}", dir.display()));
                     }
-                    t.client.get_or_insert((dir.join(n), dir.join(key)));
+                    if t.client.is_none() {
+                        open_file(&dir.join(n))?;
+                        open_file(&dir.join(&key))?;
+                        t.client = Some((dir.join(n), dir.join(key)));
+                    }
                 }
             }
         }
@@ -156,5 +194,51 @@ mod tests {
             crate::error::exit_code(&resolve(&hosts, &[], root).unwrap_err()),
             2
         );
+    }
+
+    /// A file of certs.d that this pull would read and cannot (a directory, a
+    /// dangling link, a FIFO) is a usage error naming it, at plan time.
+    #[test]
+    fn unreadable_trust_files_are_usage_errors_naming_them() {
+        let hosts = ["r.example:5000".to_owned()];
+        type Make = fn(&Path);
+        let cases: [(&str, Make); 5] = [
+            ("ca.crt", |p| std::fs::create_dir(p).unwrap()),
+            ("ca.crt", |p| {
+                std::os::unix::fs::symlink("/nonexistent", p).unwrap()
+            }),
+            ("ca.crt", |p| {
+                rustix::fs::mknodat(
+                    rustix::fs::CWD,
+                    p,
+                    rustix::fs::FileType::Fifo,
+                    rustix::fs::Mode::RUSR,
+                    0,
+                )
+                .unwrap()
+            }),
+            ("client.key", |p| std::fs::create_dir(p).unwrap()),
+            ("client.cert", |p| std::fs::create_dir(p).unwrap()),
+        ];
+        for (name, make) in cases {
+            let td = tempfile::tempdir().unwrap();
+            let dir = td.path().join("etc/containers/certs.d/r.example:5000");
+            std::fs::create_dir_all(&dir).unwrap();
+            for n in ["client.cert", "client.key"] {
+                std::fs::write(dir.join(n), "x").unwrap();
+            }
+            let bad = dir.join(name);
+            let _ = std::fs::remove_file(&bad);
+            make(&bad);
+            let e = resolve(&hosts, &[], td.path()).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{name}: {e:#}");
+            assert!(format!("{e:#}").contains(bad.to_str().unwrap()), "{e:#}");
+            // And the same file given with --ca.
+            if name == "ca.crt" {
+                let e = parse_ca(&format!("r.example:5000={}", bad.display())).unwrap_err();
+                assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
+                assert!(format!("{e:#}").contains(bad.to_str().unwrap()), "{e:#}");
+            }
+        }
     }
 }

@@ -25,7 +25,7 @@ use crate::error::{Failure, Kind, classify_worker_text, fail};
 use crate::plan::auth::{self, Chosen};
 use crate::plan::dns::Dns;
 use crate::plan::imgref::ImageRef;
-use crate::plan::trust::HostTrust;
+use crate::plan::trust::{self, HostTrust};
 use monitor::{Observed, Systemd};
 use staging::Staging;
 pub use unit::Limits;
@@ -247,11 +247,14 @@ impl Worker {
                 if let Some(t) = spec.trust.iter().find(|t| !t.lookaside_only) {
                     let dir = format!("certs.d/{}", t.host);
                     for (j, ca) in t.cas.iter().enumerate() {
-                        staging.write_public(&format!("{dir}/ca-{j}.crt"), &std::fs::read(ca)?)?;
+                        staging
+                            .write_public(&format!("{dir}/ca-{j}.crt"), &trust::read_file(ca)?)?;
                     }
                     if let Some((cert, key)) = &t.client {
-                        staging
-                            .write_public(&format!("{dir}/client.cert"), &std::fs::read(cert)?)?;
+                        staging.write_public(
+                            &format!("{dir}/client.cert"),
+                            &trust::read_file(cert)?,
+                        )?;
                         staging.copy(&format!("{dir}/client.key"), key)?;
                     }
                     w.host_cert_dir = Some(staging.path().join(dir));
@@ -300,11 +303,11 @@ impl Worker {
         for (i, t) in self.spec.trust.iter().enumerate() {
             let dir = format!("{tree}/{}", t.host);
             for (j, ca) in t.cas.iter().enumerate() {
-                staging.write_public(&format!("{dir}/ca-{j}.crt"), &std::fs::read(ca)?)?;
+                staging.write_public(&format!("{dir}/ca-{j}.crt"), &trust::read_file(ca)?)?;
             }
             stage_ca_bundle(staging, &dir, t)?;
             if let Some((cert, _)) = &t.client {
-                staging.write_public(&format!("{dir}/client.cert"), &std::fs::read(cert)?)?;
+                staging.write_public(&format!("{dir}/client.cert"), &trust::read_file(cert)?)?;
                 let key = unit::credentials_dir(unit).join(client_key_name(i));
                 staging.symlink(&format!("{dir}/client.key"), &key)?;
             }
@@ -673,7 +676,9 @@ impl Drop for Worker {
 /// certificate/key pairs.
 fn cert_files(dir: &Path) -> anyhow::Result<Vec<String>> {
     let mut names = Vec::new();
-    for e in std::fs::read_dir(dir).with_context(|| format!("Reading {}", dir.display()))? {
+    let entries = std::fs::read_dir(dir)
+        .or_else(|e| fail(Kind::Usage, format!("--cert-dir {}: {e}", dir.display())))?;
+    for e in entries {
         let name = e?.file_name().into_string().unwrap_or_default();
         if [".crt", ".cert", ".key"].iter().any(|s| name.ends_with(s)) {
             names.push(name);
@@ -746,7 +751,7 @@ fn stage_ca_bundle(staging: &Staging, dir: &str, t: &HostTrust) -> anyhow::Resul
     let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
     for ca in &t.cas {
         bundle.push(b'\n');
-        bundle.extend(std::fs::read(ca)?);
+        bundle.extend(trust::read_file(ca)?);
     }
     staging.write_public(&format!("{dir}/{CA_BUNDLE}"), &bundle)?;
     Ok(())
@@ -799,13 +804,32 @@ pub fn worker_failure(doing: &str, text: &str) -> Failure {
     Failure::new(kind, format!("{what} while {doing}")).with_detail(message)
 }
 
-/// skopeo logs a fatal error as `time="…" level=fatal msg="…"`; keep the message.
+/// skopeo logs a fatal error as `time="…" level=fatal msg="…"`, the message
+/// quoted with Go's `%q` (logrus); keep the message as skopeo wrote it, so that
+/// a body skopeo quoted in it reads as quoted, and the lines of a multi-error
+/// list as lines.
 fn skopeo_message(text: &str) -> String {
     let Some((_, rest)) = text.rsplit_once("level=fatal msg=\"") else {
         return text.trim().to_owned();
     };
     let msg = rest.trim_end().strip_suffix('"').unwrap_or(rest);
-    msg.replace("\\\"", "\"")
+    let mut out = String::with_capacity(msg.len());
+    let mut chars = msg.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('r') => out.push('\r'),
+            Some(e @ ('\\' | '"')) => out.push(e),
+            Some(e) => out.extend(['\\', e]),
+            None => out.push('\\'),
+        }
+    }
+    out
 }
 
 /// Bind a direct child's life to ours: if hostpull dies, skopeo gets SIGTERM.
@@ -960,6 +984,42 @@ mod tests {
         assert_eq!(f.kind, Kind::NotFound);
         assert_eq!(f.message, "image not found while inspecting x");
         assert_eq!(f.detail.as_deref(), Some("reading \"x\": manifest unknown"));
+        // skopeo 1.9.3's `inspect` of a 401 with a bearer challenge and a body
+        // that is not JSON: logrus quotes the message, and the body in it.
+        let f = worker_failure(
+            "inspecting x",
+            r#"time="…" level=fatal msg="reading manifest v1 in r/x: errors:\nunauthorized: authentication required\nerror parsing HTTP 401 response body: invalid character 'x' looking for beginning of value: \"x: eof: \\\"y\\\"\\n\"\n""#,
+        );
+        assert_eq!(f.kind, Kind::Auth, "{:?}", f.detail);
+    }
+
+    /// A trust file that cannot be read when the worker is prepared (it
+    /// changed after the plan) is a usage error naming it, as in the plan.
+    #[tokio::test]
+    async fn unreadable_trust_files_are_usage_errors_naming_them() {
+        let td = tempfile::tempdir().unwrap();
+        let (file, dir) = (td.path().join("ok.pem"), td.path().join("d.crt"));
+        std::fs::write(&file, "x").unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        let trust = |cas: Vec<PathBuf>, client| HostTrust {
+            host: "r.example:5000".into(),
+            cas,
+            client,
+            lookaside_only: false,
+        };
+        for t in [
+            trust(vec![file.clone(), dir.clone()], None),
+            trust(vec![], Some((dir.clone(), file.clone()))),
+            trust(vec![], Some((file.clone(), dir.clone()))),
+        ] {
+            let mut spec = spec(SandboxMode::None);
+            spec.trust = vec![t];
+            let e = Worker::prepare(&spec).await.err().unwrap();
+            assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
+            assert!(format!("{e:#}").contains(dir.to_str().unwrap()), "{e:#}");
+        }
+        let e = cert_files(&file).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
     }
 
     #[test]

@@ -39,10 +39,10 @@ impl Staging {
         self.put(rel, bytes, 0o600)
     }
 
-    /// Copy a file the orchestrator may read into the staging directory, root-only.
+    /// Copy a trust file (a client key, a `--cert-dir` file) into the staging
+    /// directory, root-only; one that cannot be read is a usage error naming it.
     pub fn copy(&self, rel: &str, from: &Path) -> anyhow::Result<PathBuf> {
-        let bytes = std::fs::read(from).with_context(|| format!("Reading {}", from.display()))?;
-        self.write(rel, &bytes)
+        self.write(rel, &crate::plan::trust::read_file(from)?)
     }
 
     /// Write a file that the worker may read (0644) at `rel`: generated
