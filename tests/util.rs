@@ -512,6 +512,30 @@ pub fn write_private(path: &Path, bytes: &[u8]) {
     std::io::Write::write_all(&mut f, bytes).unwrap();
 }
 
+/// `pull` in a mount namespace of its own where /etc/containers/policy.json
+/// rejects everything: what a worker that is our child (not a unit, which
+/// sees PID 1's /etc) finds as its host's policy.
+pub fn with_rejecting_etc_policy_json(pull: &Command, scratch: &Path) -> Command {
+    let reject = scratch.join("reject.json");
+    std::fs::write(&reject, r#"{"default":[{"type":"reject"}]}"#).unwrap();
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount --bind {} /etc/containers/policy.json && exec \"$@\"",
+            reject.display()
+        ))
+        .arg("sh")
+        .arg(pull.get_program())
+        .args(pull.get_args());
+    for (k, v) in pull.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
+}
+
 /// Pull `image` into `dest` with the rig's credentials and CA; it must succeed.
 pub fn pulled(image: &str, dest: &str) -> serde_json::Value {
     run(&mut with_rig_creds(pull_cmd(image, dest))).json()

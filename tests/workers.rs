@@ -71,8 +71,6 @@ fn the_hosts_policy_never_applies_in_the_worker() {
 #[test]
 fn host_pass_a_rejecting_etc_policy_json_does_not_reach_any_worker() {
     let s = scratch();
-    let reject = s.path().join("reject.json");
-    std::fs::write(&reject, r#"{"default":[{"type":"reject"}]}"#).unwrap();
     for (i, worker) in var("RIG_WORKERS").split(' ').enumerate() {
         let dest = s.path().join(format!("l{i}"));
         let mut pull = with_rig_creds(pull_cmd(
@@ -80,16 +78,7 @@ fn host_pass_a_rejecting_etc_policy_json_does_not_reach_any_worker() {
             &format!("oci:{}", dest.display()),
         ));
         pull.args(["--skopeo", worker, "--policy", ACCEPT]);
-        let mut c = std::process::Command::new("unshare");
-        c.args(["--mount", "--propagation", "private", "sh", "-c"])
-            .arg(format!(
-                "mount --bind {} /etc/containers/policy.json && exec \"$@\"",
-                reject.display()
-            ))
-            .arg("sh")
-            .arg(pull.get_program())
-            .args(pull.get_args());
-        let r = run(&mut c).json();
+        let r = run(&mut with_rejecting_etc_policy_json(&pull, s.path())).json();
         assert_eq!(
             r["manifest_digest"],
             registry_digest(var("RIG_IMG_SMALL")),
