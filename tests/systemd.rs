@@ -588,6 +588,9 @@ fn the_installed_pull_service_pulls_its_profile() {
     assert_eq!(entry["TAG"], "v1");
     // The host's policy (containers-common's) accepts anything.
     assert_eq!(entry["SIGNATURE_REQUIREMENT"], "insecureAcceptAnything");
+    // The worker, as `--json` names it: the host's skopeo, which the unit runs.
+    assert_eq!(entry["WORKER_SKOPEO"], skopeo_version("/usr/bin/skopeo"));
+    assert_eq!(entry["WORKER_PROTOCOL"], protocol_of("/usr/bin/skopeo"));
     // It was the installed unit (Debian's systemd finds it as /lib/systemd/...).
     for (unit, file) in [
         ("hostpull-pull@demo.service", "hostpull-pull@.service"),

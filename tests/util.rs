@@ -54,17 +54,31 @@ pub fn worker_skopeo() -> String {
 /// The worker's proxy protocol (`Initialize`'s answer), e.g. `0.2.8`.
 pub fn worker_protocol() -> &'static str {
     static PROTOCOL: OnceLock<String> = OnceLock::new();
-    PROTOCOL.get_or_init(|| {
-        let out = Command::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/proxy-protocol.py"
-        ))
-        .arg(worker_skopeo())
-        .output()
-        .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    })
+    PROTOCOL.get_or_init(|| protocol_of(&worker_skopeo()))
+}
+
+/// The proxy protocol `skopeo` answers to `Initialize`.
+pub fn protocol_of(skopeo: &str) -> String {
+    let out = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/proxy-protocol.py"
+    ))
+    .arg(skopeo)
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// `skopeo --version` of `skopeo`, e.g. `1.22.0`.
+pub fn skopeo_version(skopeo: &str) -> String {
+    let out = Command::new(skopeo).arg("--version").output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.split_whitespace()
+        .skip_while(|w| *w != "version")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{skopeo} --version: {text}"))
+        .to_owned()
 }
 
 /// Whether the worker is Debian 12's skopeo 1.9.3 (protocol 0.2.3), whose HTTP
