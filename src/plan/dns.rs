@@ -218,7 +218,8 @@ mod tests {
         let hosts = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         // (hosts of the pull, the addresses root knows)
-        let cases: &[(&[&str], &[(&str, &str)])] = &[
+        type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)]);
+        let cases: &[Case] = &[
             (&["127.0.0.1:5000"], &[("127.0.0.1:5000", "127.0.0.1")]),
             (
                 &["[::1]:5000", "[fe80::1]"],
