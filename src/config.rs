@@ -301,6 +301,7 @@ mod tests {
 sandbox = "systemd"
 memory-max = "256M"
 tasks-max = 64
+skopeo = "/opt/skopeo-1.22/bin/skopeo"
 [pull]
 stall-timeout = 30
 max-rate = "20M"
@@ -329,6 +330,10 @@ require-signature = true
         assert_eq!(c.worker.sandbox, Some(SandboxMode::Systemd));
         assert_eq!(c.worker.memory_max.as_deref(), Some("256M"));
         assert_eq!(c.worker.tasks_max, Some(64));
+        assert_eq!(
+            req.skopeo.as_deref(),
+            Some(Path::new("/opt/skopeo-1.22/bin/skopeo"))
+        );
         assert_eq!(c.pull.stall_timeout, Some(30));
         assert_eq!(req.max_rate.as_deref(), Some("20M"));
         assert_eq!(parse("t", "").unwrap(), Config::default());
@@ -421,7 +426,7 @@ require-signature = true
         );
         w(
             "etc/hostpull/config.toml",
-            "[worker]\nmemory-max = \"2G\"\n",
+            "[worker]\nmemory-max = \"2G\"\nskopeo = \"/usr/local/bin/skopeo\"\n",
         );
         w(
             "etc/hostpull/config.d/10-a.toml",
@@ -449,6 +454,7 @@ require-signature = true
         // The command line wins; config fills the rest.
         let mut req = Request {
             tasks_max: Some(7),
+            skopeo: Some("/opt/other/skopeo".into()),
             ..Default::default()
         };
         c.fill(&mut req);
@@ -456,6 +462,7 @@ require-signature = true
             (req.tasks_max, req.memory_max.as_deref(), req.timeout),
             (Some(7), Some("2G"), Some(99))
         );
+        assert_eq!(req.skopeo.as_deref(), Some(Path::new("/opt/other/skopeo")));
         let empty = tempfile::tempdir().unwrap();
         let root = Dir::open_ambient_dir(empty.path(), ambient_authority()).unwrap();
         assert_eq!(load(&root).unwrap(), Config::default());

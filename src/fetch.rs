@@ -827,6 +827,64 @@ mod tests {
 
     const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 
+    /// The worker's `error_code` (0.2.8), not its words, makes an error
+    /// transient: a reply or an error pipe that says "retryable" is retried
+    /// whatever it says; the same words without the code are not.
+    #[test]
+    fn proxy_failure_retries_what_the_worker_marks_retryable() {
+        use containers_image_proxy::GetBlobError;
+        let words = "lying-worker refuses this blob once";
+        let reply = |retryable| {
+            let (method, error) = ("GetRawBlob".into(), words.into());
+            if retryable {
+                ProxyError::RetryableRequestFailure { method, error }
+            } else {
+                ProxyError::RequestInitiationFailure { method, error }
+            }
+        };
+        let unauthorized = ProxyError::RetryableRequestFailure {
+            method: "GetRawBlob".into(),
+            error: "reading blob: unauthorized: authentication required".into(),
+        };
+        // (error, exit code, message)
+        let cases = [
+            (reply(true), 6, "transient error while fetching layer x"),
+            (reply(false), 8, "worker failed while fetching layer x"),
+            (
+                GetBlobError::Retryable(words.into()).into(),
+                6,
+                "transient error while fetching layer x",
+            ),
+            (
+                GetBlobError::Other(words.into()).into(),
+                8,
+                "worker failed while fetching layer x",
+            ),
+            // The code wins over words that would read otherwise.
+            (unauthorized, 6, "transient error while fetching layer x"),
+            (
+                ProxyError::Other("connection reset by peer".into()),
+                6,
+                "network error while fetching layer x",
+            ),
+        ];
+        for (e, code, message) in cases {
+            let shown = e.to_string();
+            let f = proxy_failure("fetching layer x", e);
+            assert_eq!(crate::error::exit_code(&f), code, "{shown}");
+            assert_eq!(failure(&f).unwrap().message, message, "{shown}");
+            assert!(
+                failure(&f)
+                    .unwrap()
+                    .detail
+                    .as_deref()
+                    .unwrap()
+                    .contains(shown.rsplit(": ").next().unwrap()),
+                "{shown}: {f:#}"
+            );
+        }
+    }
+
     #[test]
     fn tally_shows_reused_earlier_and_partial_blobs() {
         let config = desc("application/vnd.oci.image.config.v1+json", 'c', 100);

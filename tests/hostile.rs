@@ -189,6 +189,31 @@ fn redirect_to_the_same_name_on_another_port_keeps_credentials_from_skopeo_1_18_
     );
 }
 
+/// A registry that keeps its blobs elsewhere (OpenShift's image registry on S3,
+/// any registry behind a CDN) redirects blob GETs to an address nobody knew
+/// when the pull began: the worker unit must let it through, and root
+/// verifies what comes. (An allow list of the pull's own addresses broke this.)
+#[test]
+fn redirect_to_another_address_is_followed_and_verified() {
+    let h = redirected("redirect-addr");
+    let second = h.requests("second");
+    assert!(
+        second
+            .iter()
+            .all(|r| r["auth"] == false && r["host"].as_str().unwrap().starts_with("127.0.0.2:")),
+        "no credentials to 127.0.0.2: {second:?}"
+    );
+    let blobs = Path::new(&h.dest).join("blobs/sha256");
+    assert!(
+        second.iter().all(|r| {
+            let path = r["path"].as_str().unwrap();
+            let hex = path.rsplit_once("sha256:").unwrap().1;
+            blobs.join(hex).is_file()
+        }),
+        "every redirected blob is in the layout: {second:?}"
+    );
+}
+
 /// A pull from a registry whose blob GETs answer 307 (SCENARIO): it succeeds
 /// with the registry's own manifest, and the blobs come from the second server.
 fn redirected(scenario: &str) -> Hostile {

@@ -11,7 +11,9 @@ needs HTTP Basic auth with HOSTILE_AUTH, else 401.
 Some scenarios start a second server (same cert, another port) standing for a
 host that is not the registry: `foreign-urls` names it in a layer's `urls`,
 `redirect` sends blob GETs there with a 307 (by another host name, localhost;
-`redirect-port` by the same name, 127.0.0.1). It serves blobs without auth.
+`redirect-port` by the same name, 127.0.0.1; `redirect-addr` to another
+address, 127.0.0.2, where it listens then, as S3 or a CDN would). It serves
+blobs without auth.
 
 Prints "PORT SECOND_PORT" on one line once both listen (SECOND_PORT is 0 when
 there is no second server), then serves until killed. Appends a JSON line per
@@ -44,6 +46,7 @@ SCENARIOS = {
     "foreign-urls": "a layer descriptor has urls naming the second server",
     "redirect": "blob GETs answer 307 to the same path on the second server, named localhost",
     "redirect-port": "blob GETs answer 307 to the same path on the second server, as 127.0.0.1",
+    "redirect-addr": "blob GETs answer 307 to the same path on the second server, at 127.0.0.2",
     # Parser differentials: Go's encoding/json (skopeo) matches keys regardless
     # of case and lets the last repeated key win. A shadow layer and a shadow
     # config are served too, never named by the honest manifest.
@@ -64,6 +67,8 @@ SCENARIOS = {
 }
 
 REPO = "hostile/img"
+# Where the second server listens when not on 127.0.0.1 (all of 127/8 is loopback).
+SECOND_ADDR = {"redirect-addr": "127.0.0.2"}
 TAG = "v1"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -269,7 +274,7 @@ class Handler(BaseHTTPRequestHandler):
             digest = path[len(prefix + "blobs/"):]
             if digest in reg.blobs:
                 if reg.redirect_port:
-                    name = "localhost" if reg.scenario == "redirect" else "127.0.0.1"
+                    name = {"redirect": "localhost", **SECOND_ADDR}.get(reg.scenario, "127.0.0.1")
                     where = f"https://{name}:{reg.redirect_port}{self.path}"
                     return self.reply(307, b"", [("Location", where)], head)
                 return self.reply(200, reg.blobs[digest], [
@@ -279,8 +284,8 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(404, body, json_type, head)
 
 
-def serve(registry, port, tls):
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+def serve(registry, port, tls, addr="127.0.0.1"):
+    httpd = ThreadingHTTPServer((addr, port), Handler)
     httpd.daemon_threads = True
     httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     httpd.registry = registry
@@ -307,11 +312,11 @@ def main():
 
     # The second server comes first: the manifest may name its port.
     second_port = 0
-    redirects = a.scenario in ("redirect", "redirect-port")
+    redirects = a.scenario in ("redirect", "redirect-port", "redirect-addr")
     if a.scenario in ("foreign-urls", "config-urls") or redirects:
         # It listens before the image exists; it gets the image's blobs below.
         second = Registry("second", a.scenario, b"", {}, a.log, None)
-        second_port = serve(second, 0, tls)
+        second_port = serve(second, 0, tls, SECOND_ADDR.get(a.scenario, "127.0.0.1"))
     manifest, blobs, extra = build_image(a.scenario, second_port)
     if second_port:
         second.manifest, second.digest, second.blobs = manifest, sha256(manifest), blobs

@@ -547,6 +547,37 @@ fn a_plain_image_or_a_failed_pull_imports_nothing() {
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 }
 
+/// Root alone enforces the signature policy, the import's skopeo included:
+/// skopeo 1.18 and 1.22 would apply the host's policy.json when they open the
+/// staging layout. With one that rejects everything (in a mount namespace of
+/// the pull's own), an ostree pull under `--policy` accept-anything imports,
+/// with every worker the rig installed. Host pass only: a unit sees PID 1's /etc.
+#[cfg(feature = "ostree")]
+#[test]
+fn host_pass_a_rejecting_etc_policy_json_does_not_reach_the_imports_skopeo() {
+    let s = scratch();
+    let (image, _) = encapsulated_image(s.path());
+    let policy = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/accept-anything.json"
+    );
+    for (i, worker) in var("RIG_WORKERS").split(' ').enumerate() {
+        let dir = s.path().join(format!("r{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        let repo = new_repo(&dir);
+        let mut pull = with_rig_creds(pull_cmd(&image, &format!("ostree:{}:os", repo.display())));
+        pull.args(["--skopeo", worker, "--policy", policy]);
+        let r = run(&mut with_rejecting_etc_policy_json(&pull, s.path()));
+        assert_eq!(r.code, 0, "{worker}: {}", r.stderr);
+        let commit = r.json()["ostree"]["commit"].as_str().unwrap().to_owned();
+        assert_eq!(
+            ostree(&repo, &["rev-parse", "os"]).trim(),
+            commit,
+            "{worker}"
+        );
+    }
+}
+
 /// The import's own skopeo gets no network: with `--sandbox systemd` it is a
 /// transient unit (PrivateNetwork=yes, a dynamic user, no capabilities) that
 /// sees the staging layout read-only at /tmp/layout; without systemd it runs
@@ -578,7 +609,7 @@ fn the_imports_skopeo_has_no_network() {
             .to_owned()
     };
     assert!(
-        report.contains("args=experimental-image-proxy --no-creds"),
+        report.contains("args=--insecure-policy experimental-image-proxy --no-creds"),
         "{report}"
     );
     if sandbox() == "systemd" {

@@ -568,26 +568,78 @@ fn sigint_leaves_the_layout_as_it_was() {
     assert_eq!(snapshot(&dest), before);
 }
 
+/// tests/lying-worker.py as `--skopeo`, in `mode`, claiming `protocol`, in front
+/// of the suite's worker.
+fn fake_worker(mode: &str, protocol: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let (dir, fake) = script_under_run("lying-worker.py");
+    std::fs::write(dir.path().join("real-skopeo"), worker_skopeo()).unwrap();
+    std::fs::write(dir.path().join("protocol"), protocol).unwrap();
+    std::fs::write(dir.path().join("mode"), mode).unwrap();
+    (dir, fake)
+}
+
 /// A compromised worker that speaks the proxy protocol but sends every blob
 /// with the right length and the wrong bytes, and reports success: root's own
-/// hashing catches it, and nothing is published.
+/// hashing catches it, and nothing is published. Below 0.2.8 the blobs come
+/// through GetBlob; from 0.2.8 on through GetRawBlob, as the liar refuses
+/// GetBlob then (and GetRawBlob below).
 #[test]
 fn a_lying_worker_is_caught_by_root() {
-    let (dir, liar) = script_under_run("lying-worker.py");
-    std::fs::write(dir.path().join("real-skopeo"), worker_skopeo()).unwrap();
-    std::fs::write(dir.path().join("protocol"), worker_protocol()).unwrap();
+    for protocol in ["0.2.3", "0.2.8"] {
+        let (_dir, liar) = fake_worker("lie", protocol);
+        let s = scratch();
+        let dest = s.path().join("layout");
+        let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest, None)));
+        c.arg("--skopeo").arg(&liar);
+        let r = run(&mut c);
+        r.assert_failure(7);
+        assert!(
+            r.stderr.contains("digest mismatch"),
+            "protocol {protocol}: root's check caught it: {}",
+            r.stderr
+        );
+        assert!(!dest.exists());
+    }
+}
+
+/// From 0.2.8 on the worker says itself which failures are transient
+/// (`error_code: "retryable"`), whatever its words: one GetRawBlob reply that
+/// says so, with a message that names no known transient error, is retried in
+/// a new session, and the pull ends as one that nothing disturbed.
+#[test]
+fn a_retryable_raw_blob_error_is_retried_to_an_identical_result() {
+    // The token the fake worker takes once (tests/lying-worker.py): one
+    // connection accepted and answered, then nothing listens any more.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let token = std::thread::spawn(move || {
+        let (mut c, _) = listener.accept().unwrap();
+        std::io::Write::write_all(&mut c, b"1").unwrap();
+    });
+    let (_dir, flaky) = fake_worker(&format!("retryable {port}"), "0.2.8");
     let s = scratch();
-    let dest = s.path().join("layout");
+    let dest = s.path().join("retried");
     let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest, None)));
-    c.arg("--skopeo").arg(&liar);
+    c.arg("--skopeo").arg(&flaky);
     let r = run(&mut c);
-    r.assert_failure(7);
+    // If no session took the token, this does (and the checks below fail).
+    let _ = std::net::TcpStream::connect(("127.0.0.1", port));
+    token.join().unwrap();
+    let report = r.json();
     assert!(
-        r.stderr.contains("digest mismatch"),
-        "root's check caught it: {}",
+        r.stderr.contains("attempt 1 failed, retrying")
+            && r.stderr.contains("transient error while fetching"),
+        "the retry is reported: {}",
         r.stderr
     );
-    assert!(!dest.exists());
+    assert_eq!(report["worker"]["blobs_via"], "GetRawBlob");
+    assert_eq!(
+        report["manifest_digest"],
+        registry_digest(var("RIG_IMG_SMALL"))
+    );
+    let clean = s.path().join("clean");
+    pulled(var("RIG_IMG_SMALL"), &oci(&clean, None));
+    assert_eq!(snapshot(&dest), snapshot(&clean));
 }
 
 /// hostpull.d configuration is read below the root, and a broken file is a

@@ -179,7 +179,9 @@ make_certs() {
         -subj "/CN=hostpull test rig CA" -keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
     openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
         -subj "/CN=localhost" -keyout "$d/server.key" -out "$d/server.csr" 2>/dev/null
-    printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:$CLUSTER_NAME" "basicConstraints=CA:FALSE" \
+    # 127.0.0.2 stands for a CDN at another address that a registry redirects
+    # blob GETs to (tests/hostile_registry.py's redirect-addr).
+    printf '%s\n' "subjectAltName=IP:127.0.0.1,IP:127.0.0.2,DNS:localhost,DNS:$CLUSTER_NAME" "basicConstraints=CA:FALSE" \
         "keyUsage=digitalSignature" "extendedKeyUsage=serverAuth" >"$d/server.ext"
     openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
         -days 7 -extfile "$d/server.ext" -out "$d/server.crt" 2>/dev/null

@@ -54,17 +54,31 @@ pub fn worker_skopeo() -> String {
 /// The worker's proxy protocol (`Initialize`'s answer), e.g. `0.2.8`.
 pub fn worker_protocol() -> &'static str {
     static PROTOCOL: OnceLock<String> = OnceLock::new();
-    PROTOCOL.get_or_init(|| {
-        let out = Command::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/proxy-protocol.py"
-        ))
-        .arg(worker_skopeo())
-        .output()
-        .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    })
+    PROTOCOL.get_or_init(|| protocol_of(&worker_skopeo()))
+}
+
+/// The proxy protocol `skopeo` answers to `Initialize`.
+pub fn protocol_of(skopeo: &str) -> String {
+    let out = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/proxy-protocol.py"
+    ))
+    .arg(skopeo)
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// `skopeo --version` of `skopeo`, e.g. `1.22.0`.
+pub fn skopeo_version(skopeo: &str) -> String {
+    let out = Command::new(skopeo).arg("--version").output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.split_whitespace()
+        .skip_while(|w| *w != "version")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{skopeo} --version: {text}"))
+        .to_owned()
 }
 
 /// Whether the worker is Debian 12's skopeo 1.9.3 (protocol 0.2.3), whose HTTP
@@ -510,6 +524,30 @@ pub fn write_private(path: &Path, bytes: &[u8]) {
         .open(path)
         .unwrap();
     std::io::Write::write_all(&mut f, bytes).unwrap();
+}
+
+/// `pull` in a mount namespace of its own where /etc/containers/policy.json
+/// rejects everything: what a worker that is our child (not a unit, which
+/// sees PID 1's /etc) finds as its host's policy.
+pub fn with_rejecting_etc_policy_json(pull: &Command, scratch: &Path) -> Command {
+    let reject = scratch.join("reject.json");
+    std::fs::write(&reject, r#"{"default":[{"type":"reject"}]}"#).unwrap();
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount --bind {} /etc/containers/policy.json && exec \"$@\"",
+            reject.display()
+        ))
+        .arg("sh")
+        .arg(pull.get_program())
+        .args(pull.get_args());
+    for (k, v) in pull.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
 }
 
 /// Pull `image` into `dest` with the rig's credentials and CA; it must succeed.

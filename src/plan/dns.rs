@@ -66,16 +66,15 @@ impl Dns {
         Ok(dns)
     }
 
-    /// The addresses of `hosts` (`HOST[:PORT]`, the hosts of one pull), when
-    /// root knows every one: an IP address, or an `--add-host` name. A name
-    /// that DNS resolves is unknown here, since root never asks the network:
-    /// then `None`, and the worker may reach any address.
-    pub fn addresses_of(&self, hosts: &[String]) -> Option<Vec<IpAddr>> {
-        let mut out: Vec<IpAddr> = Vec::new();
+    /// The address of each of `hosts` (`HOST[:PORT]`, the hosts of one pull)
+    /// that root knows: an IP address, or an `--add-host` name. A name that DNS
+    /// resolves is not known here, since root never asks the network.
+    pub fn known_addresses<'h>(&self, hosts: &'h [String]) -> Vec<(&'h str, IpAddr)> {
+        let mut out = Vec::new();
         for h in hosts {
             let name = match h.strip_prefix('[') {
-                Some(v6) => v6.split_once(']')?.0,
-                None => h.split(':').next()?,
+                Some(v6) => v6.split_once(']').map_or(v6, |(a, _)| a),
+                None => h.split(':').next().unwrap_or(h),
             };
             let ip = name.parse::<IpAddr>().ok().or_else(|| {
                 let entry = self
@@ -83,12 +82,29 @@ impl Dns {
                     .iter()
                     .find(|(n, _)| n.eq_ignore_ascii_case(name));
                 entry.map(|(_, ip)| *ip)
-            })?;
-            if !out.contains(&ip) {
-                out.push(ip);
+            });
+            if let Some(ip) = ip {
+                out.push((h.as_str(), ip));
             }
         }
-        (!out.is_empty()).then_some(out)
+        out
+    }
+
+    /// The name servers the worker asks: `--dns`, else those of the host's
+    /// `resolv.conf` (`host_resolv`), which it then shares.
+    pub fn name_servers(&self, host_resolv: &str) -> Vec<IpAddr> {
+        if !self.servers.is_empty() {
+            return self.servers.clone();
+        }
+        host_resolv
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("nameserver"))
+            .filter_map(|rest| {
+                // An IPv6 link-local server may carry its zone: fe80::1%eth0.
+                let ip = rest.split_whitespace().next()?.split('%').next()?;
+                ip.parse().ok()
+            })
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -201,21 +217,41 @@ mod tests {
         let dns = Dns::parse(&[], &[], &["reg.svc:172.30.0.5".into()]).unwrap();
         let hosts = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        // (hosts of the pull, the allow list)
-        let cases: &[(&[&str], Option<Vec<IpAddr>>)] = &[
-            (&["127.0.0.1:5000"], Some(vec![ip("127.0.0.1")])),
-            (&["[::1]:5000", "[::1]"], Some(vec![ip("::1")])),
+        // (hosts of the pull, the addresses root knows)
+        type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)]);
+        let cases: &[Case] = &[
+            (&["127.0.0.1:5000"], &[("127.0.0.1:5000", "127.0.0.1")]),
             (
-                &["REG.svc:5000", "10.0.0.1"],
-                Some(vec![ip("172.30.0.5"), ip("10.0.0.1")]),
+                &["[::1]:5000", "[fe80::1]"],
+                &[("[::1]:5000", "::1"), ("[fe80::1]", "fe80::1")],
             ),
-            // One name that only DNS knows, and root cannot say.
-            (&["127.0.0.1:5000", "quay.io"], None),
-            (&["localhost:5000"], None),
-            (&[], None),
+            (
+                &["REG.svc:5000", "quay.io", "10.0.0.1"],
+                &[("REG.svc:5000", "172.30.0.5"), ("10.0.0.1", "10.0.0.1")],
+            ),
+            // Names that only DNS knows: root cannot say.
+            (&["localhost:5000", "quay.io"], &[]),
+            (&[], &[]),
         ];
         for (h, want) in cases {
-            assert_eq!(&dns.addresses_of(&hosts(h)), want, "{h:?}");
+            let hosts = hosts(h);
+            let want: Vec<(&str, IpAddr)> = want.iter().map(|&(h, a)| (h, ip(a))).collect();
+            assert_eq!(dns.known_addresses(&hosts), want, "{h:?}");
         }
+    }
+
+    #[test]
+    fn name_servers_the_worker_asks() {
+        let host = "# comment\nnameserver 169.254.169.254\nsearch c.p.internal\n\
+                    nameserver fe80::1%eth0\n  nameserver   10.0.0.2  \nnameserver bogus\n";
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            Dns::default().name_servers(host),
+            [ip("169.254.169.254"), ip("fe80::1"), ip("10.0.0.2")]
+        );
+        // --dns replaces the host's servers.
+        let d = Dns::parse(&["127.0.0.77".into()], &[], &[]).unwrap();
+        assert_eq!(d.name_servers(host), [ip("127.0.0.77")]);
+        assert!(Dns::default().name_servers("").is_empty());
     }
 }

@@ -264,6 +264,21 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             "--dns, --dns-search and --add-host need --sandbox systemd: without it the worker shares the host's resolver",
         );
     }
+    // The unit denies link-local and cloud metadata addresses (unit::IP_DENY):
+    // a registry there would fail only once its unit ran, and obscurely.
+    if mode == SandboxMode::Systemd
+        && let Some((host, ip)) = dns
+            .known_addresses(&hosts)
+            .into_iter()
+            .find(|(_, ip)| unit::ip_denied(*ip))
+    {
+        return fail(
+            Kind::Usage,
+            format!(
+                "{host} is at {ip}, a link-local or cloud metadata address, which the worker unit may not reach (IPAddressDeny=)"
+            ),
+        );
+    }
     Ok(Plan {
         image,
         dest_dir: dest.dir,
@@ -278,7 +293,6 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             tls_verify: req.tls_verify,
             limits,
             trust,
-            ip_allow: dns.addresses_of(&hosts),
             dns,
             registries_conf: registries::worker_conf(&route)?,
             selinux_context: req.selinux_enabled.then(|| {
@@ -736,6 +750,67 @@ mod tests {
         );
         r.sandbox = Some(SandboxMode::Systemd);
         assert_eq!(plan(&r).unwrap().worker.dns.hosts.len(), 1);
+    }
+
+    /// A registry, mirror or lookaside at an address the worker unit denies
+    /// (link-local, cloud metadata) is refused before anything starts, with
+    /// `--sandbox systemd`; without a unit nothing is denied.
+    #[test]
+    fn denied_addresses_are_refused_at_plan_time() {
+        let td = tempfile::tempdir().unwrap();
+        let conf = td.path().join("registries.conf");
+        std::fs::write(
+            &conf,
+            "[[registry]]\nlocation = \"reg.svc:5000\"\n\
+             [[registry.mirror]]\nlocation = \"mirror.svc\"\n",
+        )
+        .unwrap();
+        // (image, --add-host, refused naming)
+        let cases = [
+            (
+                "169.254.169.254/a:v1",
+                None,
+                Some("169.254.169.254 is at 169.254.169.254"),
+            ),
+            (
+                "[fe80::1]:5000/a:v1",
+                None,
+                Some("[fe80::1]:5000 is at fe80::1"),
+            ),
+            ("[fd00:ec2::254]/a:v1", None, Some("is at fd00:ec2::254")),
+            (
+                "reg.svc:5000/a:v1",
+                Some("mirror.svc:169.254.1.1"),
+                Some("mirror.svc is at 169.254.1.1"),
+            ),
+            (
+                "reg.svc:5000/a:v1",
+                Some("reg.svc:::ffff:169.254.1.1"),
+                Some("reg.svc:5000 is at ::ffff:169.254.1.1"),
+            ),
+            ("reg.svc:5000/a:v1", Some("reg.svc:10.0.0.1"), None),
+            ("169.254.169.253.nip.io/a:v1", None, None),
+            ("127.0.0.2:5000/a:v1", None, None),
+        ];
+        for (image, add_host, refused) in cases {
+            let mut r = req(image, "oci:/d");
+            r.sandbox = Some(SandboxMode::Systemd);
+            r.registries_conf = Some(conf.clone());
+            r.add_hosts = add_host.into_iter().map(Into::into).collect();
+            match (plan(&r), refused) {
+                (Ok(_), None) => {}
+                (Err(e), Some(naming)) => {
+                    assert_eq!(crate::error::exit_code(&e), 2, "{e}");
+                    assert!(e.to_string().contains(naming), "{image}: {e}");
+                }
+                (r, _) => panic!("{image} {add_host:?}: {:?}", r.map(|_| ())),
+            }
+            // Without a unit, nothing denies them.
+            if add_host.is_none() {
+                r.sandbox = Some(SandboxMode::None);
+                plan(&r).unwrap();
+            }
+        }
     }
 
     /// Issue 14: `hostpull plan IMAGE` works without `--dest`; a pull does not.

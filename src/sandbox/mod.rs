@@ -76,9 +76,6 @@ pub struct WorkerSpec {
     pub trust: Vec<HostTrust>,
     /// The worker's own resolver settings and /etc/hosts entries.
     pub dns: Dns,
-    /// The only addresses a worker unit may reach (`IPAddressAllow=`), where
-    /// root knows the address of every host of the pull; else any.
-    pub ip_allow: Option<Vec<std::net::IpAddr>>,
     /// The worker's registries.conf: this image's table only.
     pub registries_conf: String,
 }
@@ -97,7 +94,6 @@ impl WorkerSpec {
             selinux_context: None,
             trust: Vec::new(),
             dns: Dns::default(),
-            ip_allow: None,
             registries_conf: String::new(),
         }
     }
@@ -220,7 +216,10 @@ impl Worker {
                     }
                 }
                 let host_file = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-                if let Some(conf) = spec.dns.resolv_conf(&host_file("/etc/resolv.conf")) {
+                let host_resolv = host_file("/etc/resolv.conf");
+                w.mounts.resolvers = spec.dns.name_servers(&host_resolv);
+                w.mounts.resolvers.retain(|ip| unit::ip_denied(*ip));
+                if let Some(conf) = spec.dns.resolv_conf(&host_resolv) {
                     let staged = staging.write_public("resolv.conf", conf.as_bytes())?;
                     w.mounts.binds.push((staged, "/etc/resolv.conf".into()));
                 }

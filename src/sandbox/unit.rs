@@ -3,6 +3,7 @@
 //! property is set here, in one place, with the reason for it.
 
 use crate::sandbox::WorkerSpec;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -68,9 +69,9 @@ pub fn valid_cpu_quota(s: &str) -> bool {
 }
 
 /// Hardening of the worker unit. Each line is kept because skopeo works with it;
-/// together they measure an exposure of 1.1 ("OK") with `systemd-analyze
-/// security` on the running unit, 0.9 with an IP allow list (`ip_allow`);
-/// what is left is the network itself. tests/systemd.rs checks it per worker.
+/// together with `IPAddressDeny=` ([`IP_DENY`]) they measure an exposure of
+/// 1.1 ("OK") with `systemd-analyze security` on the running unit, with each
+/// worker; what is left is the network itself. tests/systemd.rs checks it.
 const HARDENING: &[&str] = &[
     // A fresh uid/gid for each run, released afterwards: the worker owns no file
     // on the host and can read nothing that is not world-readable.
@@ -138,6 +139,47 @@ pub struct Mounts {
     pub credentials: Vec<(String, PathBuf)>,
     /// `BindReadOnlyPaths=SRC:DST`: generated config, read-only.
     pub binds: Vec<(PathBuf, PathBuf)>,
+    /// The name servers of the worker's resolv.conf that [`IP_DENY`] covers:
+    /// `IPAddressAllow=` lets them through, and nothing else of those ranges.
+    pub resolvers: Vec<IpAddr>,
+}
+
+/// What no worker unit may reach (`IPAddressDeny=`), as (network, prefix
+/// length): IPv4 and IPv6 link-local, where clouds serve instance metadata
+/// and credentials (169.254.169.254), and AWS's IPv6 metadata endpoint. (A
+/// cloud that serves it elsewhere, as Alibaba's 100.100.100.200, is not covered.)
+pub const IP_DENY: [(IpAddr, u8); 3] = [
+    (IpAddr::V4(Ipv4Addr::new(169, 254, 0, 0)), 16),
+    (IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0)), 10),
+    (
+        IpAddr::V6(Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)),
+        128,
+    ),
+];
+
+/// [`IP_DENY`] as systemd spells it.
+fn ip_deny() -> Vec<String> {
+    IP_DENY
+        .iter()
+        .map(|(ip, len)| format!("{ip}/{len}"))
+        .collect()
+}
+
+/// Whether [`IP_DENY`] covers `ip` (an IPv4-mapped IPv6 address as IPv4).
+pub fn ip_denied(ip: IpAddr) -> bool {
+    IP_DENY
+        .iter()
+        .any(|&(net, len)| match (ip.to_canonical(), net) {
+            (IpAddr::V4(a), IpAddr::V4(n)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                u32::from(a) & mask == u32::from(n)
+            }
+            (IpAddr::V6(a), IpAddr::V6(n)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                u128::from(a) & mask == u128::from(n)
+            }
+            _ => false,
+        })
 }
 
 /// Where a unit's credentials appear inside it.
@@ -179,12 +221,17 @@ pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path
     if let Some(ctx) = &spec.selinux_context {
         props.push(format!("SELinuxContext={ctx}"));
     }
-    if let Some(allow) = &spec.ip_allow {
-        // Every host of this pull has an address root knows: the worker may
-        // reach those and nothing else (no resolver, no cloud metadata
-        // endpoint, no neighbour), enforced by systemd's cgroup BPF firewall.
-        props.push("IPAddressDeny=any".into());
-        let allow: Vec<String> = allow.iter().map(|ip| ip.to_string()).collect();
+    // Where a redirect must never lead the worker: the link-local ranges,
+    // where AWS, GCP, Azure and OpenStack serve instance metadata and
+    // credentials (169.254.169.254; AWS's IPv6 fd00:ec2::254 too), enforced by
+    // systemd's cgroup BPF firewall. No allow
+    // list: registries redirect blob GETs to S3 or a CDN at addresses nobody
+    // knows in advance. The plan refuses a registry at a denied address; the
+    // worker's own name servers stay reachable (on GCE, 169.254.169.254 is
+    // also the resolver).
+    props.push(format!("IPAddressDeny={}", ip_deny().join(" ")));
+    if !mounts.resolvers.is_empty() {
+        let allow: Vec<String> = mounts.resolvers.iter().map(|ip| ip.to_string()).collect();
         props.push(format!("IPAddressAllow={}", allow.join(" ")));
     }
     for p in props {
@@ -268,6 +315,7 @@ mod tests {
                 "/run/hostpull/1/resolv.conf".into(),
                 "/etc/resolv.conf".into(),
             )],
+            resolvers: vec!["169.254.169.254".parse().unwrap()],
         };
         let spec = WorkerSpec {
             limits: Limits {
@@ -275,7 +323,6 @@ mod tests {
                 ..Default::default()
             },
             selinux_context: Some("system_u:system_r:hostpull_worker_t:s0".into()),
-            ip_allow: Some(vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()]),
             ..WorkerSpec::for_tests(crate::sandbox::SandboxMode::Systemd)
         };
         let c = systemd_run(
@@ -318,8 +365,8 @@ mod tests {
             "LoadCredential=auth.json:/run/hostpull/1/auth.json",
             "BindReadOnlyPaths=/run/hostpull/1/resolv.conf:/etc/resolv.conf",
             "SELinuxContext=system_u:system_r:hostpull_worker_t:s0",
-            "IPAddressDeny=any",
-            "IPAddressAllow=127.0.0.1 ::1",
+            "IPAddressDeny=169.254.0.0/16 fe80::/10 fd00:ec2::254/128",
+            "IPAddressAllow=169.254.169.254",
         ] {
             assert!(props.contains(&want), "{want} missing from {props:?}");
         }
@@ -341,7 +388,30 @@ mod tests {
         let c = systemd_run("u", &spec, &Mounts::default(), Path::new("skopeo"));
         assert!(!args(&c).iter().any(|a| a.starts_with("CPUQuota")
             || a.starts_with("SELinuxContext")
-            || a.starts_with("IPAddress")));
+            || a.starts_with("IPAddressAllow")));
+        assert!(args(&c).iter().any(|a| a.starts_with("IPAddressDeny=")));
+    }
+
+    #[test]
+    fn denied_addresses() {
+        for (ip, want) in [
+            ("169.254.169.254", true),
+            ("169.254.0.1", true),
+            ("169.253.255.255", false),
+            ("169.255.0.0", false),
+            ("::ffff:169.254.169.254", true),
+            ("fe80::1", true),
+            ("febf::1", true),
+            ("fec0::1", false),
+            ("fd00:ec2::254", true),
+            ("fd00:ec2::253", false),
+            ("127.0.0.1", false),
+            ("127.0.0.2", false),
+            ("10.0.0.2", false),
+            ("::1", false),
+        ] {
+            assert_eq!(ip_denied(ip.parse().unwrap()), want, "{ip}");
+        }
     }
 
     #[test]

@@ -172,6 +172,9 @@ fn open_repo(path: &Path) -> anyhow::Result<ostree_ext::ostree::Repo> {
     Ok(repo)
 }
 
+/// skopeo's global option that turns its own policy check off.
+const INSECURE_POLICY: &str = "--insecure-policy";
+
 /// How the importer's skopeo starts, and where it finds the staging layout.
 #[derive(Debug)]
 pub struct ImportProxy {
@@ -184,7 +187,10 @@ pub struct ImportProxy {
 
 /// The command ostree-ext's proxy runs instead of plain `skopeo` (the crate
 /// appends `experimental-image-proxy --no-creds`). skopeo only reads the
-/// local, verified layout, and gets no network:
+/// local, verified layout. It gets `--insecure-policy`: containers-image-proxy
+/// 0.7 (ostree-ext 0.15) has no option for it, and from protocol 0.2.6 on
+/// (skopeo 1.18) OpenImage would apply the host's policy.json, which root has
+/// enforced already ([`crate::plan::policy`]). It gets no network:
 /// - with `--sandbox systemd`, a transient unit as the worker's, with
 ///   `PrivateNetwork=yes` and the layout bound read-only
 ///   ([`crate::sandbox::unit::offline_systemd_run`]): PID 1 makes the
@@ -217,13 +223,14 @@ fn proxy_for(
                 std::process::id(),
                 crate::sandbox::rand_u32()
             );
-            let command = crate::sandbox::unit::offline_systemd_run(
+            let mut command = crate::sandbox::unit::offline_systemd_run(
                 &unit,
                 limits,
                 (layout, Path::new(LAYOUT_IN_UNIT)),
                 selinux.then_some(IMPORT_SELINUX_CONTEXT),
                 skopeo,
             );
+            command.arg(INSECURE_POLICY);
             ImportProxy {
                 command,
                 layout: LAYOUT_IN_UNIT.into(),
@@ -233,7 +240,8 @@ fn proxy_for(
         _ => {
             let mut c = std::process::Command::new("setpriv");
             c.args(["--pdeathsig", "TERM", "--", "unshare", "--net", "--"])
-                .arg(skopeo);
+                .arg(skopeo)
+                .arg(INSECURE_POLICY);
             ImportProxy {
                 command: c,
                 layout: layout.to_owned(),
@@ -394,7 +402,7 @@ mod tests {
         let p = proxy(SandboxMode::None, false, layout);
         assert_eq!(
             argv(&p.command).join(" "),
-            "setpriv --pdeathsig TERM -- unshare --net -- skopeo"
+            "setpriv --pdeathsig TERM -- unshare --net -- skopeo --insecure-policy"
         );
         assert_eq!((p.layout.as_path(), p.unit), (layout, None));
 
@@ -414,7 +422,10 @@ mod tests {
             assert!(args.contains(&want), "{want} missing from {args:?}");
         }
         assert!(!args.iter().any(|a| a.contains("AF_INET")), "{args:?}");
-        assert_eq!(args.last().unwrap(), "skopeo");
+        assert_eq!(
+            args[args.len() - 3..],
+            ["--", "skopeo", "--insecure-policy"]
+        );
         let p = proxy(SandboxMode::Systemd, false, layout);
         assert!(
             !argv(&p.command)
