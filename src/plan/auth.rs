@@ -1244,7 +1244,9 @@ mod tests {
             ("http://bar.example.com", "bar:baz"),
             ("http://foo.example.com", "foo:bar"),
         ];
-        let cases: [(String, Option<&[(&str, &str)]>); 6] = [
+        /// A file's text, and the keys with their `user:password`, or `None` for an error.
+        type Case<'a> = (String, Option<&'a [(&'a str, &'a str)]>);
+        let cases: [Case; 6] = [
             (format!(r#"{{"auths": {{{foo}, {bar}}}}}"#), Some(&both)),
             (format!(r#"{{{foo}, {bar}}}"#), Some(&both)),
             (
