@@ -39,7 +39,7 @@
 //! Linux grows a socket's receive buffer as its reader drains it, to twice
 //! what it copied in a round trip plus 16 segments (`tcp_rcv_space_adjust`).
 //! On the test rig's loopback a segment is 64 KiB, and the buffer reached
-//! 1.1 MiB; on Ethernet 16 segments are 23 KiB. Measured at a forwarder that
+//! 1.4 MiB; on Ethernet 16 segments are 23 KiB. Measured at a forwarder that
 //! counts what the worker's host acknowledged (tests/rate.rs, the paced image
 //! at 512 KiB/s, one blob at a time), the highest 1 s window was the cap plus
 //! 0.2 to 0.85 MiB; before, with four 1 MiB pipes and 5 MiB charges, the cap

@@ -12,11 +12,12 @@ use hostpull::rate::{LEAD, SLICE, in_flight};
 
 /// The most the worker's side holds of one blob here, ahead of root's reads:
 /// the 64 KiB pipe, skopeo's 32 KiB copy buffer, and its socket's receive
-/// buffer. Linux grows that one as skopeo drains it, to twice what it copied
-/// in a round trip plus 16 segments (`tcp_rcv_space_adjust`); a segment is
-/// 64 KiB on loopback (1448 bytes on Ethernet), so it reached 1.1 MiB here
-/// (`ss -tm`) at 512 KiB/s.
-const WORKER_BUFFERS: u64 = 1229 << 10;
+/// buffer. Linux grows that one as skopeo drains it, to twice what skopeo
+/// copied in a round trip plus 16 segments (`tcp_rcv_space_adjust`); a
+/// segment is 64 KiB on loopback (1448 bytes on Ethernet). When a blob opens
+/// skopeo copies ~200 KiB at once, so 1.4 MiB: seen here as 1.3 MiB reaching
+/// the worker within 250 ms of a blob's open at 1 MiB/s.
+const WORKER_BUFFERS: u64 = 1536 << 10;
 /// The forwarder counts a write when it is acknowledged, within one write.
 const COUNT_ERROR: u64 = 64 << 10;
 
@@ -25,10 +26,11 @@ const COUNT_ERROR: u64 = 64 << 10;
 /// cap) plus one read in debt (`SLICE`, at most the 1 MiB read buffer) per
 /// blob open at once over the cap; and each blob open at once may come to
 /// hold what the worker's side buffers beyond the `LEAD` that root charged
-/// for it when it opened. At 512 KiB/s (one blob at a time) that is 1.06 MiB,
+/// for it when it opened. At 512 KiB/s (one blob at a time) that is 1.36 MiB,
 /// most of it this loopback's receive buffer; at 16 MiB/s (four blobs)
-/// 7.9 MiB, where four 1 MiB pipes opened at once and 5 MiB charges made it
-/// 10 MiB before.
+/// 9.1 MiB, where four 1 MiB pipes opened at once and 5 MiB charges made it
+/// 10 MiB before. The previous mechanism carried 2.3 to 3.1 MiB in the first
+/// second at 512 KiB/s.
 fn tolerance(cap: u64) -> u64 {
     let slice = (cap as f64 * SLICE.as_secs_f64()) as u64;
     let open = in_flight(cap, 4) as u64;
