@@ -42,7 +42,7 @@
 //! 1.4 MiB; on Ethernet 16 segments are 23 KiB. Measured at a forwarder that
 //! counts what the worker's host acknowledged (tests/rate.rs, the paced image
 //! at 512 KiB/s, one blob at a time), the highest 1 s window was the cap plus
-//! 0.2 to 0.85 MiB; before, with four 1 MiB pipes and 5 MiB charges, the cap
+//! 0.1 to 0.85 MiB; before, with four 1 MiB pipes and 5 MiB charges, the cap
 //! plus 1.8 to 2.6 MiB in the first second, then nothing for 6 s.
 
 use std::sync::{Arc, Mutex};
