@@ -5,12 +5,17 @@
 
 Listens on 127.0.0.1 (a free port, printed as the first word of the first
 stdout line), forwards every connection to TARGET, and every 20 ms appends
-"SECONDS BYTES" to SAMPLES_FILE: the time since start and the bytes sent
-towards the clients so far (what the registry sent). Stops on SIGTERM.
+"SECONDS BYTES" to SAMPLES_FILE: the time since start and the bytes towards
+the clients that their side has acknowledged so far (what crossed the "link":
+those written less what still waits in this forwarder's send buffers, SIOCOUTQ,
+which Linux grows to 4 MiB on loopback). Stops on SIGTERM.
 """
+import fcntl
 import signal
 import socket
+import struct
 import sys
+import termios
 import threading
 import time
 
@@ -18,6 +23,7 @@ target_host, target_port = sys.argv[1].rsplit(":", 1)
 samples_path = sys.argv[2]
 down = 0
 lock = threading.Lock()
+clients = []
 
 
 def pump(src, dst, count):
@@ -43,16 +49,27 @@ def serve(listener):
     while True:
         client, _ = listener.accept()
         upstream = socket.create_connection((target_host, int(target_port)))
+        with lock:
+            clients.append(client)
         threading.Thread(target=pump, args=(client, upstream, False), daemon=True).start()
         threading.Thread(target=pump, args=(upstream, client, True), daemon=True).start()
 
 
+def unacked(s):
+    """Bytes written to s that its peer has not acknowledged (SIOCOUTQ)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(s.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+    except OSError:
+        return 0
+
+
 def sample(t0):
+    seen = 0
     with open(samples_path, "w") as f:
         while True:
             with lock:
-                n = down
-            f.write(f"{time.monotonic() - t0:.3f} {n}\n")
+                seen = max(seen, down - sum(unacked(c) for c in clients))
+            f.write(f"{time.monotonic() - t0:.3f} {seen}\n")
             f.flush()
             time.sleep(0.02)
 

@@ -2,26 +2,30 @@
 # bench/rate.sh - `--max-rate`: the rate the registry sends at, measured by a byte-counting
 # forwarder in front of the rig's registry (bench/countfwd.py), against the cap.
 #
-#   bench/rate.sh [-n RUNS] [--sandbox none|systemd] [CAP...]
+#   bench/rate.sh [-n RUNS] [--sandbox none|systemd] [--image big|paced] [CAP...]
 #
 # CAPs default to 16M 32M 64M; an uncapped pull through the same forwarder comes first.
-# Each pull is of $RIG_IMG_BIG (8 x 64 MiB) into a fresh layout. Per run: the mean rate at
-# the forwarder after the first second (until the last byte), the highest rate over any
-# 1 s and 2 s window after the first second, the wall time against size / cap, and the
-# peak RSS of hostpull (GNU time %M). Medians over RUNS (3) are printed; raw numbers in
-# $BENCH_DIR/rate.tsv. Knobs as bench/pull.sh: RIG_DIR, HOSTPULL, BENCH_DIR.
+# Each pull is of the rig's image into a fresh layout: big (the default, $RIG_IMG_BIG,
+# 8 x 64 MiB) or paced ($RIG_IMG_PACED, 3 MiB + 1 MiB + 256 KiB, for caps of about 1 MiB/s
+# and below). The forwarder counts what the client acknowledged (bench/countfwd.py). Per
+# run: the mean rate at the forwarder after the first second (until the last byte), the
+# highest rate over any 1 s and 2 s window after the first second, the wall time against
+# size / cap, and the peak RSS of hostpull (GNU time %M). Medians over RUNS (3) are
+# printed; raw numbers in $BENCH_DIR/rate.tsv. Knobs as bench/pull.sh: RIG_DIR, HOSTPULL,
+# BENCH_DIR.
 set -euo pipefail
 
 die() { echo "bench: $*" >&2; exit 1; }
-usage() { echo "usage: $0 [-n RUNS] [--sandbox none|systemd] [CAP...]" >&2; exit 2; }
+usage() { echo "usage: $0 [-n RUNS] [--sandbox none|systemd] [--image big|paced] [CAP...]" >&2; exit 2; }
 
 ARGS=("$@")
-RUNS=3 MODE=none CAPS=()
+RUNS=3 MODE=none CAPS=() IMG=big
 while [ $# -gt 0 ]; do
     case $1 in
         -n) RUNS=${2:?}; shift 2 ;;
         --sandbox) MODE=${2:?}; shift 2 ;;
         --sandbox=*) MODE=${1#*=}; shift ;;
+        --image) IMG=${2:?}; shift 2 ;;
         -h|--help|-*) usage ;;
         *) CAPS+=("$1"); shift ;;
     esac
@@ -29,14 +33,15 @@ done
 [ ${#CAPS[@]} -gt 0 ] || CAPS=(16M 32M 64M)
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "-n wants a positive number"
 case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
+case $IMG in big|paced) ;; *) die "--image wants big or paced" ;; esac
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
 rig() { sed -n "s/^$1=//p" "$RIG_DIR/env"; }
 REGISTRY=$(rig RIG_REGISTRY) AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR)
-IMAGE=$(rig RIG_IMG_BIG)
-[ -n "$IMAGE" ] || die "no RIG_IMG_BIG in $RIG_DIR/env (rig brought up with RIG_BIG=0?)"
+IMAGE=$(rig "RIG_IMG_${IMG^^}")
+[ -n "$IMAGE" ] || die "no RIG_IMG_${IMG^^} in $RIG_DIR/env (rig brought up with RIG_BIG=0, or before it had $IMG?)"
 
 HOSTPULL=${HOSTPULL:-$ROOT/target/release/hostpull}
 if [ ! -x "$HOSTPULL" ]; then
@@ -84,9 +89,9 @@ rate = None if cap == "none" else int(cap[:-1]) * units[cap[-1]] if cap[-1] in u
 s = [tuple(map(float, l.split())) for l in open(samples) if len(l.split()) == 2]
 ts = [t for t, _ in s]
 total = s[-1][1]
-first = next(t for t, b in s if b > mib)
+first = next(t for t, b in s if b > 0)
 end = next(t for t, b in s if b >= total)
-start = first + 1.0
+start = first + 1.0 if end - first > 2.0 else first   # a short pull: all of it
 i0 = bisect.bisect_left(ts, start)
 mean = (total - s[i0][1]) / (end - s[i0][0])
 def peak(length):
@@ -101,8 +106,8 @@ def peak(length):
     return best
 fetched = json.load(open(out))["bytes_fetched"]
 ideal = fetched / rate if rate else 0
-print("\t".join([cap, run, f"{rate / mib:.1f}" if rate else "-", f"{mean / mib:.1f}",
-                 f"{peak(1.0) / mib:.1f}", f"{peak(2.0) / mib:.1f}",
+print("\t".join([cap, run, f"{rate / mib:.2f}" if rate else "-", f"{mean / mib:.2f}",
+                 f"{peak(1.0) / mib:.2f}", f"{peak(2.0) / mib:.2f}",
                  f"{float(t1) - float(t0):.2f}", f"{ideal:.2f}",
                  f"{int(open(rss).read().split()[-1]) / 1024:.1f}"]))
 EOF
@@ -130,7 +135,7 @@ for cap in dict.fromkeys(r["cap"] for r in rows):
     c = rs[0]["cap_mib_s"]
     ratio = lambda k: f" ({med(k) / float(c):.2f}x)" if c != "-" else ""
     ideal = f"{med('ideal_s'):.2f} s" if c != "-" else "-"
-    print(f"| {'none' if c == '-' else c + ' MiB/s'} | {med('mean_mib_s'):.1f} MiB/s{ratio('mean_mib_s')} "
-          f"| {med('peak1_mib_s'):.1f} MiB/s{ratio('peak1_mib_s')} | {med('peak2_mib_s'):.1f} MiB/s{ratio('peak2_mib_s')} "
+    print(f"| {'none' if c == '-' else c + ' MiB/s'} | {med('mean_mib_s'):.2f} MiB/s{ratio('mean_mib_s')} "
+          f"| {med('peak1_mib_s'):.2f} MiB/s{ratio('peak1_mib_s')} | {med('peak2_mib_s'):.2f} MiB/s{ratio('peak2_mib_s')} "
           f"| {med('wall_s'):.2f} s | {ideal} | {med('rss_mib'):.1f} MiB |")
 EOF

@@ -21,8 +21,9 @@ use crate::verify;
 
 /// GetBlob requests kept in flight. skopeo serves one request at a time, but
 /// transfers overlap once several pipes are open; 4 was fastest in the lab.
+/// Under `--max-rate`, fewer at low caps ([`crate::rate::in_flight`]).
 const IN_FLIGHT: usize = 4;
-/// The size blob pipes are widened to; see [`widen_pipes`].
+/// The size blob pipes are widened to without a cap; see [`widen_pipes`].
 const PIPE_SIZE: usize = 1 << 20;
 /// The most one read from a blob pipe asks for.
 const READ_BUF: usize = 1 << 20;
@@ -547,6 +548,22 @@ impl Watchdog {
         }
     }
 
+    /// How many blobs to keep open at once.
+    fn in_flight(&self) -> usize {
+        self.pacer
+            .as_ref()
+            .map_or(IN_FLIGHT, |p| crate::rate::in_flight(p.rate(), IN_FLIGHT))
+    }
+
+    /// Wait until a blob may be opened: under a cap, once the bucket is out
+    /// of debt, then charge the buffers the registry fills when it opens.
+    async fn open(&self, size: u64) {
+        if let Some(p) = &self.pacer {
+            p.ready().await;
+            p.opened(size);
+        }
+    }
+
     /// The most one read from a blob pipe asks for.
     fn chunk(&self) -> usize {
         self.pacer.as_ref().map_or(READ_BUF, |p| p.chunk(READ_BUF))
@@ -592,11 +609,12 @@ impl Watchdog {
     }
 }
 
-/// Keep `IN_FLIGHT` blobs streaming. Below protocol 0.2.8, skopeo answers one
-/// request at a time and a FinishPipe returns only when its blob is complete,
-/// so requests go out in a strict order, GetBlob A B C D, FinishPipe A, GetBlob
-/// E, FinishPipe B, …: while FinishPipe waits for the oldest blob, the younger
-/// ones keep flowing. From 0.2.8 on, `GetRawBlob` hands over the blob without
+/// Keep `IN_FLIGHT` blobs streaming (under a cap as many as it allows, each
+/// opened once it allows: [`Watchdog::open`]). Below protocol 0.2.8, skopeo
+/// answers one request at a time and a FinishPipe returns only when its blob
+/// is complete, so requests go out in a strict order, GetBlob A B C D,
+/// FinishPipe A, GetBlob E, FinishPipe B, …: while FinishPipe waits for the
+/// oldest blob, the younger ones keep flowing. From 0.2.8 on, `GetRawBlob` hands over the blob without
 /// hashing it in the worker (root hashes it anyway) and reports the worker's
 /// side on an error pipe of its own, with a typed `retryable` code. Each pipe is
 /// read, hashed and written by a task of its own, so that the hashing of
@@ -612,14 +630,19 @@ async fn transfer(
     let mut window = VecDeque::new();
     let result = async {
         loop {
-            while window.len() < IN_FLIGHT {
+            while window.len() < watchdog.in_flight() {
                 let Some((i, d)) = pending.next() else { break };
                 let what = what(d);
                 let doing = format!("fetching {what} {}", d.digest);
+                watchdog.open(d.size).await;
                 let (reader, finish) = open_blob(proxy, img, d)
                     .await
                     .map_err(|e| proxy_failure(&doing, e))?;
-                widen_pipes();
+                // Under a cap the kernel's 64 KiB is plenty, and what a
+                // wider pipe holds reaches the registry as a burst.
+                if watchdog.pacer.is_none() {
+                    widen_pipes();
+                }
                 let reading = Reader(tokio::spawn(consume(
                     reader,
                     Arc::clone(layout),

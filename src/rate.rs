@@ -6,21 +6,25 @@
 //! registry stops sending. The worker needs no change and no privilege.
 //!
 //! What the cap holds is what the registry sends, and the registry runs ahead
-//! of root: a blob that starts fills the buffers in between (skopeo's HTTP/2
-//! stream window and the blob pipe, [`LEAD`]) at once, and its last bytes are
-//! already there when root reads them. Two things keep those bursts small:
+//! of root: a blob that opens fills the buffers in between at once (the blob
+//! pipe, skopeo's copy buffer, its socket's receive window: [`LEAD`]), and
+//! those bytes cross the link before root reads them. The burst is therefore
+//! kept to what the cap allows:
+//! - under a cap the pipe keeps the kernel's 64 KiB (fetch.rs widens it to
+//!   1 MiB only without a cap), so a blob's buffers are ~[`LEAD`], not 1.3 MiB;
+//! - only as many blobs are open at once as the cap can absorb: their buffers
+//!   together are at most [`SPREAD`] of a second's cap ([`in_flight`]), so
+//!   one blob at a time below 8 MiB/s; a blob in flight that is not read still
+//!   fills its buffers;
+//! - a blob is charged [`LEAD`] (at most its size) when it opens, on top of its
+//!   bytes as they are read ([`Pacer::opened`]), and the next blob opens only
+//!   once the bucket is out of debt ([`Pacer::ready`]). The registry is thus
+//!   quiet on both sides of a burst: before it, while root drains the last
+//!   blob's buffers (bytes the registry had sent already), and after it, while
+//!   root waits the charge off. This costs [`LEAD`] of the cap per blob;
 //! - the blobs in flight are read one after another, in the order they were
 //!   opened ([`Pacer::read`]), so they end, and the next ones start, one at a
-//!   time; read side by side, all four ended together and four fills came at
-//!   once;
-//! - a blob's bytes are charged [`LEAD`] early ([`charge`]): its first read,
-//!   right after it is opened, pays for the buffers too, and its last `LEAD`
-//!   bytes are free.
-//!
-//! Measured at a forwarder in front of the registry (tests/rate.rs, big:v1,
-//! 8 x 64 MiB, caps of 19 to 34 MiB/s on two loaded cores), the highest rate
-//! over 1 s windows after the first: 1.83 times the cap with neither, 1.42
-//! with the early charge alone, 1.1 to 1.3 with both, at most 7 MiB over.
+//!   time.
 //!
 //! The bucket holds at most [`SLICE`] of the rate, and a read asks for at most
 //! as much, so root reads no more than the cap plus a few slices in any window.
@@ -28,7 +32,18 @@
 //! reader then waits the debt off: readers that share the bucket queue up
 //! behind each other's debts, so together they keep to the cap. While the
 //! bucket is in debt ([`Bucket::free_at`]) the stall watchdog does not count:
-//! a paced pull is not a stalled one.
+//! a paced pull is not a stalled one. A blob of [`LEAD`] at a cap of 64 KiB/s
+//! is 4 s of debt.
+//!
+//! What root does not control is the rest of the worker's socket buffer:
+//! Linux grows a socket's receive buffer as its reader drains it, to twice
+//! what it copied in a round trip plus 16 segments (`tcp_rcv_space_adjust`).
+//! On the test rig's loopback a segment is 64 KiB, and the buffer reached
+//! 1.4 MiB; on Ethernet 16 segments are 23 KiB. Measured at a forwarder that
+//! counts what the worker's host acknowledged (tests/rate.rs, the paced image
+//! at 512 KiB/s, one blob at a time), the highest 1 s window was the cap plus
+//! 0.1 to 0.85 MiB; before, with four 1 MiB pipes and 5 MiB charges, the cap
+//! plus 1.8 to 2.6 MiB in the first second, then nothing for 6 s.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,24 +52,22 @@ use std::time::{Duration, Instant};
 pub const SLICE: Duration = Duration::from_millis(50);
 /// The lowest cap accepted, bytes a second: a slice is then still 51 bytes.
 pub const MIN_RATE: u64 = 1024;
-/// How far the registry runs ahead of root's reads of one blob: the HTTP/2
-/// stream window of Go's client, which skopeo uses (4 MiB,
-/// golang.org/x/net/http2 `transportDefaultStreamFlow`), and the 1 MiB blob
-/// pipe (fetch.rs widens it to that).
-pub const LEAD: u64 = 5 << 20;
+/// How far the registry runs ahead of root's reads of one blob under a cap:
+/// the 64 KiB blob pipe, skopeo's 32 KiB copy buffer, and its socket's
+/// receive window (skopeo speaks HTTP/1.1 to registries: the registry log says
+/// so for 1.9.3, 1.18 and 1.22), which starts at tcp_rmem's 128 KiB. Measured
+/// at a forwarder with a blob opened and not read: 190 to 250 KiB, more once
+/// Linux grew the buffer.
+pub const LEAD: u64 = 256 << 10;
+/// The most a second's cap that the buffers of the blobs open at once may
+/// hold: 1/16 s, so 4 MiB/s a blob.
+pub const SPREAD: u64 = 16;
 
-/// What to charge for `n` bytes read of a blob of `size` after `before` bytes
-/// of it: the bytes the registry has sent of it by then, taken as `LEAD` ahead
-/// of what root read. Over the blob the charges add up to its size.
-pub fn charge(size: u64, before: u64, n: u64) -> u64 {
-    let sent = |read: u64| {
-        if read == 0 {
-            0
-        } else {
-            (read + LEAD).min(size)
-        }
-    };
-    sent(before + n).saturating_sub(sent(before))
+/// How many blobs to keep open at once under a cap of `rate`, at most `most`.
+pub fn in_flight(rate: u64, most: usize) -> usize {
+    usize::try_from(rate / SPREAD / LEAD)
+        .unwrap_or(usize::MAX)
+        .clamp(1, most.max(1))
 }
 
 /// The arithmetic, with the clock passed in.
@@ -110,6 +123,7 @@ impl Bucket {
 /// whose turn it is to read.
 #[derive(Debug, Clone)]
 pub struct Pacer {
+    rate: u64,
     bucket: Arc<Mutex<Bucket>>,
     /// The blob whose turn it is to read: blobs are read one after another,
     /// in the order they were opened.
@@ -120,16 +134,33 @@ pub struct Pacer {
 impl Pacer {
     pub fn new(rate: u64) -> Self {
         Self {
+            rate,
             bucket: Arc::new(Mutex::new(Bucket::new(rate, Instant::now()))),
             turn: Arc::default(),
             next: Arc::default(),
         }
     }
 
+    /// The cap, bytes a second.
+    pub fn rate(&self) -> u64 {
+        self.rate
+    }
+
+    /// A blob of `size` was opened: the registry fills its buffers now. Charge
+    /// them ([`LEAD`], at most `size`); the next [`Pacer::ready`] waits it off.
+    pub fn opened(&self, size: u64) {
+        let n = usize::try_from(LEAD.min(size)).unwrap_or(usize::MAX);
+        self.bucket.lock().unwrap().take(n, Instant::now());
+    }
+
+    /// Resolves once the bucket is out of debt: the time to open a blob.
+    pub async fn ready(&self) {
+        tokio::time::sleep_until(self.free_at().into()).await;
+    }
+
     /// `n` bytes of blob number `blob` (of `size`) were read, after `before`:
     /// wait for its turn, pay, and pass the turn on at its end. The first
-    /// read pays at once, before the turn: the registry filled the blob's
-    /// buffers when it was opened, whoever's turn it is.
+    /// read pays at once, before the turn.
     pub async fn read(&self, blob: usize, size: u64, before: u64, n: u64) {
         if before > 0 {
             loop {
@@ -140,7 +171,7 @@ impl Pacer {
                 next.await;
             }
         }
-        self.paid(charge(size, before, n)).await;
+        self.paid(n).await;
         if before + n >= size {
             self.done(blob);
         }
@@ -231,28 +262,42 @@ mod tests {
         assert_eq!(b.free_at(), t0, "no debt: free now");
     }
 
-    /// The first read of a blob pays for the buffers too, the last `LEAD`
-    /// bytes are free, and the charges add up to the blob's size.
+    /// One blob at a time until a second one's buffers fit in 1/16 s of
+    /// the cap; never more than asked, never none.
     #[test]
-    fn blobs_are_charged_lead_early() {
-        let lead = LEAD;
-        assert_eq!(charge(64 * MIB, 0, 1000), 1000 + lead);
-        assert_eq!(charge(64 * MIB, 1000, 1000), 1000);
-        assert_eq!(charge(64 * MIB, 64 * MIB - lead - 500, 1000), 500);
-        assert_eq!(charge(64 * MIB, 64 * MIB - 1000, 1000), 0);
-        assert_eq!(charge(64 * MIB, 0, 0), 0, "nothing read, nothing sent");
-        assert_eq!(charge(739, 0, 739), 739, "a small blob: its size");
-        assert_eq!(charge(739, 0, 100), 739);
-        assert_eq!(charge(739, 100, 639), 0);
-        for (size, step) in [(64 * MIB, 1 << 20), (64 * MIB + 7, 51), (3 * MIB, 65536)] {
-            let (mut read, mut charged) = (0, 0);
-            while read < size {
-                let n = step.min(size - read);
-                charged += charge(size, read, n);
-                read += n;
-            }
-            assert_eq!(charged, size, "{size} in reads of {step}");
+    fn blobs_in_flight_by_cap() {
+        for (rate, want) in [
+            (MIN_RATE, 1),
+            (512 << 10, 1),
+            (4 * MIB, 1),
+            (8 * MIB, 2),
+            (12 * MIB, 3),
+            (16 * MIB, 4),
+            (1 << 30, 4),
+        ] {
+            assert_eq!(in_flight(rate, 4), want, "{rate}");
         }
+        assert_eq!(in_flight(1 << 30, 0), 1);
+    }
+
+    /// Opening a blob charges its buffers, at most its size, and the next
+    /// open waits them off.
+    #[tokio::test(flavor = "current_thread")]
+    async fn opening_a_blob_charges_its_buffers() {
+        // The bucket holds 50 ms of the rate: LEAD.
+        let p = Pacer::new(20 * LEAD);
+        p.opened(1000);
+        assert!(
+            p.free_at() <= Instant::now(),
+            "1000 bytes: within the bucket"
+        );
+        p.opened(64 * MIB);
+        p.opened(64 * MIB);
+        // In debt by LEAD less 1000 bytes: 50 ms.
+        let t = Instant::now();
+        p.ready().await;
+        let waited = t.elapsed();
+        assert!(waited >= ms(45) && waited < ms(500), "{waited:?}");
     }
 
     #[test]

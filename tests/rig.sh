@@ -360,6 +360,19 @@ build_random() {
 
 build_big() { build_random "$1" big 64M; }   # 8 layers x 64 MiB
 
+build_paced() {   # 3 MiB, 1 MiB and 256 KiB of random bytes: seconds at tests/rate.rs's low caps
+    local d=$1 s=$RIG_DIR/tmp/paced size i=0
+    umoci init --layout "$d"; umoci new --image "$d:v1"
+    for size in 3M 1M 256K; do
+        i=$((i + 1)); rm -rf "$s"; mkdir -p "$s/paced"
+        head -c "$size" /dev/urandom >"$s/paced/layer$i.bin"
+        add_layer "$d:v1" "$s"
+    done
+    umoci gc --layout "$d"
+    rm -rf "$s"
+    verify_layout "$d" v1
+}
+
 build_big2() {    # v2 = big:v1's first 7 layers (the same blobs) + a new random 64 MiB layer
     local d=$1 b=$IMAGES/big s=$RIG_DIR/tmp/big2 m c f dig
     mkdir -p "$d"
@@ -418,7 +431,7 @@ push() {   # push LAYOUT TAG REPO [skopeo args]
 
 # ---------------------------------------------------------------- commands
 cmd_up() {
-    local port mtls_port mirror_port t0 names=(small multi tamper) n tamper_layer
+    local port mtls_port mirror_port t0 names=(small multi tamper paced) n tamper_layer
     t0=$(date +%s.%N)
     case $RIG_DIR in *[[:space:]]*) die "RIG_DIR must not contain whitespace" ;; esac
     for n in skopeo umoci openssl htpasswd curl gpg gpgv python3 "$REGISTRY_BIN" "${WORKERS[@]}"; do
@@ -462,6 +475,7 @@ cmd_up() {
     push "$IMAGES/small" v2 hostpull/small
     push "$IMAGES/multi" v1 hostpull/multi --all
     push "$IMAGES/tamper" v1 hostpull/tamper
+    push "$IMAGES/paced" v1 hostpull/paced
     note "copying hostpull/small:v1 to the mirror 127.0.0.1:$mirror_port"
     run_logged "$LOGS/push.log" skopeo copy --quiet --preserve-digests \
         --src-cert-dir "$RIG_DIR/certs" --src-authfile "$RIG_DIR/auth.json" \
@@ -504,6 +518,7 @@ cmd_up() {
         echo "RIG_IMG_SMALL2=$REGISTRY/hostpull/small:v2"
         echo "RIG_IMG_MULTI=$REGISTRY/hostpull/multi:v1"
         echo "RIG_IMG_TAMPER=$REGISTRY/hostpull/tamper:v1"
+        echo "RIG_IMG_PACED=$REGISTRY/hostpull/paced:v1"
         echo "RIG_SIG_DIR=$RIG_DIR/sig"
         echo "RIG_SIGNER_FPR=$(cat "$RIG_DIR/sig/signer.fpr")"
         echo "RIG_IMG_SIGNED=$REGISTRY/hostpull/signed:v1"

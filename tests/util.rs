@@ -335,6 +335,8 @@ struct ForwarderState {
     frozen: std::sync::atomic::AtomicBool,
     down_until: std::sync::Mutex<Option<std::time::Instant>>,
     conns: std::sync::Mutex<Vec<std::net::TcpStream>>,
+    /// The connections towards the clients, for [`Forwarder::bytes_delivered`].
+    clients: std::sync::Mutex<Vec<std::net::TcpStream>>,
     /// Bytes sent towards the client so far.
     down_bytes: std::sync::atomic::AtomicU64,
     /// At most this many bytes a second, per connection (0: no limit).
@@ -369,6 +371,7 @@ impl Forwarder {
                     let mut conns = st.conns.lock().unwrap();
                     conns.push(client.try_clone().unwrap());
                     conns.push(upstream.try_clone().unwrap());
+                    st.clients.lock().unwrap().push(client.try_clone().unwrap());
                 }
                 let (c2, u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
                 let (s1, s2) = (std::sync::Arc::clone(&st), std::sync::Arc::clone(&st));
@@ -399,9 +402,34 @@ impl Forwarder {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// The bytes towards the clients that their side has acknowledged: those
+    /// written less what still waits in this forwarder's send buffers
+    /// (SIOCOUTQ), within one write (64 KiB). That is what crossed the
+    /// "link"; the forwarder's own send buffer, which Linux grows to 4 MiB
+    /// on loopback, has not.
+    pub fn bytes_delivered(&self) -> u64 {
+        let queued: u64 = self.state.clients.lock().unwrap().iter().map(unacked).sum();
+        self.bytes_down().saturating_sub(queued)
+    }
+
     /// An authfile with the rig's credentials for this forwarder's address.
     pub fn authfile(&self, dir: &Path) -> PathBuf {
         authfile_for(&self.addr, dir)
+    }
+}
+
+/// Bytes written to `s` that its peer has not acknowledged (SIOCOUTQ).
+#[allow(unsafe_code)]
+fn unacked(s: &std::net::TcpStream) -> u64 {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) stores one int through the pointer, which
+    // points at `n`; the fd stays open while `s` is borrowed.
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+    if r == 0 {
+        u64::try_from(n).unwrap_or(0)
+    } else {
+        0
     }
 }
 
@@ -445,7 +473,12 @@ fn pump(
 
 /// `hostpull pull` of the big image through `fw`, with credentials for it.
 pub fn pull_via(fw: &Forwarder, dir: &Path, dest: &str) -> Command {
-    let image = var("RIG_IMG_BIG").replace(var("RIG_REGISTRY"), &fw.addr);
+    pull_image_via(fw, var("RIG_IMG_BIG"), dir, dest)
+}
+
+/// `hostpull pull` of the rig's `image` through `fw`, with credentials for it.
+pub fn pull_image_via(fw: &Forwarder, image: &str, dir: &Path, dest: &str) -> Command {
+    let image = image.replace(var("RIG_REGISTRY"), &fw.addr);
     let mut c = pull_cmd(&image, dest);
     c.args(["--cert-dir", var("RIG_CERT_DIR"), "--authfile"])
         .arg(fw.authfile(dir));
