@@ -249,6 +249,7 @@ class Checker:
         self.types = {str(t) for t in self.p.types()}
         self.flavor = "fedora" if "init_var_run_t" in self.types else "refpolicy"
         self.passed = self.failed = self.skipped = 0
+        self.by_source = {}
 
     def result(self, ok, msg):
         if ok:
@@ -262,13 +263,23 @@ class Checker:
         choices = names.split("|")
         return next((n for n in choices if n in self.types), choices[0])
 
+    def rules_from(self, stype):
+        """The allow rules whose source includes stype, with their targets expanded:
+        one pass over the policy per source type (a TERuleQuery per row would take
+        minutes)."""
+        if stype not in self.by_source:
+            st = self.p.lookup_type(stype)
+            self.by_source[stype] = [(r, {str(t) for t in r.target.expand()})
+                                     for r in self.p.terules()
+                                     if r.ruletype == setools.TERuletype.allow
+                                     and st in r.source.expand()]
+        return self.by_source[stype]
+
     def only_by(self, boolname, s, t, tclass, perm):
         """Every allow rule that grants s -> t:tclass perm is conditional on boolname."""
-        q = setools.TERuleQuery(self.p, ruletype=[setools.TERuletype.allow],
-                                source=s.split(":")[2], source_indirect=True,
-                                target=t.split(":")[2], target_indirect=True,
-                                tclass=[tclass], perms=[perm])
-        rules = list(q.results())
+        t = t.split(":")[2]
+        rules = [r for r, targets in self.rules_from(s.split(":")[2])
+                 if str(r.tclass) == tclass and perm in r.perms and t in targets]
         for r in rules:
             try:
                 cond = str(r.conditional)
