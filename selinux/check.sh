@@ -101,9 +101,14 @@ link() {
 mutants=(
     'fds|hostpull_fds_via_systemd(hostpull_t)|allow @dbusd @orch fd '
     'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|allow @worker http_port_t tcp_socket '
+    # --dest ostree: the import unit, and the repository rules of hostpull_import_ostree.
     'import|hostpull_import_parent(hostpull_t)|allow @import @orch fd '
     'staging|read_files_pattern(hostpull_import_t, hostpull_staging_t, hostpull_staging_t)|allow @import hostpull_staging_t file '
-    $'repo|\tmanage_files_pattern(hostpull_t, non_auth_file_type, non_auth_file_type)|tunable:hostpull_import_ostree @orch bin_t file '
+    $'repo|\tmanage_files_pattern(hostpull_t, hostpull_ostree_repo_t, hostpull_ostree_repo_t)|tunable:hostpull_import_ostree @orch hostpull_ostree_repo_t file '
+    $'objects|\tallow hostpull_t { hostpull_object_types shadow_t }:file { getattr open read link rename unlink setattr relabelto };|tunable:hostpull_import_ostree @orch bin_t file '
+    $'checkout|\tallow hostpull_t { hostpull_object_dirs }:dir { write add_name remove_name };|tunable:hostpull_import_ostree @orch etc_t dir '
+    $'filetrans|\ttype_transition hostpull_t { hostpull_object_dirs }:{ dir file lnk_file } hostpull_ostree_repo_t;|filetrans:hostpull_ostree_repo_t @orch etc_t dir '
+    $'caps|\tallow hostpull_t self:capability { chown fowner fsetid setfcap dac_read_search };|tunable:hostpull_import_ostree @orch @orch capability '
 )
 [[ ${SELINUX_ALL_MUTANTS:-0} == 1 ]] || mutants=("${mutants[0]}")
 if variant main; then ok "build hostpull.pp (refpolicy headers)"; else bad "build hostpull.pp"; summary; fi
@@ -138,10 +143,11 @@ else
 fi
 
 # --- 4. file contexts -----------------------------------------------------------
-fc() { # MODE PATH EXPECTED-TYPE
-    local got
+fc() { # MODE PATH EXPECTED-TYPE (or <<none>>: never relabelled)
+    local got want=$3
     got=$(matchpathcon -m "$1" -f "$work/main/file_contexts" "$2" 2>&1 | awk '{print $2}')
-    if [[ $got == "system_u:object_r:$3:s0" ]]; then ok "file context $2 is $3"; else bad "file context $2 is '$got', expected $3"; fi
+    [[ $want == '<<none>>' ]] || want=system_u:object_r:$3:s0
+    if [[ $got == "$want" ]]; then ok "file context $2 is $3"; else bad "file context $2 is '$got', expected $3"; fi
 }
 fc file /usr/bin/hostpull hostpull_exec_t
 fc file /usr/local/bin/hostpull hostpull_exec_t
@@ -152,9 +158,24 @@ fc dir /run/hostpull hostpull_runtime_t
 fc file /run/hostpull/1234-0badf00d/auth.json hostpull_runtime_t
 fc file /usr/bin/skopeo bin_t     # the worker's entrypoint
 fc file /usr/bin/systemd-run bin_t # run by hostpull_t without a transition
-# nothing outside hostpull's own paths changed; an ostree repository keeps the base
-# policy's label (no entry on refpolicy: default_t; Fedora's /ostree/repo: system_conf_t)
-fc dir /sysroot/ostree/repo default_t
+# an ostree repository where hosts keep it: its own files are hostpull_ostree_repo_t,
+# its content objects and tmp/ (checkouts: hard links of the objects) keep their labels
+obj=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+for repo in /ostree/repo /sysroot/ostree/repo; do
+    fc dir $repo hostpull_ostree_repo_t
+    fc file $repo/config hostpull_ostree_repo_t
+    fc file $repo/refs/heads/ostree/container/image/x hostpull_ostree_repo_t
+    fc dir $repo/objects/01 hostpull_ostree_repo_t
+    fc file $repo/objects/01/${obj:2}.commit hostpull_ostree_repo_t
+    fc file $repo/objects/01/${obj:2}.dirtree hostpull_ostree_repo_t
+    fc dir $repo/tmp hostpull_ostree_repo_t
+    fc file $repo/objects/01/${obj:2}.file '<<none>>'
+    fc dir $repo/tmp/.tmpAbCdEf '<<none>>'
+    fc file $repo/tmp/.tmpAbCdEf/root/usr/bin/bash '<<none>>'
+done
+# nothing else changed
+fc dir /sysroot/ostree default_t
+fc dir /sysroot default_t
 fc dir /var/lib var_lib_t
 fc dir /run var_run_t
 
