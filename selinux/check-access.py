@@ -51,7 +51,9 @@ def obj(t):
 # "deny/refpolicy" is only checked on refpolicy: Fedora's base policy
 # grants that access to every domain (DAC still applies). A verdict
 # "tunable:NAME" is allowed now, but only by rules under the boolean NAME
-# (so turning NAME off denies it).
+# (so turning NAME off denies it). A verdict "filetrans:TYPE" is not an access: what the
+# source creates (class) in a directory of the target type is created as TYPE, by a
+# type_transition under the tunable hostpull_import_ostree.
 EXPECT = [
     # --- systemd starts skopeo in the worker domain (SELinuxContext=)
     ("allow", "@init", "@worker", "process", "transition rlimitinh", "setexeccon + execve"),
@@ -187,8 +189,9 @@ EXPECT = [
     ("deny", "@orch", "http_port_t", "tcp_socket", "name_connect", "root never talks to the network"),
     ("deny", "@orch", "@orch", "tcp_socket", "create", "root never talks to the network"),
     ("deny", "@orch", "@orch", "capability", "dac_override sys_admin", "needs no capability"),
-    ("tunable:hostpull_import_ostree", "@orch", "user_home_t", "file", "write",
-     "beyond its own state only for ostree imports"),
+    ("deny", "@orch", "user_home_t", "file", "read write append create relabelto link rename unlink setattr",
+     "never a home directory, not even for an ostree import"),
+    ("deny", "@orch", "user_home_dir_t", "dir", "write add_name remove_name relabelto", "never a home directory"),
     ("deny", "@orch", "@orch", "process", "setcurrent dyntransition", "stays hostpull_t"),
 
     # --- --dest ostree: the staging layout, the import's skopeo, the repository
@@ -219,21 +222,52 @@ EXPECT = [
     ("deny", "@import", "http_port_t", "tcp_socket", "name_connect", "no network"),
     ("deny", "@import", "net_conf_t", "file", "read", "no resolver"),
     ("deny", "@import", "@import", "capability", "dac_override dac_read_search setuid sys_admin net_admin", "no capabilities"),
-    ("deny", "@import", "system_conf_t|default_t", "file", "read write", "not the rest of the repository"),
+    ("deny", "@import", "hostpull_ostree_repo_t", "file", "read write", "not the rest of the repository"),
+    ("deny", "@import", "bin_t", "file", "write", "nor its objects"),
     ("deny", "@import", "hostpull_var_lib_t", "file", "read write", "not the OCI layouts"),
     ("deny", "@import", "hostpull_runtime_t", "file", "read open", "not the staged secrets"),
     ("deny", "@import", "init_runtime_t|init_var_run_t", "file", "read", "it gets no credential"),
     ("deny", "@import", "shadow_t", "file", "read", "/etc/shadow"),
     ("deny", "@import", "@orch", "process", "ptrace transition signal", "never reaches the orchestrator"),
     ("deny", "@orch", "@import", "process", "transition dyntransition", "entered only through systemd"),
-    # The repository: /ostree/repo is system_conf_t on Fedora; /sysroot/ostree/repo
-    # (and both paths on refpolicy) have no entry: default_t.
-    ("tunable:hostpull_import_ostree", "@orch", "system_conf_t|default_t", "dir", "create write add_name remove_name rmdir search read", "the repository (REPO/tmp, objects, refs)"),
-    ("tunable:hostpull_import_ostree", "@orch", "system_conf_t|default_t", "file", "create write read open rename unlink link relabelfrom", "the repository's files"),
-    ("tunable:hostpull_import_ostree", "@orch", "default_t", "dir", "create write add_name search", "REPO=/sysroot/ostree/repo"),
-    ("tunable:hostpull_import_ostree", "@orch", "bin_t", "file", "relabelto create write link unlink", "objects carry the image's labels"),
-    ("tunable:hostpull_import_ostree", "@orch", "etc_t", "dir", "relabelto create", "directory metadata of a checkout"),
-    ("tunable:hostpull_import_ostree", "@orch", "shadow_t", "file", "relabelto create write", "/usr/etc/shadow of an OS image"),
+    # The repository's own files are hostpull_ostree_repo_t (hostpull.fc: /ostree/repo,
+    # /sysroot/ostree/repo); its objects and the merge commit's checkout carry the
+    # image's labels (bin_t, etc_t, shadow_t, var_run_t stand for them here).
+    ("tunable:hostpull_import_ostree", "@orch", "hostpull_ostree_repo_t", "dir",
+     "create write add_name remove_name rmdir search read relabelfrom", "the repository (tmp/, objects/XX/, refs/)"),
+    ("tunable:hostpull_import_ostree", "@orch", "hostpull_ostree_repo_t", "file",
+     "create write read open map lock rename link unlink setattr relabelfrom",
+     "config, refs, metadata objects, the O_TMPFILE of a new object"),
+    ("tunable:hostpull_import_ostree", "@orch", "hostpull_ostree_repo_t", "lnk_file",
+     "create read rename unlink setattr relabelfrom", "a new symlink object in tmp/"),
+    ("filetrans:hostpull_ostree_repo_t", "@orch", "etc_t", "dir", "", "mkdirat() in the checkout's /usr/etc"),
+    ("filetrans:hostpull_ostree_repo_t", "@orch", "bin_t", "file", "", "an empty file copied into the checkout"),
+    ("tunable:hostpull_import_ostree", "@orch", "bin_t", "file",
+     "relabelto setattr link rename unlink", "an object: labelled, futimens(), linked into objects/ and the checkout"),
+    ("tunable:hostpull_import_ostree", "@orch", "selinux_config_t", "file", "read open getattr relabelto",
+     "objects read back: the image's policy, from the checkout"),
+    ("tunable:hostpull_import_ostree", "@orch", "etc_t", "lnk_file", "relabelto link rename unlink", "a symlink object"),
+    ("tunable:hostpull_import_ostree", "@orch", "etc_t", "dir",
+     "relabelto add_name remove_name write rmdir setattr", "the checkout's /usr/etc"),
+    ("tunable:hostpull_import_ostree", "@orch", "var_run_t", "dir", "relabelto rmdir setattr", "the image's empty /run"),
+    ("tunable:hostpull_import_ostree", "@orch", "shadow_t", "file", "relabelto setattr link unlink read",
+     "/usr/etc/shadow of an OS image"),
+    ("tunable:hostpull_import_ostree", "@orch", "@orch", "capability", "chown fowner fsetid setfcap dac_read_search",
+     "the image's owners, setuid/setgid bits, file capabilities, mode-0000 files"),
+    ("tunable:hostpull_import_ostree", "@orch", "hostpull_tmp_t", "file", "create write read open unlink",
+     "the base image's policy, checked out in /tmp"),
+    ("filetrans:hostpull_tmp_t", "@orch", "tmp_t", "dir", "", "libostree's and ostree-ext's tmpdirs"),
+    ("allow", "@orch", "install_exec_t|bin_t", "file", "execute execute_no_trans read open map",
+     "ostree-ext runs `ostree commit` (Fedora: install_exec_t)"),
+    # Nothing outside the repository is written, whatever label an object gets.
+    ("deny", "@orch", "bin_t", "file", "write append create", "an image's label: only given, never written"),
+    ("deny", "@orch", "etc_t", "file", "write append create", "/etc"),
+    ("deny", "@orch", "shadow_t", "file", "write append create", "/etc/shadow"),
+    ("deny", "@orch", "system_conf_t|etc_t", "file", "write append create", "Fedora's /ostree/repo label: also /etc/yum.repos.d"),
+    ("deny", "@orch", "default_t", "file", "write append create", "unlabelled files"),
+    ("deny", "@orch", "var_log_t", "dir", "add_name remove_name write", "no entry in /var/log"),
+    ("deny", "@orch", "tmp_t", "file", "write create", "only its own files in /tmp"),
+    ("deny", "@orch", "policy_config_t", "dir", "add_name relabelto", "never the binary policy"),
     ("deny", "@orch", "policy_config_t", "file", "relabelto", "never the binary policy"),
     ("deny", "@orch", "default_t", "file", "execute", "never runs what it imports"),
     ("deny", "@orch", "security_t", "security", "load_policy setenforce setbool", "no policy changes"),
@@ -249,6 +283,7 @@ class Checker:
         self.types = {str(t) for t in self.p.types()}
         self.flavor = "fedora" if "init_var_run_t" in self.types else "refpolicy"
         self.passed = self.failed = self.skipped = 0
+        self.by_source = {}
 
     def result(self, ok, msg):
         if ok:
@@ -262,13 +297,24 @@ class Checker:
         choices = names.split("|")
         return next((n for n in choices if n in self.types), choices[0])
 
+    def rules_from(self, stype):
+        """The allow and type_transition rules whose source includes stype, with their
+        targets expanded: one pass over the policy per source type (a TERuleQuery per
+        row would take minutes)."""
+        if stype not in self.by_source:
+            st = self.p.lookup_type(stype)
+            kinds = (setools.TERuletype.allow, setools.TERuletype.type_transition)
+            self.by_source[stype] = [(r, {str(t) for t in r.target.expand()})
+                                     for r in self.p.terules()
+                                     if r.ruletype in kinds and st in r.source.expand()]
+        return self.by_source[stype]
+
     def only_by(self, boolname, s, t, tclass, perm):
         """Every allow rule that grants s -> t:tclass perm is conditional on boolname."""
-        q = setools.TERuleQuery(self.p, ruletype=[setools.TERuletype.allow],
-                                source=s.split(":")[2], source_indirect=True,
-                                target=t.split(":")[2], target_indirect=True,
-                                tclass=[tclass], perms=[perm])
-        rules = list(q.results())
+        t = t.split(":")[2]
+        rules = [r for r, targets in self.rules_from(s.split(":")[2])
+                 if r.ruletype == setools.TERuletype.allow and str(r.tclass) == tclass
+                 and perm in r.perms and t in targets]
         for r in rules:
             try:
                 cond = str(r.conditional)
@@ -278,7 +324,31 @@ class Checker:
                 return False
         return bool(rules)
 
+    def filetrans(self, default, src, tgt, tclass, why):
+        """src creating a tclass object in a tgt directory gets default, under the tunable."""
+        t = self.pick(tgt)
+        got = []
+        for r, targets in self.rules_from(ALIASES.get(src, src).split(":")[2]):
+            if (r.ruletype != setools.TERuletype.type_transition or str(r.tclass) != tclass
+                    or t not in targets):
+                continue
+            try:
+                r.filename
+                continue  # a named transition: not this one
+            except setools.exception.TERuleNoFilename:
+                pass
+            try:
+                cond = str(r.conditional)
+            except setools.exception.RuleNotConditional:
+                cond = ""
+            got.append(f"{r.default}" + (f" if {cond}" if cond else ""))
+        ok = got == [f"{default} if hostpull_import_ostree"]
+        self.result(ok, f"filetrans:{default} {src} {tgt} {tclass} ({why}): {got or 'no type_transition'}")
+
     def access(self, verdict, src, tgt, tclass, perms, why):
+        if verdict.startswith("filetrans:"):
+            self.filetrans(verdict.partition(":")[2], src, tgt, tclass, why)
+            return
         if verdict.startswith("tunable:"):
             boolname = verdict.partition(":")[2]
             s = ALIASES.get(src, src)

@@ -323,7 +323,7 @@ async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
 /// layout, which is imported only after a good pull and removed either way; a
 /// failed import is exit 10, as a consumer's failure is.
 async fn pull_to_dest(
-    mut plan: plan::Plan,
+    plan: plan::Plan,
     progress: &Progress,
 ) -> anyhow::Result<crate::progress::Report> {
     let Some(dest) = plan.ostree.clone() else {
@@ -334,12 +334,23 @@ async fn pull_to_dest(
         .selinux_context
         .as_ref()
         .map(|_| crate::store::ostree::STAGING_SELINUX_CONTEXT);
-    let staging = crate::store::ostree::Staging::new(&dest.repo, label)?;
-    plan.dest_dir = staging.layout();
-    let mut report = crate::fetch::pull(&plan, progress).await?;
+    // Made only once the signature policy has accepted the image: nothing is
+    // written into the repository before.
+    let staging = std::sync::OnceLock::<crate::store::ostree::Staging>::new();
+    let layout = || -> anyhow::Result<PathBuf> {
+        if let Some(s) = staging.get() {
+            return Ok(s.layout());
+        }
+        let made = crate::store::ostree::Staging::new(&dest.repo, label)?;
+        Ok(staging.get_or_init(|| made).layout())
+    };
+    let mut report = crate::fetch::pull_into(&plan, progress, &layout).await?;
+    let Some(staging) = staging.get() else {
+        return error::fail(Kind::Handoff, "the pull made no staging layout to import");
+    };
     let import = crate::store::ostree::import(
         &dest,
-        &staging,
+        staging,
         &plan.tag,
         &plan.image,
         &report.manifest_digest,

@@ -73,9 +73,23 @@ impl Resolved {
     }
 }
 
+/// Where the pull's layout is, asked for once the signature policy has accepted
+/// the image (so a rejected image leaves nothing behind, not even a directory):
+/// it may make the directory there and then (`--dest ostree:`'s staging).
+pub type LayoutDir<'a> = &'a (dyn Fn() -> anyhow::Result<std::path::PathBuf> + Sync);
+
 /// Pull as the plan says. SIGINT and SIGTERM stop it: the worker's units are
 /// stopped, and the layout is left as it was.
 pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
+    pull_into(plan, progress, &|| Ok(plan.dest_dir.clone())).await
+}
+
+/// [`pull`] into the layout that `dir` names when it is first needed.
+pub async fn pull_into(
+    plan: &Plan,
+    progress: &Progress,
+    dir: LayoutDir<'_>,
+) -> anyhow::Result<Report> {
     let start = Instant::now();
     // As kubelet does: when the registry refuses a credential, the next one,
     // each try with a worker and an authfile of its own.
@@ -86,7 +100,7 @@ pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
         spec.credentials = crate::plan::auth::attempt(&plan.credentials, n);
         let worker = Worker::prepare(&spec).await?;
         let result = tokio::select! {
-            r = pull_with(&worker, plan, progress) => r,
+            r = pull_with(&worker, plan, dir, progress) => r,
             kind = cancelled() => Err(Failure::new(kind, "interrupted: the pull was stopped").into()),
         };
         let report = worker.report().await;
@@ -147,6 +161,7 @@ struct Kept {
 async fn pull_with(
     worker: &Worker,
     plan: &Plan,
+    dir: LayoutDir<'_>,
     progress: &Progress,
 ) -> anyhow::Result<(Resolved, Vec<Descriptor>, Verdict)> {
     let mut state = Kept::default();
@@ -154,7 +169,7 @@ async fn pull_with(
     let retrying = async {
         let mut stalls = 0;
         for attempt in 1.. {
-            let Err(e) = try_pull(worker, plan, &mut state, progress).await else {
+            let Err(e) = try_pull(worker, plan, dir, &mut state, progress).await else {
                 break;
             };
             let detail = failure(&e)
@@ -223,6 +238,7 @@ fn backoff(attempt: u32) -> std::time::Duration {
 async fn try_pull(
     worker: &Worker,
     plan: &Plan,
+    dir: LayoutDir<'_>,
     p: &mut Kept,
     progress: &Progress,
 ) -> anyhow::Result<()> {
@@ -255,7 +271,7 @@ async fn try_pull(
     let layout = match &p.layout {
         Some(l) => l,
         None => {
-            let path = plan.dest_dir.clone();
+            let path = dir()?;
             let l = tokio::task::spawn_blocking(move || Layout::open_locked(&path)).await??;
             p.layout.insert(Arc::new(l))
         }

@@ -578,6 +578,44 @@ fn host_pass_a_rejecting_etc_policy_json_does_not_reach_the_imports_skopeo() {
     }
 }
 
+/// The signature policy is checked before anything is written: an image the
+/// policy rejects exits 9, fetches no blob (the registry's log) and leaves the
+/// repository as it was. During the pull REPO/tmp, where the staging layout
+/// goes, is a file: any write into the repository before the verdict would
+/// fail the pull with another exit code.
+#[cfg(feature = "ostree")]
+#[test]
+fn a_rejected_image_writes_nothing_into_the_repository() {
+    let s = scratch();
+    let (image, _) = encapsulated_image(s.path());
+    let repo = new_repo(s.path());
+    let policy = s.path().join("policy.json");
+    std::fs::write(&policy, r#"{"default":[{"type":"reject"}]}"#).unwrap();
+    let (tmp, aside) = (repo.join("tmp"), s.path().join("tmp-aside"));
+    std::fs::rename(&tmp, &aside).unwrap();
+    std::fs::write(&tmp, "").unwrap();
+    let mark = registry_log_mark();
+    let mut c = with_rig_creds(pull_cmd(&image, &format!("ostree:{}:os", repo.display())));
+    c.arg("--policy").arg(&policy);
+    let r = run(&mut c);
+    std::fs::remove_file(&tmp).unwrap();
+    std::fs::rename(&aside, &tmp).unwrap();
+    r.assert_failure(9);
+    assert!(
+        r.stderr.contains("signature policy rejected"),
+        "{}",
+        r.stderr
+    );
+    let name = image
+        .strip_prefix(&format!("{}/", var("RIG_REGISTRY")))
+        .and_then(|n| n.rsplit_once(':'))
+        .unwrap()
+        .0;
+    assert_eq!(blobs_fetched_since(mark, name), Vec::<String>::new());
+    assert_eq!(ostree(&repo, &["refs"]), "");
+    assert_eq!(staging_left(&repo), Vec::<String>::new());
+}
+
 /// The import's own skopeo gets no network: with `--sandbox systemd` it is a
 /// transient unit (PrivateNetwork=yes, a dynamic user, no capabilities) that
 /// sees the staging layout read-only at /tmp/layout; without systemd it runs

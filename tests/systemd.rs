@@ -484,24 +484,73 @@ fn oci_path(p: &Path) -> String {
     format!("oci:{}", p.display())
 }
 
-/// `make install` into this systemd's root (an overlay: nothing reaches the
-/// host), as an admin building from source would; the installed units and
-/// man page.
-fn make_install(out: &Path) -> std::path::PathBuf {
+/// The installed layout of [`make_install`]: a scratch PREFIX whose units are
+/// linked into the running systemd. Dropping it stops and unlinks them, and
+/// removes the profile from /run.
+struct Installed {
+    prefix: std::path::PathBuf,
+}
+
+/// The units of `make install`, and the profile the test gives the service.
+const INSTALLED_UNITS: [&str; 3] = [
+    "hostpull.slice",
+    "hostpull-pull@.service",
+    "hostpull-pull@.timer",
+];
+const DEMO_PROFILE: &str = "/run/hostpull/pulls.d/demo.toml";
+
+/// `make install` into `dir/usr` (PREFIX, and the /etc and vendor directories
+/// there too), as an admin building from source would, and its units linked
+/// into systemd's runtime unit directory (`systemctl link --runtime`:
+/// /run/systemd/system). Nothing reaches /usr or /etc, whether PID 1 is
+/// tests/sysd.sh's systemd in its overlay or the machine's own (tests/run.sh
+/// runs the suite directly there).
+fn make_install(dir: &Path) -> Installed {
+    let prefix = dir.join("usr");
     let st = Command::new("make")
-        .args([
-            "-s",
-            "-C",
-            env!("CARGO_MANIFEST_DIR"),
-            "install",
-            "PREFIX=/usr",
-        ])
+        .args(["-s", "-C", env!("CARGO_MANIFEST_DIR"), "install"])
+        .arg(format!("PREFIX={}", prefix.display()))
+        .arg(format!("SYSCONFDIR={}", dir.join("etc").display()))
+        .arg(format!(
+            "VENDORDIR={}",
+            prefix.join("lib/hostpull").display()
+        ))
         .arg(concat!("BIN=", env!("CARGO_BIN_EXE_hostpull")))
-        .arg(format!("OUT={}", out.display()))
+        .arg(format!("OUT={}", dir.join("out").display()))
         .status()
         .expect("make (tests/rig.sh install brings it)");
     assert!(st.success(), "make install failed");
-    Path::new("/usr/lib/systemd/system").to_owned()
+    let installed = Installed { prefix };
+    let units = INSTALLED_UNITS.map(|u| installed.unitdir().join(u));
+    let linked = Command::new("systemctl")
+        .args(["link", "--runtime"])
+        .args(&units)
+        .status()
+        .unwrap();
+    assert!(linked.success(), "systemctl link --runtime {units:?}");
+    installed
+}
+
+impl Installed {
+    fn unitdir(&self) -> std::path::PathBuf {
+        self.prefix.join("lib/systemd/system")
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = Command::new("systemctl")
+            .args(["disable", "--runtime", "--now", "hostpull-pull@demo.timer"])
+            .status();
+        let _ = Command::new("systemctl")
+            .args(["stop", "hostpull-pull@demo.service"])
+            .status();
+        for u in INSTALLED_UNITS {
+            let _ = std::fs::remove_file(Path::new("/run/systemd/system").join(u));
+        }
+        let _ = Command::new("systemctl").arg("daemon-reload").status();
+        let _ = std::fs::remove_file(DEMO_PROFILE);
+    }
 }
 
 fn show(unit: &str, property: &str) -> String {
@@ -512,14 +561,17 @@ fn show(unit: &str, property: &str) -> String {
 
 /// The installed units: `systemd-analyze verify` accepts them (their man:
 /// page included), and `systemctl start hostpull-pull@demo.service` pulls
-/// what /etc/hostpull/pulls.d/demo.toml names through a sandboxed worker
+/// what /run/hostpull/pulls.d/demo.toml names through a sandboxed worker
 /// unit; the timer loads and has a next elapse; `man hostpull` renders.
 /// The unit, as installed, runs the host's skopeo whatever HOSTPULL_SKOPEO says.
 #[test]
 fn the_installed_pull_service_pulls_its_profile() {
     let s = scratch();
-    let unitdir = make_install(s.path());
+    let installed = make_install(s.path());
+    let unitdir = installed.unitdir();
+    let manpath = installed.prefix.join("share/man");
     let verify = Command::new("systemd-analyze")
+        .env("MANPATH", &manpath)
         .args([
             "verify",
             "hostpull.slice",
@@ -533,19 +585,23 @@ fn the_installed_pull_service_pulls_its_profile() {
         verify.status.success() && !complaints.contains("hostpull"),
         "{complaints}"
     );
-    // The profile's secrets live root-only under /etc/hostpull.
-    std::fs::create_dir_all("/etc/hostpull/pulls.d").unwrap();
-    std::fs::copy(var("RIG_AUTHFILE"), "/etc/hostpull/demo-auth.json").unwrap();
-    std::fs::create_dir_all("/etc/hostpull/demo-certs").unwrap();
-    std::fs::copy(var("RIG_CA"), "/etc/hostpull/demo-certs/ca.crt").unwrap();
-    // A fresh destination: the suite runs once per worker in the same systemd,
-    // and a layout that has the image already needs no proxy unit.
-    let _ = std::fs::remove_dir_all("/var/lib/hostpull/images/demo");
+    // The profile in /run (hostpull reads /usr/lib, /etc and /run), its
+    // secrets root-only in the scratch directory, and a fresh destination
+    // there: a layout that has the image already needs no proxy unit.
+    let auth = s.path().join("demo-auth.json");
+    std::fs::copy(var("RIG_AUTHFILE"), &auth).unwrap();
+    let certs = s.path().join("demo-certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::copy(var("RIG_CA"), certs.join("ca.crt")).unwrap();
+    let layout = format!("oci:{}:v1", s.path().join("images/demo").display());
+    std::fs::create_dir_all(Path::new(DEMO_PROFILE).parent().unwrap()).unwrap();
     std::fs::write(
-        "/etc/hostpull/pulls.d/demo.toml",
+        DEMO_PROFILE,
         format!(
-            "image = \"docker://{}\"\ndest = \"oci:/var/lib/hostpull/images/demo:v1\"\nauthfile = [\"/etc/hostpull/demo-auth.json\"]\ncert-dir = \"/etc/hostpull/demo-certs\"\n",
-            var("RIG_IMG_SMALL")
+            "image = \"docker://{}\"\ndest = \"{layout}\"\nauthfile = [\"{}\"]\ncert-dir = \"{}\"\n",
+            var("RIG_IMG_SMALL"),
+            auth.display(),
+            certs.display()
         ),
     )
     .unwrap();
@@ -575,14 +631,11 @@ fn the_installed_pull_service_pulls_its_profile() {
     let log = String::from_utf8_lossy(&log.stdout);
     assert!(st.success(), "{log}");
     assert!(
-        log.contains("Pulled ") && log.contains("into oci:/var/lib/hostpull/images/demo:v1"),
+        log.contains("Pulled ") && log.contains(&format!("into {layout}")),
         "{log}"
     );
-    let inspected: serde_json::Value = serde_json::from_str(&skopeo(&[
-        "inspect",
-        "oci:/var/lib/hostpull/images/demo:v1",
-    ]))
-    .unwrap();
+    let inspected: serde_json::Value =
+        serde_json::from_str(&skopeo(&["inspect", &layout])).unwrap();
     assert_eq!(inspected["Digest"], registry_digest(var("RIG_IMG_SMALL")));
     // The result is also a journal entry with fields, from this run (the
     // journal may hold earlier ones).
@@ -603,7 +656,7 @@ fn the_installed_pull_service_pulls_its_profile() {
     // The worker, as `--json` names it: the host's skopeo, which the unit runs.
     assert_eq!(entry["WORKER_SKOPEO"], skopeo_version("/usr/bin/skopeo"));
     assert_eq!(entry["WORKER_PROTOCOL"], protocol_of("/usr/bin/skopeo"));
-    // It was the installed unit (Debian's systemd finds it as /lib/systemd/...).
+    // It was the installed unit, linked from the scratch PREFIX.
     for (unit, file) in [
         ("hostpull-pull@demo.service", "hostpull-pull@.service"),
         ("hostpull.slice", "hostpull.slice"),
@@ -628,7 +681,7 @@ fn the_installed_pull_service_pulls_its_profile() {
     // The timer an admin enables: it loads, and systemd shows its next elapse.
     assert!(
         Command::new("systemctl")
-            .args(["enable", "--now", "hostpull-pull@demo.timer"])
+            .args(["enable", "--runtime", "--now", "hostpull-pull@demo.timer"])
             .status()
             .unwrap()
             .success()
@@ -640,17 +693,19 @@ fn the_installed_pull_service_pulls_its_profile() {
         "hostpull-pull@demo.timer",
     ]);
     let _ = Command::new("systemctl")
-        .args(["disable", "--now", "hostpull-pull@demo.timer"])
+        .args(["disable", "--runtime", "--now", "hostpull-pull@demo.timer"])
         .status();
     assert_eq!(show("hostpull-pull@demo.timer", "LoadState"), "loaded");
     assert!(
         timers.contains("hostpull-pull@demo.timer") && timers.contains(" left "),
         "no next elapse in: {timers}"
     );
-    // The man page and the bash completion, where man and bash-completion look.
+    // The man page (man with the PREFIX's share/man as MANPATH) and the bash
+    // completion under PREFIX.
     let man = Command::new("man")
         .args(["-P", "cat", "hostpull"])
         .env("MANWIDTH", "80")
+        .env("MANPATH", &manpath)
         .output()
         .expect("man (tests/rig.sh install brings man-db)");
     let page = String::from_utf8_lossy(&man.stdout);
@@ -662,7 +717,10 @@ fn the_installed_pull_service_pulls_its_profile() {
     let complete = Command::new("bash")
         .args([
             "-c",
-            ". /usr/share/bash-completion/completions/hostpull && complete -p hostpull",
+            &format!(
+                ". {}/share/bash-completion/completions/hostpull && complete -p hostpull",
+                installed.prefix.display()
+            ),
         ])
         .output()
         .unwrap();
