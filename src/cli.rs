@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use crate::error::{self, Kind};
 use crate::plan;
 use crate::progress::{Progress, Screen};
-use crate::sandbox::SandboxMode;
+use crate::options::SandboxMode;
 
 /// The exit codes, a public contract (README, man page).
 const EXIT_CODES: &str = "EXIT STATUS:

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::error::{Failure, Kind};
 use crate::plan::Request;
-use crate::sandbox::SandboxMode;
+use crate::options::SandboxMode;
 
 /// The directories read, lowest precedence first, relative to the root.
 pub const DIRS: &[&str] = &["usr/lib/hostpull", "etc/hostpull", "run/hostpull"];

@@ -9,6 +9,7 @@ pub mod error;
 pub mod fetch;
 pub mod handoff;
 pub mod manifest;
+pub mod options;
 pub mod plan;
 pub mod progress;
 pub mod rate;

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use crate::error::{Failure, Kind, fail};
 use crate::manifest::Platform;
-use crate::sandbox::{Limits, SandboxMode, WorkerSpec, unit};
+use crate::options::SandboxMode;
+use crate::sandbox::{Limits, WorkerSpec, unit};
 use imgref::{Dest, ImageRef, OstreeDest};
 
 /// Why `--sandbox auto` fails where systemd does not run the host.

@@ -22,6 +22,7 @@ use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
 use crate::error::{Failure, Kind, classify_worker_text, fail};
+use crate::options::SandboxMode;
 use crate::plan::auth::{self, Chosen};
 use crate::plan::dns::Dns;
 use crate::plan::imgref::ImageRef;
@@ -29,20 +30,6 @@ use crate::plan::trust::{self, HostTrust};
 use monitor::{Observed, Systemd};
 use staging::Staging;
 pub use unit::Limits;
-
-/// How the worker is isolated.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum SandboxMode {
-    /// `systemd` when systemd runs the host; otherwise an error naming `none`.
-    Auto,
-    /// A transient systemd unit with a dynamic user.
-    Systemd,
-    /// A direct child process of hostpull, for hosts without systemd.
-    None,
-}
 
 /// The test hook that replaces the worker binary (`skopeo`) with another program.
 pub const SKOPEO_ENV: &str = "HOSTPULL_SKOPEO";

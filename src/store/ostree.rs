@@ -24,7 +24,8 @@ use anyhow::Context;
 
 use crate::manifest::Manifest;
 use crate::plan::imgref::{ImageRef, OstreeDest, Sha256Digest};
-use crate::sandbox::{SandboxMode, WorkerSpec};
+use crate::options::SandboxMode;
+use crate::sandbox::WorkerSpec;
 
 /// Where ostree-ext keeps the image refs (`ostree/container/image/<escaped ref>`).
 pub const IMAGE_REF_PREFIX: &str = "ostree/container/image";
