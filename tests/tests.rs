@@ -1,6 +1,7 @@
 //! Integration tests: the real binary against the real rig (tests/rig.sh, and
 //! tests/sysd.sh for the systemd sandbox). A test that cannot reach its rig fails.
 
+mod architecture;
 mod creds;
 mod fault;
 mod handoff;

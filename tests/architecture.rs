@@ -1,0 +1,295 @@
+//! The shape of `src/`, checked from its text (HACKING.md says why): no import
+//! cycles between modules, no host effects in `plan/`, and no very long file or
+//! function. These need no rig; they run in the host pass.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Lines a file may have before its `#[cfg(test)] mod tests`.
+const MAX_FILE_LINES: usize = 600;
+/// Lines a function may have, signature and closing brace included.
+const MAX_FN_LINES: usize = 80;
+
+/// Every `.rs` file under `src/`, as (module path, text without its tests).
+fn sources() -> Vec<(String, String)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|p| {
+            let rel = p.strip_prefix(&src).unwrap().with_extension("");
+            let mut m = rel.to_str().unwrap().replace('/', "::");
+            if let Some(parent) = m.strip_suffix("::mod") {
+                m = parent.to_owned();
+            }
+            if m == "lib" || m == "main" {
+                return None;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            Some((m, without_tests(&text).to_owned()))
+        })
+        .collect()
+}
+
+/// The text before `#[cfg(test)]` followed by `mod tests`.
+fn without_tests(text: &str) -> &str {
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        if line.starts_with("#[cfg(test)]") && text[at + line.len()..].starts_with("mod tests") {
+            return &text[..at];
+        }
+        at += line.len();
+    }
+    text
+}
+
+/// The modules a file names through `crate::` (with `use crate::{a, b::c}`
+/// expanded to the first segments) and `super::`.
+fn imports(module: &str, text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let parent = module.rsplit_once("::").map(|(p, _)| p);
+    for (prefix, base) in [("crate::", None), ("super::", parent)] {
+        if prefix == "super::" && base.is_none() {
+            continue;
+        }
+        let mut rest = text;
+        while let Some(i) = rest.find(prefix) {
+            rest = &rest[i + prefix.len()..];
+            let names: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
+                // Top-level names of the group: split at depth 0.
+                let mut depth = 0;
+                let mut names = Vec::new();
+                let mut start = 0;
+                for (j, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => {
+                            names.push(&group[start..j]);
+                            break;
+                        }
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            names.push(&group[start..j]);
+                            start = j + 1;
+                        }
+                        _ => {}
+                    }
+                }
+                names
+            } else {
+                vec![rest]
+            };
+            for n in names {
+                let n = n.trim_start();
+                let end = n
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(n.len());
+                let first = &n[..end];
+                if first.is_empty() || first.starts_with(char::is_uppercase) {
+                    continue;
+                }
+                // `crate::plan::auth` counts as `plan::auth` when that module exists;
+                // resolved against the module list by the caller.
+                let rest_path = &n[end..];
+                let second = rest_path
+                    .strip_prefix("::")
+                    .map(|r| {
+                        let e = r
+                            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                            .unwrap_or(r.len());
+                        &r[..e]
+                    })
+                    .filter(|s| !s.is_empty() && !s.starts_with(char::is_uppercase));
+                let full = match base {
+                    Some(b) => format!("{b}::{first}"),
+                    None => first.to_owned(),
+                };
+                out.insert(match second {
+                    Some(s) => format!("{full}::{s}"),
+                    None => full,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The dependency graph between modules at `depth` (1: top-level modules, 2:
+/// their submodules too), without self-edges.
+fn graph(depth: usize) -> BTreeMap<String, BTreeSet<String>> {
+    let files = sources();
+    let known: BTreeSet<String> = files.iter().map(|(m, _)| m.clone()).collect();
+    let cut = |m: &str| m.split("::").take(depth).collect::<Vec<_>>().join("::");
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (m, text) in &files {
+        for to in imports(m, text) {
+            // The longest known module the path names.
+            let mut target = to.clone();
+            while !known.contains(&target) {
+                match target.rsplit_once("::") {
+                    Some((p, _)) => target = p.to_owned(),
+                    None => break,
+                }
+            }
+            if !known.contains(&target) {
+                continue;
+            }
+            let (a, b) = (cut(m), cut(&target));
+            // A module's own children are its business.
+            if a != b && !b.starts_with(&format!("{a}::")) {
+                g.entry(a).or_default().insert(b);
+            }
+        }
+    }
+    g
+}
+
+/// The strongly connected components with more than one module.
+fn cycles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    // Reachability is enough at this size: a and b are in one cycle when
+    // each reaches the other.
+    let reach = |from: &str| {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from.to_owned()];
+        while let Some(v) = todo.pop() {
+            for w in g.get(&v).into_iter().flatten() {
+                if seen.insert(w.clone()) {
+                    todo.push(w.clone());
+                }
+            }
+        }
+        seen
+    };
+    let nodes: BTreeSet<&String> = g.keys().chain(g.values().flatten()).collect();
+    let mut out: Vec<Vec<String>> = Vec::new();
+    for a in &nodes {
+        if out.iter().any(|c| c.contains(a)) {
+            continue;
+        }
+        let from_a = reach(a);
+        let comp: Vec<String> = nodes
+            .iter()
+            .filter(|b| *b != a && from_a.contains(**b) && reach(b).contains(*a))
+            .map(|b| b.to_string())
+            .collect();
+        if !comp.is_empty() {
+            let mut c = vec![a.to_string()];
+            c.extend(comp);
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn architecture_import_cycle_finder_finds_cycles() {
+    let g: BTreeMap<String, BTreeSet<String>> = [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")]
+        .iter()
+        .fold(BTreeMap::new(), |mut g, (a, b)| {
+            g.entry(a.to_string()).or_default().insert(b.to_string());
+            g
+        });
+    assert_eq!(cycles(&g), vec![vec!["a", "b", "c"]]);
+    let i = imports(
+        "fetch",
+        "use crate::{plan::{self, auth}, sandbox::Worker};\nuse super::x; crate::signature::check(",
+    );
+    assert_eq!(
+        i.into_iter().collect::<Vec<_>>(),
+        ["plan", "sandbox", "signature::check"]
+    );
+    assert_eq!(without_tests("a\n#[cfg(test)]\nmod tests {}\n"), "a\n");
+}
+
+#[test]
+fn architecture_no_import_cycles_between_modules() {
+    for depth in [1, 2] {
+        let g = graph(depth);
+        assert_eq!(
+            cycles(&g),
+            Vec::<Vec<String>>::new(),
+            "depth {depth}: {g:#?}"
+        );
+    }
+}
+
+/// The planner decides; the `Host` it is given reads files, the environment
+/// and the clock, and runs plugins.
+#[test]
+fn architecture_plan_has_no_host_effects() {
+    let banned = [
+        "std::fs",
+        "std::env",
+        "env::var",
+        "Command",
+        "SystemTime::now",
+        "Instant::now",
+        ".is_file()",
+        ".is_dir()",
+        ".exists()",
+        "read_to_string(",
+        "read_dir(",
+    ];
+    let mut found = Vec::new();
+    for (m, text) in sources() {
+        if m != "plan" && !m.starts_with("plan::") {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for b in banned {
+                if code.contains(b) {
+                    found.push(format!("src/{m}:{}: {b}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn architecture_no_long_files_or_functions() {
+    let mut long = Vec::new();
+    for (m, text) in sources() {
+        let lines: Vec<&str> = text.lines().collect();
+        if lines.len() > MAX_FILE_LINES {
+            long.push(format!("{m}: {} lines", lines.len()));
+        }
+        for (i, line) in lines.iter().enumerate() {
+            let t = line.trim_start();
+            let t = t
+                .strip_prefix("pub ")
+                .or_else(|| t.strip_prefix("pub(crate) "))
+                .unwrap_or(t);
+            let t = t.strip_prefix("async ").unwrap_or(t);
+            if !t.starts_with("fn ") || line.trim_end().ends_with(';') {
+                continue;
+            }
+            let indent = line.len() - line.trim_start().len();
+            // The function ends at the first line back at its indentation
+            // that closes it.
+            let end = lines[i + 1..]
+                .iter()
+                .position(|l| {
+                    l.len() - l.trim_start().len() == indent && l.trim_start().starts_with('}')
+                })
+                .map_or(lines.len(), |p| i + 1 + p);
+            if end - i + 1 > MAX_FN_LINES {
+                long.push(format!("{m}:{} {} lines", i + 1, end - i + 1));
+            }
+        }
+    }
+    assert!(long.is_empty(), "{}", long.join("\n"));
+}
