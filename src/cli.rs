@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::error::{self, Kind};
+use crate::options::Options;
 use crate::plan;
 use crate::progress::{Progress, Screen};
-use crate::options::SandboxMode;
 
 /// The exit codes, a public contract (README, man page).
 const EXIT_CODES: &str = "EXIT STATUS:
@@ -98,116 +98,20 @@ pub struct RebaseOpts {
     pub pull: PullOpts,
 }
 
+/// A pull's options: what to pull and with what ([`Options`]), and how to
+/// report it.
 #[derive(Debug, Clone, clap::Args)]
 #[command(args_override_self = true)]
 pub struct PullOpts {
-    /// docker://HOST[:PORT]/PATH[:TAG|@sha256:HEX] (docker:// may be left out)
-    #[arg(required_unless_present = "profile")]
-    pub image: Option<String>,
-    /// oci:DIR[:TAG], TAG defaulting to the image's tag; or ostree:REPO[:REF]:
-    /// import into the ostree repository REPO as rpm-ostree and bootc store
-    /// images, and point REF at the commit (needs the `ostree` build feature)
-    #[arg(long)]
-    pub dest: Option<String>,
+    #[command(flatten)]
+    pub options: Options,
     /// Take the image, destination and sources from pulls.d/NAME.toml (what
     /// hostpull-pull@NAME.service runs); options given here still win
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
-    /// containers-auth.json(5) file to take credentials from (repeatable;
-    /// REGISTRY_AUTH_FILE is read after them)
-    #[arg(long)]
-    pub authfile: Vec<PathBuf>,
-    /// Kubernetes pull secret (dockerconfigjson or dockercfg, YAML or JSON, or
-    /// the bare content) to take credentials from (repeatable)
-    #[arg(long, value_name = "FILE")]
-    pub pull_secret: Vec<PathBuf>,
-    /// A token file for HOST[:PORT][/PATH], re-read on every pull (repeatable)
-    #[arg(long, value_name = "HOST[:PORT][/PATH]=FILE")]
-    pub registry_token: Vec<String>,
-    /// The user name that goes with --registry-token [default: serviceaccount]
-    #[arg(long, value_name = "NAME")]
-    pub registry_token_user: Option<String>,
-    /// containers-registries.conf(5) to use instead of /etc/containers/registries.conf{,.d}
-    #[arg(long, value_name = "FILE")]
-    pub registries_conf: Option<PathBuf>,
-    /// kubelet's CredentialProviderConfig: exec plugins asked for credentials
-    #[arg(long, value_name = "FILE")]
-    pub credential_provider_config: Option<PathBuf>,
-    /// The directory of the credential provider plugins
-    #[arg(long, value_name = "DIR")]
-    pub credential_provider_bin_dir: Option<PathBuf>,
-    /// Without any source, do not read the host's default credential files
-    /// (/run, /etc, /usr/lib ostree/auth.json, /var/lib/kubelet/config.json)
-    #[arg(long)]
-    pub no_default_creds: bool,
-    /// Directory of CA certificates (*.crt) trusted for the registry
-    #[arg(long)]
-    pub cert_dir: Option<PathBuf>,
-    /// Require HTTPS and verify certificates
-    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub tls_verify: bool,
-    /// OS/ARCH[/VARIANT] to choose from a multi-platform image; defaults to this host's
-    #[arg(long)]
-    pub platform: Option<String>,
-    /// How to isolate the network-facing worker [default: auto]
-    #[arg(long, value_enum)]
-    pub sandbox: Option<SandboxMode>,
-    /// containers-policy.json(5) to enforce [default: /etc/containers/policy.json]
-    #[arg(long, value_name = "FILE")]
-    pub policy: Option<PathBuf>,
-    /// containers-registries.d(5) directory with signature lookasides
-    /// [default: /etc/containers/registries.d]
-    #[arg(long = "registries.d", value_name = "DIR")]
-    pub registries_d: Option<PathBuf>,
-    /// Refuse to pull when the policy accepts the image without a signature
-    /// (insecureAcceptAnything)
-    #[arg(long)]
-    pub require_signature: bool,
     /// Read hostpull.d configuration and certs.d below this root instead of /
     #[arg(long, value_name = "DIR", default_value = "/", hide = true)]
     pub config_root: PathBuf,
-    /// Trust the CA certificates in FILE for HOST[:PORT] only (repeatable)
-    #[arg(long = "ca", value_name = "HOST[:PORT]=FILE")]
-    pub cas: Vec<String>,
-    /// A name server for the worker only (repeatable; needs --sandbox systemd)
-    #[arg(long, value_name = "IP")]
-    pub dns: Vec<String>,
-    /// A search domain for the worker only (repeatable)
-    #[arg(long, value_name = "DOMAIN")]
-    pub dns_search: Vec<String>,
-    /// An /etc/hosts entry for the worker only (repeatable)
-    #[arg(long = "add-host", value_name = "NAME:IP")]
-    pub add_hosts: Vec<String>,
-    /// The worker's MemoryMax= (bytes, or with K, M, G, T) [default: 512M]
-    #[arg(long)]
-    pub memory_max: Option<String>,
-    /// The worker's CPUQuota=, e.g. 50% [default: none]
-    #[arg(long)]
-    pub cpu_quota: Option<String>,
-    /// The worker's TasksMax= [default: 256]
-    #[arg(long)]
-    pub tasks_max: Option<u32>,
-    /// The worker's IOWeight=, 1 to 10000 [default: 50]
-    #[arg(long)]
-    pub io_weight: Option<u32>,
-    /// The skopeo binary that runs as the worker [default: skopeo on PATH;
-    /// HOSTPULL_SKOPEO, a test hook, comes between this and the config file]
-    #[arg(long, value_name = "PATH")]
-    pub skopeo: Option<PathBuf>,
-    /// The worker unit's SELinux context where SELinux is enabled
-    /// [default: system_u:system_r:hostpull_worker_t:s0]
-    #[arg(long, value_name = "CONTEXT")]
-    pub worker_selinux_context: Option<String>,
-    /// Give up after this many seconds, retries included [default: 3600]
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<u64>,
-    /// Stop a worker that received no byte for this many seconds [default: 60]
-    #[arg(long, value_name = "SECS")]
-    pub stall_timeout: Option<u64>,
-    /// At most this many bytes a second for the whole pull, all blobs
-    /// together (with K, M, G, T: base 1024; at least 1K) [default: no limit]
-    #[arg(long, value_name = "RATE")]
-    pub max_rate: Option<String>,
     /// Print one JSON object with the result on stdout
     #[arg(long)]
     pub json: bool,
@@ -218,48 +122,18 @@ pub struct PullOpts {
 
 impl PullOpts {
     fn request(&self) -> plan::Request {
+        let mut options = self.options.clone();
+        options
+            .authfiles
+            .extend(std::env::var_os("REGISTRY_AUTH_FILE").map(PathBuf::from));
+        if options.skopeo.is_none() {
+            options.skopeo = std::env::var_os(crate::sandbox::SKOPEO_ENV).map(PathBuf::from);
+        }
         plan::Request {
-            image: self.image.clone().unwrap_or_default(),
-            dest: self.dest.clone().unwrap_or_default(),
+            options,
             dry_run: false,
-            authfiles: self
-                .authfile
-                .iter()
-                .cloned()
-                .chain(std::env::var_os("REGISTRY_AUTH_FILE").map(PathBuf::from))
-                .collect(),
-            pull_secrets: self.pull_secret.clone(),
-            tokens: self.registry_token.clone(),
-            token_user: self.registry_token_user.clone(),
-            no_default_creds: self.no_default_creds,
-            provider_config: self.credential_provider_config.clone(),
-            registries_conf: self.registries_conf.clone(),
-            provider_bin_dir: self.credential_provider_bin_dir.clone(),
-            cert_dir: self.cert_dir.clone(),
-            tls_verify: self.tls_verify,
-            platform: self.platform.clone(),
-            sandbox: self.sandbox,
             systemd_booted: std::path::Path::new("/run/systemd/system").is_dir(),
             selinux_enabled: std::path::Path::new("/sys/fs/selinux/enforce").exists(),
-            selinux_context: self.worker_selinux_context.clone(),
-            skopeo: self
-                .skopeo
-                .clone()
-                .or_else(|| std::env::var_os(crate::sandbox::SKOPEO_ENV).map(PathBuf::from)),
-            memory_max: self.memory_max.clone(),
-            cpu_quota: self.cpu_quota.clone(),
-            tasks_max: self.tasks_max,
-            io_weight: self.io_weight,
-            timeout: self.timeout,
-            stall_timeout: self.stall_timeout,
-            max_rate: self.max_rate.clone(),
-            cas: self.cas.clone(),
-            dns: self.dns.clone(),
-            dns_search: self.dns_search.clone(),
-            add_hosts: self.add_hosts.clone(),
-            policy: self.policy.clone(),
-            registries_d: self.registries_d.clone(),
-            require_signature: self.require_signature,
             root: self.config_root.clone(),
         }
     }
@@ -268,7 +142,7 @@ impl PullOpts {
 /// The plan for these options, with the hostpull.d configuration applied.
 /// `hostpull plan` is a dry run (`dry_run`): it needs no destination; a pull does.
 fn plan_for(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
-    if !dry_run && opts.dest.is_none() && opts.profile.is_none() {
+    if !dry_run && opts.options.dest.is_none() && opts.profile.is_none() {
         return error::fail(
             Kind::Usage,
             "--dest oci:DIR[:TAG] is required (or --profile NAME)",
@@ -290,9 +164,9 @@ fn plan_for(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
         )
     })?;
     if let Some(name) = &opts.profile {
-        crate::config::load_profile(&root, name)?.fill(&mut req);
+        crate::config::load_profile(&root, name)?.fill(&mut req.options);
     }
-    crate::config::load(&root)?.fill(&mut req);
+    crate::config::load(&root)?.fill(&mut req.options);
     plan::plan(&req)
 }
 
@@ -375,13 +249,14 @@ async fn pull_to_dest(
 async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
     let mut plan = {
         let mut o = opts.pull.clone();
-        if o.dest.is_none() {
-            let image =
-                crate::plan::imgref::ImageRef::parse(o.image.as_deref().unwrap_or_default())?;
+        if o.options.dest.is_none() {
+            let image = crate::plan::imgref::ImageRef::parse(
+                o.options.image.as_deref().unwrap_or_default(),
+            )?;
             let dir = opts.layout.clone().unwrap_or_else(|| {
                 PathBuf::from("/var/lib/hostpull/images").join(image.path.replace('/', "_"))
             });
-            o.dest = Some(format!("oci:{}", dir.display()));
+            o.options.dest = Some(format!("oci:{}", dir.display()));
         }
         plan_for(&o, false)?
     };

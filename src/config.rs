@@ -11,7 +11,7 @@ use cap_std_ext::dirext::CapStdExtDirExt;
 use serde::Deserialize;
 
 use crate::error::{Failure, Kind};
-use crate::plan::Request;
+use crate::options::Options;
 use crate::options::SandboxMode;
 
 /// The directories read, lowest precedence first, relative to the root.
@@ -126,7 +126,7 @@ impl Config {
     }
 
     /// Fill what the command line left unset.
-    pub fn fill(&self, req: &mut Request) {
+    pub fn fill(&self, req: &mut Options) {
         let w = &self.worker;
         req.sandbox = req.sandbox.or(w.sandbox);
         req.memory_max = req.memory_max.take().or_else(|| w.memory_max.clone());
@@ -323,7 +323,7 @@ require-signature = true
                 Some(true)
             )
         );
-        let mut req = Request::default();
+        let mut req = Options::default();
         c.fill(&mut req);
         assert!(req.require_signature);
         assert_eq!(req.policy.as_deref(), c.pull.policy.as_deref());
@@ -373,15 +373,15 @@ require-signature = true
         );
         let p = load_profile(&root, "os").unwrap();
         assert_eq!(p.image, "a.io/os:2", "/etc wins over /usr/lib");
-        let mut req = Request {
-            dest: "oci:/cli".into(),
+        let mut req = Options {
+            dest: Some("oci:/cli".into()),
             authfiles: vec!["/cli.json".into()],
             ..Default::default()
         };
         p.fill(&mut req);
         assert_eq!(
-            (req.image.as_str(), req.dest.as_str()),
-            ("a.io/os:2", "oci:/cli")
+            (req.image.as_deref(), req.dest.as_deref()),
+            (Some("a.io/os:2"), Some("oci:/cli"))
         );
         assert_eq!(
             req.authfiles,
@@ -452,7 +452,7 @@ require-signature = true
         assert_eq!(c.worker.io_weight, Some(5));
         assert_eq!(c.pull.timeout, Some(99));
         // The command line wins; config fills the rest.
-        let mut req = Request {
+        let mut req = Options {
             tasks_max: Some(7),
             skopeo: Some("/opt/other/skopeo".into()),
             ..Default::default()
@@ -523,12 +523,12 @@ pub fn load_profile(root: &Dir, name: &str) -> anyhow::Result<Profile> {
 
 impl Profile {
     /// Fill what the command line left unset.
-    pub fn fill(&self, req: &mut Request) {
-        if req.image.is_empty() {
-            req.image = self.image.clone();
+    pub fn fill(&self, req: &mut Options) {
+        if req.image.is_none() {
+            req.image = Some(self.image.clone());
         }
-        if req.dest.is_empty() {
-            req.dest = self.dest.clone();
+        if req.dest.is_none() {
+            req.dest = Some(self.dest.clone());
         }
         req.platform = req.platform.take().or_else(|| self.platform.clone());
         req.cert_dir = req.cert_dir.take().or_else(|| self.cert_dir.clone());

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::error::{Failure, Kind, fail};
 use crate::manifest::Platform;
-use crate::options::SandboxMode;
+use crate::options::{Options, SandboxMode};
 use crate::sandbox::{Limits, WorkerSpec, unit};
 use imgref::{Dest, ImageRef, OstreeDest};
 
@@ -74,67 +74,35 @@ impl Default for RetryPolicy {
     }
 }
 
-/// What the command line (or later, a pull profile) asks for.
+/// What a pull is asked for ([`Options`], merged from the command line, a
+/// profile and the drop-ins), and how the verb asks it.
 #[derive(Debug, Clone, Default)]
 pub struct Request {
-    pub image: String,
-    pub dest: String,
+    pub options: Options,
     /// `hostpull plan`: what a pull would use, never pulled. An empty `dest`
     /// is allowed (the plan then has no destination: what a pull would use
     /// does not depend on where it goes), and `--sandbox auto` on a host
     /// without systemd stays `auto`, shown with the error a pull would give.
     pub dry_run: bool,
-    /// `--authfile`, repeated; `REGISTRY_AUTH_FILE` comes after them.
-    pub authfiles: Vec<PathBuf>,
-    /// `--pull-secret`, repeated.
-    pub pull_secrets: Vec<PathBuf>,
-    /// `--registry-token HOST[:PORT][/PATH]=FILE`, repeated.
-    pub tokens: Vec<String>,
-    /// The user name a token goes with (`serviceaccount` if unset).
-    pub token_user: Option<String>,
-    /// No source given: the host's default files are not read either.
-    pub no_default_creds: bool,
-    /// `--registries-conf`: instead of /etc/containers/registries.conf{,.d}.
-    pub registries_conf: Option<PathBuf>,
-    /// kubelet's `CredentialProviderConfig`, and the directory of its plugins.
-    pub provider_config: Option<PathBuf>,
-    pub provider_bin_dir: Option<PathBuf>,
-    pub cert_dir: Option<PathBuf>,
-    pub tls_verify: bool,
-    pub platform: Option<String>,
-    pub sandbox: Option<SandboxMode>,
     /// Whether systemd runs this host (`/run/systemd/system` exists).
     pub systemd_booted: bool,
     /// Whether SELinux is enabled (`/sys/fs/selinux/enforce` exists).
     pub selinux_enabled: bool,
-    /// The worker's SELinux context, when SELinux is enabled.
-    pub selinux_context: Option<String>,
-    /// The worker's skopeo: `--skopeo`, `HOSTPULL_SKOPEO`, then `[worker] skopeo`.
-    pub skopeo: Option<PathBuf>,
-    pub memory_max: Option<String>,
-    pub cpu_quota: Option<String>,
-    pub tasks_max: Option<u32>,
-    pub io_weight: Option<u32>,
-    /// Seconds.
-    pub timeout: Option<u64>,
-    /// Seconds.
-    pub stall_timeout: Option<u64>,
-    /// `--max-rate`: bytes a second, with an optional K, M, G or T.
-    pub max_rate: Option<String>,
-    /// `--ca HOST[:PORT]=FILE`, repeated.
-    pub cas: Vec<String>,
-    pub dns: Vec<String>,
-    pub dns_search: Vec<String>,
-    /// `--add-host NAME:IP`, repeated.
-    pub add_hosts: Vec<String>,
-    /// containers-policy.json(5) instead of /etc/containers/policy.json.
-    pub policy: Option<PathBuf>,
-    /// containers-registries.d(5) instead of /etc/containers/registries.d.
-    pub registries_d: Option<PathBuf>,
-    /// Refuse a policy that accepts the image unsigned.
-    pub require_signature: bool,
     /// Where certs.d directories are looked for (`/` but in tests).
     pub root: PathBuf,
+}
+
+impl std::ops::Deref for Request {
+    type Target = Options;
+    fn deref(&self) -> &Options {
+        &self.options
+    }
+}
+
+impl std::ops::DerefMut for Request {
+    fn deref_mut(&mut self) -> &mut Options {
+        &mut self.options
+    }
 }
 
 /// An ostree destination needs a build with the `ostree` feature, and an
@@ -160,8 +128,8 @@ fn check_ostree(d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
 }
 
 pub fn plan(req: &Request) -> anyhow::Result<Plan> {
-    let image = ImageRef::parse(&req.image)?;
-    let dest = match req.dest.as_str() {
+    let image = ImageRef::parse(req.image.as_deref().unwrap_or_default())?;
+    let dest = match req.dest.as_deref().unwrap_or_default() {
         "" if req.dry_run => Dest {
             dir: PathBuf::new(),
             tag: image.tag.clone().or(Some(String::new())),
@@ -291,7 +259,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             skopeo: req.skopeo.clone().unwrap_or_else(|| "skopeo".into()),
             credentials: auth::attempt(&credentials, 0),
             cert_dir: req.cert_dir.clone(),
-            tls_verify: req.tls_verify,
+            tls_verify: req.tls_verify.unwrap_or(true),
             limits,
             trust,
             dns,
@@ -694,12 +662,14 @@ mod tests {
             "/tests/fixtures/accept-anything.json"
         );
         Request {
-            image: image.into(),
-            dest: dest.into(),
-            tls_verify: true,
-            sandbox: Some(SandboxMode::None),
+            options: Options {
+                image: Some(image.into()),
+                dest: Some(dest.into()),
+                sandbox: Some(SandboxMode::None),
+                policy: Some(policy.into()),
+                ..Default::default()
+            },
             root: "/nonexistent-root".into(),
-            policy: Some(policy.into()),
             ..Default::default()
         }
     }

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::manifest::Manifest;
-use crate::plan::imgref::{ImageRef, OstreeDest, Sha256Digest};
 use crate::options::SandboxMode;
+use crate::plan::imgref::{ImageRef, OstreeDest, Sha256Digest};
 use crate::sandbox::WorkerSpec;
 
 /// Where ostree-ext keeps the image refs (`ostree/container/image/<escaped ref>`).
