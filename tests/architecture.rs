@@ -38,7 +38,7 @@ fn sources() -> Vec<(String, String)> {
                 return None;
             }
             let text = std::fs::read_to_string(&p).unwrap();
-            Some((m, without_tests(&text).to_owned()))
+            Some((m, without_comments(without_tests(&text))))
         })
         .collect()
 }
@@ -53,6 +53,15 @@ fn without_tests(text: &str) -> &str {
         at += line.len();
     }
     text
+}
+
+/// The code of each line, without `//` comments (doc links are not imports).
+/// A `//` inside a string literal cuts the line short, which only hides text.
+fn without_comments(text: &str) -> String {
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The modules a file names through `crate::` (with `use crate::{a, b::c}`
@@ -211,6 +220,10 @@ fn architecture_import_cycle_finder_finds_cycles() {
         ["plan", "sandbox", "signature::check"]
     );
     assert_eq!(without_tests("a\n#[cfg(test)]\nmod tests {}\n"), "a\n");
+    assert_eq!(
+        without_comments("a // [crate::b]\n/// [crate::c]\nd"),
+        "a \n\nd"
+    );
 }
 
 #[test]
@@ -248,9 +261,8 @@ fn architecture_plan_has_no_host_effects() {
             continue;
         }
         for (n, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or_default();
             for b in banned {
-                if code.contains(b) {
+                if line.contains(b) {
                     found.push(format!("src/{m}:{}: {b}: {}", n + 1, line.trim()));
                 }
             }
