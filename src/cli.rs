@@ -163,10 +163,14 @@ fn plan_for(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
             ),
         )
     })?;
-    if let Some(name) = &opts.profile {
-        crate::config::load_profile(&root, name)?.fill(&mut req.options);
-    }
-    crate::config::load(&root)?.fill(&mut req.options);
+    let profile = (opts.profile.as_deref())
+        .map(|name| crate::config::load_profile(&root, name))
+        .transpose()?;
+    let dropins = crate::config::load(&root)?;
+    // Lowest precedence first: the command line wins over the profile, which
+    // wins over the drop-ins.
+    let cli = std::mem::take(&mut req.options);
+    req.options = crate::config::merge(std::iter::once(dropins).chain(profile).chain([cli]));
     plan::plan(&req)
 }
 
