@@ -45,18 +45,22 @@ protocol, blobs_via}; with --dest
 ostree:, dest is the repository and ostree {repo, commit, refs} tells the
 imported commit and the refs pointing at it.";
 
+/// The command line: one verb and its options.
 #[derive(Debug, Parser)]
 #[command(
     name = "hostpull",
     version,
     about = "Pull container images for image-based host updates",
+    long_about = None,
     after_help = after_help()
 )]
 pub struct Cli {
+    /// The verb.
     #[command(subcommand)]
     pub cmd: Cmd,
 }
 
+/// The verbs, each with its options.
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Pull an image from a registry into an OCI image layout.
@@ -76,11 +80,13 @@ pub enum Cmd {
     /// Print shell completions on stdout.
     #[command(hide = true)]
     Completions {
+        /// The shell to complete for
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
 }
 
+/// `prune`'s options.
 #[derive(Debug, clap::Args)]
 pub struct PruneOpts {
     /// The OCI image layout directory
@@ -90,6 +96,7 @@ pub struct PruneOpts {
     pub json: bool,
 }
 
+/// `rebase`'s options: a pull's, and who takes the image.
 #[derive(Debug, clap::Args)]
 pub struct RebaseOpts {
     /// Who takes the image
@@ -101,6 +108,7 @@ pub struct RebaseOpts {
     /// Reboot into the new deployment (rpm-ostree --reboot, bootc --apply)
     #[arg(long)]
     pub reboot: bool,
+    /// The pull before the hand-off.
     #[command(flatten)]
     pub pull: PullOpts,
 }
@@ -110,6 +118,7 @@ pub struct RebaseOpts {
 #[derive(Debug, Clone, clap::Args)]
 #[command(args_override_self = true)]
 pub struct PullOpts {
+    /// What to pull and with what, before the profile and hostpull.d are laid under it.
     #[command(flatten)]
     pub options: Options,
     /// Take the image, destination and sources from pulls.d/NAME.toml (what

@@ -405,6 +405,35 @@ add-host = ["reg.svc:10.0.0.5"]
         }
     }
 
+    /// README's example configuration and the example profile read, every key known.
+    #[test]
+    fn documented_examples_read() {
+        let readme = include_str!("../README.md");
+        let (_, section) = readme.split_once("- **Configuration**").unwrap();
+        let (_, block) = section.split_once("```toml\n").unwrap();
+        let (block, _) = block.split_once("```").unwrap();
+        let text: String = block
+            .lines()
+            .map(|l| l.trim_start().to_owned() + "\n")
+            .collect();
+        let (keys, unknown) = known_keys(toml::from_str(&text).unwrap()).unwrap();
+        assert_eq!(unknown, Vec::<String>::new());
+        let listed: usize = TABLES.iter().map(|(_, keys)| keys.len()).sum();
+        assert_eq!(keys.len(), listed, "README shows every key: {keys:?}");
+        parse("README", &text).unwrap();
+        let example = include_str!("../contrib/examples/pulls.d/os.toml");
+        // With its commented keys too.
+        let all: String = example
+            .lines()
+            .map(|l| l.replacen("# ", "", 1))
+            .filter(|l| l.contains(" = "))
+            .map(|l| l + "\n")
+            .collect();
+        for text in [example, &all] {
+            parse_profile(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        }
+    }
+
     /// A profile takes its keys only, flat; a misspelled one fails, with
     /// serde's words; `image` and `dest` must be there.
     #[test]
