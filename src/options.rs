@@ -20,7 +20,7 @@ pub enum SandboxMode {
 /// What a pull is asked for: the command line's options, which are also the
 /// keys of a pull profile (`pulls.d/NAME.toml`) and of the hostpull.d drop-ins
 /// (their `[worker]`, `[pull]` and `[cluster]` tables). One struct carries the
-/// command line (clap) and the files (serde); [`crate::config`] says which keys
+/// command line (clap) and the files (serde); `config.rs` says which keys
 /// each file accepts and merges the layers with [`Options::overlay`]: command
 /// line over profile over drop-ins; defaults are the plan's.
 ///
