@@ -1,6 +1,9 @@
 //! `hostpull.d` configuration: `config.toml` and `config.d/*.toml` drop-ins under
 //! /usr/lib/hostpull, /etc/hostpull and /run/hostpull, read in that order, later
-//! keys overriding earlier ones; the command line overrides them all.
+//! keys overriding earlier ones; and pull profiles, `pulls.d/NAME.toml`
+//! ([`load_profile`]). Each file reads into [`Options`], taking only the keys
+//! listed for its place; [`merge`] lays them over each other: drop-ins, then
+//! the profile, then the command line.
 //! [`parse`] is pure; [`load`] reads through a cap-std `Dir` for the root, so
 //! tests point it at a temp dir.
 
