@@ -98,6 +98,8 @@ pub struct PruneOpts {
 
 /// `rebase`'s options: a pull's, and who takes the image.
 #[derive(Debug, clap::Args)]
+// The fields' docs are --help's text: `<repository>` there is a placeholder.
+#[allow(rustdoc::invalid_html_tags)]
 pub struct RebaseOpts {
     /// Who takes the image
     #[arg(long, value_enum, default_value = "rpm-ostree")]

@@ -29,6 +29,8 @@ pub enum SandboxMode {
 ///
 /// Everything here is a request, unchecked: the plan parses and refuses.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args, serde::Deserialize)]
+// The fields' docs are --help's text: `[:PORT]` there is a syntax, not a link.
+#[allow(rustdoc::broken_intra_doc_links)]
 // Unknown keys never reach serde: config.rs takes only the keys it lists, so an
 // unknown field here is a list naming a key Options does not have.
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
