@@ -10,24 +10,31 @@ use crate::options::Options;
 use crate::plan;
 use crate::progress::{Progress, Screen};
 
-/// The exit codes, a public contract (README, man page).
-const EXIT_CODES: &str = "EXIT STATUS:
-  0    success
-  1    internal error
-  2    usage, config or bad input (including a destination without space)
-  3    authentication refused
-  4    image, tag or platform not found
-  5    TLS or trust error
-  6    network or transient error, after retries; a stalled registry; --timeout
-  7    verification failed (digest, size, malformed manifest or config, foreign layers)
-  8    worker or sandbox failure (out of memory, killed, cannot start, no systemd)
-  9    the signature policy rejected the image (or --require-signature refused
-       a policy that accepts it unsigned)
-  10   rebase: the consumer (rpm-ostree, bootc) failed after a good pull;
-       --dest ostree: the import into the repository failed after a good pull
-  130  stopped by SIGINT; 143 stopped by SIGTERM
+/// `--help`'s (and the man page's) epilogue: the exit codes, as
+/// [`error::EXIT_CODES`] has them, then what `--json` prints.
+fn after_help() -> String {
+    let mut out = String::from("EXIT STATUS:\n");
+    for (code, text) in error::EXIT_CODES {
+        // Seven columns for the code, the continuation lines aligned on the text.
+        let mut line = format!("  {code:<4} ");
+        for word in text.replace('`', "").split(' ') {
+            if line.len() > 7 && line.len() + 1 + word.len() > 79 {
+                out.push_str(&line);
+                out.push('\n');
+                line = " ".repeat(7);
+            } else if line.len() > 7 {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out + "\n" + JSON_HELP
+}
 
-With --json, pull prints one object on stdout: image, manifest_digest,
+/// What `--json` prints, at the end of `--help`.
+const JSON_HELP: &str = "With --json, pull prints one object on stdout: image, manifest_digest,
 source_digest, platform, dest, tag, layers_total, layers_fetched,
 layers_reused, bytes_fetched, elapsed_ms, max_rate (bytes a second, or
 null), signature {scope, requirement,
@@ -38,18 +45,22 @@ protocol, blobs_via}; with --dest
 ostree:, dest is the repository and ostree {repo, commit, refs} tells the
 imported commit and the refs pointing at it.";
 
+/// The command line: one verb and its options.
 #[derive(Debug, Parser)]
 #[command(
     name = "hostpull",
     version,
     about = "Pull container images for image-based host updates",
-    after_help = EXIT_CODES
+    long_about = None,
+    after_help = after_help()
 )]
 pub struct Cli {
+    /// The verb.
     #[command(subcommand)]
     pub cmd: Cmd,
 }
 
+/// The verbs, each with its options.
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Pull an image from a registry into an OCI image layout.
@@ -69,11 +80,13 @@ pub enum Cmd {
     /// Print shell completions on stdout.
     #[command(hide = true)]
     Completions {
+        /// The shell to complete for
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
 }
 
+/// `prune`'s options.
 #[derive(Debug, clap::Args)]
 pub struct PruneOpts {
     /// The OCI image layout directory
@@ -83,7 +96,10 @@ pub struct PruneOpts {
     pub json: bool,
 }
 
+/// `rebase`'s options: a pull's, and who takes the image.
 #[derive(Debug, clap::Args)]
+// The fields' docs are --help's text: `<repository>` there is a placeholder.
+#[allow(rustdoc::invalid_html_tags)]
 pub struct RebaseOpts {
     /// Who takes the image
     #[arg(long, value_enum, default_value = "rpm-ostree")]
@@ -94,6 +110,7 @@ pub struct RebaseOpts {
     /// Reboot into the new deployment (rpm-ostree --reboot, bootc --apply)
     #[arg(long)]
     pub reboot: bool,
+    /// The pull before the hand-off.
     #[command(flatten)]
     pub pull: PullOpts,
 }
@@ -103,6 +120,7 @@ pub struct RebaseOpts {
 #[derive(Debug, Clone, clap::Args)]
 #[command(args_override_self = true)]
 pub struct PullOpts {
+    /// What to pull and with what, before the profile and hostpull.d are laid under it.
     #[command(flatten)]
     pub options: Options,
     /// Take the image, destination and sources from pulls.d/NAME.toml (what
@@ -163,10 +181,14 @@ fn plan_for(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
             ),
         )
     })?;
-    if let Some(name) = &opts.profile {
-        crate::config::load_profile(&root, name)?.fill(&mut req.options);
-    }
-    crate::config::load(&root)?.fill(&mut req.options);
+    let profile = (opts.profile.as_deref())
+        .map(|name| crate::config::load_profile(&root, name))
+        .transpose()?;
+    let dropins = crate::config::load(&root)?;
+    // Lowest precedence first: the command line wins over the profile, which
+    // wins over the drop-ins.
+    let cli = std::mem::take(&mut req.options);
+    req.options = crate::config::merge(std::iter::once(dropins).chain(profile).chain([cli]));
     plan::plan(&req)
 }
 
@@ -444,5 +466,81 @@ pub fn run_main() -> i32 {
             }
             error::exit_code(&e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table holds success and every [`Kind`]'s code, in order.
+    #[test]
+    fn cli_exit_codes_are_the_kinds() {
+        use Kind::*;
+        let kinds = [
+            Internal,
+            Usage,
+            Auth,
+            NotFound,
+            Tls,
+            Network,
+            Verify,
+            Worker,
+            Signature,
+            Handoff,
+            Interrupted,
+            Terminated,
+        ];
+        // A new Kind does not compile here until the list above has it.
+        for k in kinds {
+            match k {
+                Internal | Usage | Auth | NotFound | Tls | Network | Verify | Worker
+                | Signature | Handoff | Interrupted | Terminated => {}
+            }
+        }
+        let codes: Vec<i32> = error::EXIT_CODES.iter().map(|(c, _)| *c).collect();
+        let want: Vec<i32> = std::iter::once(0)
+            .chain(kinds.map(Kind::exit_code))
+            .collect();
+        assert_eq!(codes, want);
+    }
+
+    /// README's "Exit codes" table is the table, row for row.
+    #[test]
+    fn cli_readme_exit_codes_are_the_table() {
+        let readme = include_str!("../README.md");
+        let (_, section) = readme.split_once("### Exit codes").unwrap();
+        let rows: Vec<(i32, &str)> = section
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .skip(2)
+            .map(|l| {
+                let (code, text) = l.trim_matches('|').split_once('|').unwrap();
+                (code.trim().parse().unwrap(), text.trim())
+            })
+            .collect();
+        assert_eq!(rows, error::EXIT_CODES);
+    }
+
+    /// `--help` lists every code with its words, in lines that fit a terminal.
+    #[test]
+    fn cli_help_shows_the_exit_codes() {
+        let help = after_help();
+        assert!(help.lines().all(|l| l.len() <= 79), "{help}");
+        let (codes, json) = help.split_once("\n\n").unwrap();
+        assert!(json.starts_with("With --json"), "{json}");
+        let mut lines = codes.lines().skip(1).peekable();
+        for (code, text) in error::EXIT_CODES {
+            let first = lines.next().unwrap();
+            let mut words = first[7..].to_owned();
+            assert_eq!(first[..7].trim(), code.to_string(), "{first}");
+            while let Some(more) = lines.next_if(|l| l.starts_with("       ")) {
+                words = words + " " + more.trim();
+            }
+            assert_eq!(words, text.replace('`', ""));
+        }
+        assert_eq!(lines.next(), None);
+        <Cli as clap::CommandFactory>::command().debug_assert();
     }
 }

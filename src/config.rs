@@ -1,10 +1,13 @@
 //! `hostpull.d` configuration: `config.toml` and `config.d/*.toml` drop-ins under
 //! /usr/lib/hostpull, /etc/hostpull and /run/hostpull, read in that order, later
-//! keys overriding earlier ones; the command line overrides them all.
+//! keys overriding earlier ones; and pull profiles, `pulls.d/NAME.toml`
+//! ([`load_profile`]). Each file reads into [`Options`], taking only the keys
+//! listed for its place; [`merge`] lays them over each other: drop-ins, then
+//! the profile, then the command line.
 //! [`parse`] is pure; [`load`] reads through a cap-std `Dir` for the root, so
 //! tests point it at a temp dir.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cap_std_ext::cap_std::fs::Dir;
 use cap_std_ext::dirext::CapStdExtDirExt;
@@ -12,154 +15,131 @@ use serde::Deserialize;
 
 use crate::error::{Failure, Kind};
 use crate::options::Options;
-use crate::options::SandboxMode;
 
 /// The directories read, lowest precedence first, relative to the root.
 pub const DIRS: &[&str] = &["usr/lib/hostpull", "etc/hostpull", "run/hostpull"];
 
-#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Config {
-    #[serde(default)]
-    pub worker: WorkerConfig,
-    #[serde(default)]
-    pub pull: PullConfig,
-    #[serde(default)]
-    pub cluster: ClusterConfig,
-}
+/// The keys a drop-in's `[worker]` table takes: how the worker runs.
+const WORKER_KEYS: &[&str] = &[
+    "sandbox",
+    "memory-max",
+    "cpu-quota",
+    "tasks-max",
+    "io-weight",
+    "selinux-context",
+    "skopeo",
+];
 
-/// `[cluster]`: how the worker reaches in-cluster registries, set once for all
-/// pulls (the same as `--dns`, `--dns-search`, `--add-host` and `--ca`, which add
-/// to these).
-#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct ClusterConfig {
-    #[serde(default)]
-    pub dns: Vec<String>,
-    #[serde(default)]
-    pub dns_search: Vec<String>,
-    /// `NAME:IP` entries.
-    #[serde(default)]
-    pub add_host: Vec<String>,
-    /// `HOST[:PORT]=FILE` entries.
-    #[serde(default)]
-    pub ca: Vec<String>,
-}
+/// The keys of `[pull]`: time limits, in seconds, the bandwidth cap, and the
+/// signature policy.
+const PULL_KEYS: &[&str] = &[
+    "timeout",
+    "stall-timeout",
+    "max-rate",
+    "policy",
+    "registries.d",
+    "require-signature",
+];
 
-/// `[worker]`: how the worker runs (the same as the command line's options).
-#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct WorkerConfig {
-    pub sandbox: Option<SandboxMode>,
-    pub memory_max: Option<String>,
-    pub cpu_quota: Option<String>,
-    pub tasks_max: Option<u32>,
-    pub io_weight: Option<u32>,
-    pub selinux_context: Option<String>,
-    /// The skopeo binary that runs as the worker.
-    pub skopeo: Option<PathBuf>,
-}
+/// The keys of `[cluster]`: how the worker reaches in-cluster registries, set
+/// once for all pulls (`--dns`, `--dns-search`, `--add-host` and `--ca` add to
+/// these).
+const CLUSTER_KEYS: &[&str] = &["dns", "dns-search", "add-host", "ca"];
 
-/// `[pull]`: time limits, in seconds, the bandwidth cap, and the signature policy.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct PullConfig {
-    pub timeout: Option<u64>,
-    pub stall_timeout: Option<u64>,
-    /// `--max-rate`.
-    pub max_rate: Option<String>,
-    pub policy: Option<PathBuf>,
-    #[serde(rename = "registries.d")]
-    pub registries_d: Option<PathBuf>,
-    pub require_signature: Option<bool>,
-}
+/// A drop-in's tables and their keys. A key in another table than its own is
+/// unknown there.
+const TABLES: &[(&str, &[&str])] = &[
+    ("worker", WORKER_KEYS),
+    ("pull", PULL_KEYS),
+    ("cluster", CLUSTER_KEYS),
+];
 
-/// Parse one file. Unknown keys are warned about, not fatal: a newer file must
-/// not break an older hostpull.
-pub fn parse(name: &str, text: &str) -> anyhow::Result<Config> {
-    let de = toml::Deserializer::new(text);
-    let mut unknown = Vec::new();
-    let config: Config = serde_ignored::deserialize(de, |path| unknown.push(path.to_string()))
-        .map_err(|e| {
-            Failure::new(
-                Kind::Usage,
-                format!(
-                    "invalid configuration {name}: {}",
-                    crate::error::one_line(e.message())
-                ),
-            )
-        })?;
+/// The keys of a pull profile, flat: the command line's long options, lists for
+/// repeatable ones. `image` and `dest` are required. In this order in the
+/// error for an unknown key.
+const PROFILE_KEYS: &[&str] = &[
+    "image",
+    "dest",
+    "platform",
+    "authfile",
+    "pull-secret",
+    "registry-token",
+    "cert-dir",
+    "ca",
+    "policy",
+    "registries.d",
+    "require-signature",
+    "max-rate",
+];
+
+/// Parse one drop-in: the keys of its tables, as [`Options`]. Unknown keys are
+/// warned about, not fatal: a newer file must not break an older hostpull.
+pub fn parse(name: &str, text: &str) -> anyhow::Result<Options> {
+    let invalid = |e: toml::de::Error| {
+        Failure::new(
+            Kind::Usage,
+            format!(
+                "invalid configuration {name}: {}",
+                crate::error::one_line(e.message())
+            ),
+        )
+    };
+    let file: toml::Table = toml::from_str(text).map_err(invalid)?;
+    let (keys, unknown) = known_keys(file).map_err(invalid)?;
+    let options = Options::deserialize(keys).map_err(invalid)?;
     for key in unknown {
         tracing::warn!("{name}: unknown key {key}, ignored");
     }
-    Ok(config)
+    Ok(options)
 }
 
-impl Config {
-    /// Keys set in `later` override ours.
-    fn merge(&mut self, later: Config) {
-        let w = later.worker;
-        let p = later.pull;
-        let c = later.cluster;
-        self.cluster.dns.extend(c.dns);
-        self.cluster.dns_search.extend(c.dns_search);
-        self.cluster.add_host.extend(c.add_host);
-        self.cluster.ca.extend(c.ca);
-        macro_rules! take {
-            ($($dst:expr => $src:expr),* $(,)?) => { $( if $src.is_some() { $dst = $src; } )* };
+/// A drop-in's keys, flat, that its tables take; and the unknown ones, as
+/// `table.key` or `table`.
+fn known_keys(file: toml::Table) -> Result<(toml::Table, Vec<String>), toml::de::Error> {
+    let mut keys = toml::Table::new();
+    let mut unknown = Vec::new();
+    for (table, value) in file {
+        let Some((_, allowed)) = TABLES.iter().find(|(t, _)| *t == table) else {
+            unknown.push(table);
+            continue;
+        };
+        for (key, value) in toml::Table::deserialize(value)? {
+            if allowed.contains(&key.as_str()) {
+                keys.insert(key, value);
+            } else {
+                unknown.push(format!("{table}.{key}"));
+            }
         }
-        take!(
-            self.worker.sandbox => w.sandbox,
-            self.worker.memory_max => w.memory_max,
-            self.worker.cpu_quota => w.cpu_quota,
-            self.worker.tasks_max => w.tasks_max,
-            self.worker.io_weight => w.io_weight,
-            self.worker.selinux_context => w.selinux_context,
-            self.worker.skopeo => w.skopeo,
-            self.pull.timeout => p.timeout,
-            self.pull.stall_timeout => p.stall_timeout,
-            self.pull.max_rate => p.max_rate,
-            self.pull.policy => p.policy,
-            self.pull.registries_d => p.registries_d,
-            self.pull.require_signature => p.require_signature,
-        );
     }
-
-    /// Fill what the command line left unset.
-    pub fn fill(&self, req: &mut Options) {
-        let w = &self.worker;
-        req.sandbox = req.sandbox.or(w.sandbox);
-        req.memory_max = req.memory_max.take().or_else(|| w.memory_max.clone());
-        req.cpu_quota = req.cpu_quota.take().or_else(|| w.cpu_quota.clone());
-        req.tasks_max = req.tasks_max.or(w.tasks_max);
-        req.io_weight = req.io_weight.or(w.io_weight);
-        req.selinux_context = req
-            .selinux_context
-            .take()
-            .or_else(|| w.selinux_context.clone());
-        req.skopeo = req.skopeo.take().or_else(|| w.skopeo.clone());
-        req.timeout = req.timeout.or(self.pull.timeout);
-        req.stall_timeout = req.stall_timeout.or(self.pull.stall_timeout);
-        req.max_rate = req.max_rate.take().or_else(|| self.pull.max_rate.clone());
-        req.policy = req.policy.take().or_else(|| self.pull.policy.clone());
-        req.registries_d = req
-            .registries_d
-            .take()
-            .or_else(|| self.pull.registries_d.clone());
-        req.require_signature |= self.pull.require_signature.unwrap_or(false);
-        let c = &self.cluster;
-        prepend(&mut req.dns, &c.dns);
-        prepend(&mut req.dns_search, &c.dns_search);
-        prepend(&mut req.add_hosts, &c.add_host);
-        prepend(&mut req.cas, &c.ca);
-    }
+    Ok((keys, unknown))
 }
 
-/// `mine` first, then what the command line gave.
-fn prepend<T: Clone>(cli: &mut Vec<T>, mine: &[T]) {
-    let mut all = mine.to_vec();
-    all.append(cli);
-    *cli = all;
+/// Parse a pull profile. A misspelled key fails: a profile is a unit's whole job.
+fn parse_profile(text: &str) -> Result<Options, toml::de::Error> {
+    use serde::de::Error;
+    let keys: toml::Table = toml::from_str(text)?;
+    if let Some(key) = keys.keys().find(|k| !PROFILE_KEYS.contains(&k.as_str())) {
+        return Err(Error::unknown_field(key, PROFILE_KEYS));
+    }
+    let options = Options::deserialize(keys)?;
+    if options.image.is_none() {
+        return Err(Error::missing_field("image"));
+    }
+    if options.dest.is_none() {
+        return Err(Error::missing_field("dest"));
+    }
+    Ok(options)
+}
+
+/// The options of all layers, lowest precedence first: defaults, then each
+/// one laid over those before it ([`Options::overlay`]).
+pub fn merge(layers: impl IntoIterator<Item = Options>) -> Options {
+    layers
+        .into_iter()
+        .fold(Options::default(), |mut below, layer| {
+            below.overlay(layer);
+            below
+        })
 }
 
 /// A configuration file that cannot be read is a configuration error (2) that
@@ -187,9 +167,9 @@ fn read_optional(root: &Dir, rel: &Path) -> anyhow::Result<Option<String>> {
         .map_err(|e| unreadable(rel, &e))
 }
 
-/// Read every configuration file under `root`, in precedence order.
-pub fn load(root: &Dir) -> anyhow::Result<Config> {
-    let mut config = Config::default();
+/// Read every configuration file under `root` and merge them, in precedence order.
+pub fn load(root: &Dir) -> anyhow::Result<Options> {
+    let mut layers = Vec::new();
     for dir in DIRS {
         let mut files = vec![Path::new(dir).join("config.toml")];
         let dropins = Path::new(dir).join("config.d");
@@ -212,15 +192,44 @@ pub fn load(root: &Dir) -> anyhow::Result<Config> {
             let Some(text) = read_optional(root, &f)? else {
                 continue;
             };
-            config.merge(parse(&format!("/{}", f.display()), &text)?);
+            layers.push(parse(&format!("/{}", f.display()), &text)?);
         }
     }
-    Ok(config)
+    Ok(merge(layers))
+}
+
+/// The profile `name` from the first of `DIRS` (highest precedence first) that
+/// has `pulls.d/NAME.toml`: what `hostpull-pull@NAME.service` pulls. A
+/// misspelled key fails: a profile is a unit's whole job.
+pub fn load_profile(root: &Dir, name: &str) -> anyhow::Result<Options> {
+    if name.is_empty() || name.contains(['/', '.']) {
+        return Err(Failure::new(Kind::Usage, format!("invalid profile name {name:?}")).into());
+    }
+    for dir in DIRS.iter().rev() {
+        let rel = Path::new(dir).join("pulls.d").join(format!("{name}.toml"));
+        let Some(text) = read_optional(root, &rel)? else {
+            continue;
+        };
+        return parse_profile(&text).map_err(|e| {
+            let msg = crate::error::one_line(e.message());
+            Failure::new(
+                Kind::Usage,
+                format!("invalid pull profile /{}: {msg}", rel.display()),
+            )
+            .into()
+        });
+    }
+    Err(Failure::new(
+        Kind::Usage,
+        format!("no pull profile {name:?} in /etc, /run or /usr/lib hostpull/pulls.d"),
+    )
+    .into())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::SandboxMode;
     use cap_std_ext::cap_std::ambient_authority;
 
     /// Every file that cannot be read is exit 2 with its name, never exit 1.
@@ -308,50 +317,295 @@ max-rate = "20M"
 policy = "/etc/hostpull/policy.json"
 "registries.d" = "/etc/hostpull/registries.d"
 require-signature = true
+[cluster]
+dns = ["10.0.0.10"]
+add-host = ["reg.svc:10.0.0.5"]
 "#,
         )
         .unwrap();
         assert_eq!(
-            (
-                c.pull.policy.as_deref(),
-                c.pull.registries_d.as_deref(),
-                c.pull.require_signature
-            ),
-            (
-                Some(Path::new("/etc/hostpull/policy.json")),
-                Some(Path::new("/etc/hostpull/registries.d")),
-                Some(true)
-            )
+            c,
+            Options {
+                sandbox: Some(SandboxMode::Systemd),
+                memory_max: Some("256M".into()),
+                tasks_max: Some(64),
+                skopeo: Some("/opt/skopeo-1.22/bin/skopeo".into()),
+                stall_timeout: Some(30),
+                max_rate: Some("20M".into()),
+                policy: Some("/etc/hostpull/policy.json".into()),
+                registries_d: Some("/etc/hostpull/registries.d".into()),
+                require_signature: true,
+                dns: vec!["10.0.0.10".into()],
+                add_hosts: vec!["reg.svc:10.0.0.5".into()],
+                ..Default::default()
+            }
         );
-        let mut req = Options::default();
-        c.fill(&mut req);
-        assert!(req.require_signature);
-        assert_eq!(req.policy.as_deref(), c.pull.policy.as_deref());
-        assert_eq!(c.worker.sandbox, Some(SandboxMode::Systemd));
-        assert_eq!(c.worker.memory_max.as_deref(), Some("256M"));
-        assert_eq!(c.worker.tasks_max, Some(64));
-        assert_eq!(
-            req.skopeo.as_deref(),
-            Some(Path::new("/opt/skopeo-1.22/bin/skopeo"))
-        );
-        assert_eq!(c.pull.stall_timeout, Some(30));
-        assert_eq!(req.max_rate.as_deref(), Some("20M"));
-        assert_eq!(parse("t", "").unwrap(), Config::default());
+        assert_eq!(parse("t", "").unwrap(), Options::default());
         assert_eq!(
             parse("t", "[worker]\nbogus = 1\n[other]\n").unwrap(),
-            Config::default(),
+            Options::default(),
             "unknown keys warn"
         );
         for bad in [
             "[worker",
             "[worker]\ntasks-max = \"x\"",
             "[worker]\nsandbox = \"chroot\"",
+            "[pull]\ntimeout = -1",
+            "[cluster]\ndns = \"10.0.0.10\"",
             "worker = 3",
         ] {
             let e = parse("t", bad).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+            assert!(
+                e.to_string().starts_with("invalid configuration t: "),
+                "{e}"
+            );
             assert!(!e.to_string().contains('\n'), "{e}");
         }
+    }
+
+    /// Each table takes its own keys; any other key, in a table or out of
+    /// one, is unknown (warned about and ignored), whatever its value.
+    #[test]
+    fn drop_in_key_sets() {
+        let cases: &[(&str, &[&str])] = &[
+            ("[pull]\ntimeout = 5", &[]),
+            ("[worker]\ntimeout = 5", &["worker.timeout"]),
+            ("[worker]\ntimeout = \"not a number\"", &["worker.timeout"]),
+            ("[cluster]\nsandbox = \"none\"", &["cluster.sandbox"]),
+            ("[pull]\nca = [\"h=/f\"]\n[cluster]\nca = []", &["pull.ca"]),
+            ("image = \"a.io/x:1\"", &["image"]),
+            (
+                "[pull]\nimage = \"a.io/x:1\"\ndest = \"oci:/x\"",
+                &["pull.dest", "pull.image"],
+            ),
+            (
+                "[pull]\nauthfile = []\nno-default-creds = true",
+                &["pull.authfile", "pull.no-default-creds"],
+            ),
+            ("[worker]\ntls-verify = false", &["worker.tls-verify"]),
+            ("[other]\nx = 1", &["other"]),
+            ("[worker]\nbogus = 1\n[other]\n", &["other", "worker.bogus"]),
+        ];
+        for (text, want) in cases {
+            let (keys, unknown) = known_keys(toml::from_str(text).unwrap()).unwrap();
+            assert_eq!(unknown, *want, "{text}");
+            // What is left reads, and sets nothing a table does not take.
+            let o = Options::deserialize(keys).unwrap();
+            assert!(o.image.is_none() && o.dest.is_none() && o.tls_verify.is_none());
+            assert!(o.timeout.is_none() || text.starts_with("[pull]\ntimeout"));
+        }
+        // Every key of every list is a key of Options: a misspelled list
+        // entry is an unknown field to serde, a known one a type error
+        // (a table fits none of them).
+        let lists = TABLES.iter().map(|(_, keys)| *keys).chain([PROFILE_KEYS]);
+        for key in lists.flatten() {
+            let mut t = toml::Table::new();
+            t.insert((*key).into(), toml::Value::Table(Default::default()));
+            let e = Options::deserialize(t).unwrap_err().to_string();
+            assert!(e.contains(&format!("in `{key}`")), "{key}: {e}");
+            assert!(!e.contains("unknown field"), "{key}: {e}");
+        }
+    }
+
+    /// README's example configuration and the example profile read, every key known.
+    #[test]
+    fn documented_examples_read() {
+        let readme = include_str!("../README.md");
+        let (_, section) = readme.split_once("- **Configuration**").unwrap();
+        let (_, block) = section.split_once("```toml\n").unwrap();
+        let (block, _) = block.split_once("```").unwrap();
+        let text: String = block
+            .lines()
+            .map(|l| l.trim_start().to_owned() + "\n")
+            .collect();
+        let (keys, unknown) = known_keys(toml::from_str(&text).unwrap()).unwrap();
+        assert_eq!(unknown, Vec::<String>::new());
+        let listed: usize = TABLES.iter().map(|(_, keys)| keys.len()).sum();
+        assert_eq!(keys.len(), listed, "README shows every key: {keys:?}");
+        parse("README", &text).unwrap();
+        let example = include_str!("../contrib/examples/pulls.d/os.toml");
+        // With its commented keys too.
+        let all: String = example
+            .lines()
+            .map(|l| l.replacen("# ", "", 1))
+            .filter(|l| l.contains(" = "))
+            .map(|l| l + "\n")
+            .collect();
+        for text in [example, &all] {
+            parse_profile(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        }
+    }
+
+    /// A profile takes its keys only, flat; a misspelled one fails, with
+    /// serde's words; `image` and `dest` must be there.
+    #[test]
+    fn profile_key_set() {
+        let expected = "expected one of `image`, `dest`, `platform`, `authfile`, \
+            `pull-secret`, `registry-token`, `cert-dir`, `ca`, `policy`, `registries.d`, \
+            `require-signature`, `max-rate`";
+        let base = "image = \"a.io/os:1\"\ndest = \"oci:/x\"\n";
+        let cases: &[(&str, Result<Options, String>)] = &[
+            (
+                "require-signature = true\nca = [\"h=/f\"]\nregistry-token = [\"h=/t\"]\n\
+                 pull-secret = [\"/s\"]\nauthfile = [\"/a\"]\ncert-dir = \"/c\"\n\
+                 platform = \"linux/arm64\"\npolicy = \"/p\"\n\"registries.d\" = \"/r\"\n\
+                 max-rate = \"1M\"",
+                Ok(Options {
+                    image: Some("a.io/os:1".into()),
+                    dest: Some("oci:/x".into()),
+                    require_signature: true,
+                    cas: vec!["h=/f".into()],
+                    tokens: vec!["h=/t".into()],
+                    pull_secrets: vec!["/s".into()],
+                    authfiles: vec!["/a".into()],
+                    cert_dir: Some("/c".into()),
+                    platform: Some("linux/arm64".into()),
+                    policy: Some("/p".into()),
+                    registries_d: Some("/r".into()),
+                    max_rate: Some("1M".into()),
+                    ..Default::default()
+                }),
+            ),
+            (
+                "authfiles = []",
+                Err(format!("unknown field `authfiles`, {expected}")),
+            ),
+            (
+                "sandbox = \"none\"",
+                Err(format!("unknown field `sandbox`, {expected}")),
+            ),
+            (
+                "[pull]\ntimeout = 1",
+                Err(format!("unknown field `pull`, {expected}")),
+            ),
+            (
+                "max-rate = 5",
+                Err("invalid type: integer `5`, expected a string".into()),
+            ),
+        ];
+        for (text, want) in cases {
+            let got = parse_profile(&format!("{base}{text}")).map_err(|e| e.message().to_owned());
+            assert_eq!(&got, want, "{text}");
+        }
+        let missing = [
+            ("dest = \"oci:/x\"", "missing field `image`"),
+            ("image = \"a.io/os:1\"", "missing field `dest`"),
+            ("", "missing field `image`"),
+        ];
+        for (text, want) in missing {
+            assert_eq!(parse_profile(text).unwrap_err().message(), want, "{text}");
+        }
+    }
+
+    /// Lowest precedence first: defaults, drop-ins in their order, profile,
+    /// command line. A set value wins over those below, lists add up from the
+    /// bottom, a flag set anywhere stays set.
+    #[test]
+    fn merge_order() {
+        let dropin_a = Options {
+            timeout: Some(1),
+            tasks_max: Some(10),
+            cas: vec!["a".into()],
+            require_signature: true,
+            ..Default::default()
+        };
+        let dropin_b = Options {
+            timeout: Some(2),
+            memory_max: Some("1G".into()),
+            cas: vec!["b".into()],
+            ..Default::default()
+        };
+        let profile = Options {
+            image: Some("a.io/os:1".into()),
+            dest: Some("oci:/profile".into()),
+            max_rate: Some("500K".into()),
+            policy: Some("/profile.json".into()),
+            cas: vec!["p".into()],
+            authfiles: vec!["/p.json".into()],
+            ..Default::default()
+        };
+        let cli = Options {
+            dest: Some("oci:/cli".into()),
+            max_rate: Some("2G".into()),
+            memory_max: Some("2G".into()),
+            cas: vec!["c".into()],
+            authfiles: vec!["/cli.json".into()],
+            ..Default::default()
+        };
+        let all = merge([
+            dropin_a.clone(),
+            dropin_b.clone(),
+            profile.clone(),
+            cli.clone(),
+        ]);
+        assert_eq!(
+            all,
+            Options {
+                image: Some("a.io/os:1".into()),
+                dest: Some("oci:/cli".into()),
+                timeout: Some(2),
+                tasks_max: Some(10),
+                memory_max: Some("2G".into()),
+                max_rate: Some("2G".into()),
+                policy: Some("/profile.json".into()),
+                cas: vec!["a".into(), "b".into(), "p".into(), "c".into()],
+                authfiles: vec!["/p.json".into(), "/cli.json".into()],
+                require_signature: true,
+                ..Default::default()
+            }
+        );
+        // Without a profile, and with nothing at all.
+        let no_profile = merge([dropin_a, dropin_b, cli]);
+        assert_eq!(no_profile.max_rate.as_deref(), Some("2G"));
+        assert_eq!(no_profile.policy, None);
+        assert_eq!(merge([]), Options::default());
+        // A profile's cap wins over the drop-ins'.
+        let dropin = Options {
+            max_rate: Some("20M".into()),
+            ..Default::default()
+        };
+        let r = merge([dropin, profile, Options::default()]);
+        assert_eq!(r.max_rate.as_deref(), Some("500K"));
+    }
+
+    /// A layer that sets nothing changes nothing, whichever side it is on.
+    #[test]
+    fn overlay_of_nothing() {
+        let full = Options {
+            image: Some("i".into()),
+            dest: Some("d".into()),
+            authfiles: vec!["/a".into()],
+            pull_secrets: vec!["/s".into()],
+            tokens: vec!["t".into()],
+            token_user: Some("u".into()),
+            no_default_creds: true,
+            registries_conf: Some("/r".into()),
+            provider_config: Some("/pc".into()),
+            provider_bin_dir: Some("/pb".into()),
+            cert_dir: Some("/c".into()),
+            tls_verify: Some(false),
+            platform: Some("linux/arm64".into()),
+            sandbox: Some(SandboxMode::None),
+            selinux_context: Some("x".into()),
+            skopeo: Some("/s".into()),
+            memory_max: Some("1G".into()),
+            cpu_quota: Some("50%".into()),
+            tasks_max: Some(1),
+            io_weight: Some(2),
+            timeout: Some(3),
+            stall_timeout: Some(4),
+            max_rate: Some("1M".into()),
+            cas: vec!["ca".into()],
+            dns: vec!["dns".into()],
+            dns_search: vec!["search".into()],
+            add_hosts: vec!["h:1.2.3.4".into()],
+            policy: Some("/p".into()),
+            registries_d: Some("/rd".into()),
+            require_signature: true,
+        };
+        assert_eq!(merge([full.clone(), Options::default()]), full);
+        assert_eq!(merge([Options::default(), full.clone()]), full);
     }
 
     #[test]
@@ -372,44 +626,30 @@ require-signature = true
             "image = \"a.io/os:2\"\ndest = \"oci:/y\"\nauthfile = [\"/p.json\"]\npolicy = \"/os-policy.json\"\nrequire-signature = true\nmax-rate = \"500K\"\n",
         );
         let p = load_profile(&root, "os").unwrap();
-        assert_eq!(p.image, "a.io/os:2", "/etc wins over /usr/lib");
-        let mut req = Options {
-            dest: Some("oci:/cli".into()),
-            authfiles: vec!["/cli.json".into()],
-            ..Default::default()
-        };
-        p.fill(&mut req);
         assert_eq!(
-            (req.image.as_deref(), req.dest.as_deref()),
-            (Some("a.io/os:2"), Some("oci:/cli"))
+            p.image.as_deref(),
+            Some("a.io/os:2"),
+            "/etc wins over /usr/lib"
         );
-        assert_eq!(
-            req.authfiles,
-            [std::path::PathBuf::from("/p.json"), "/cli.json".into()]
-        );
-        assert_eq!(req.policy.as_deref(), Some(Path::new("/os-policy.json")));
-        assert!(req.require_signature);
-        // A profile's cap wins over config.toml's (cli.rs fills the profile first).
-        Config {
-            pull: PullConfig {
-                max_rate: Some("20M".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
-        .fill(&mut req);
-        assert_eq!(req.max_rate.as_deref(), Some("500K"));
+        assert_eq!(p.authfiles, [std::path::PathBuf::from("/p.json")]);
+        assert_eq!(p.policy.as_deref(), Some(Path::new("/os-policy.json")));
+        assert!(p.require_signature);
         w(
             "etc/hostpull/pulls.d/typo.toml",
             "image = \"x\"\ndest = \"oci:/y\"\nauthfiles = []\n",
         );
-        for bad in ["typo", "missing", "../etc/x", ""] {
-            assert_eq!(
-                crate::error::exit_code(&load_profile(&root, bad).unwrap_err()),
-                2,
-                "{bad}"
-            );
+        w("etc/hostpull/pulls.d/nodest.toml", "image = \"x\"\n");
+        for bad in ["typo", "nodest", "missing", "../etc/x", ""] {
+            let e = load_profile(&root, bad).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
         }
+        assert_eq!(
+            load_profile(&root, "typo").unwrap_err().to_string(),
+            "invalid pull profile /etc/hostpull/pulls.d/typo.toml: unknown field `authfiles`, \
+             expected one of `image`, `dest`, `platform`, `authfile`, `pull-secret`, \
+             `registry-token`, `cert-dir`, `ca`, `policy`, `registries.d`, \
+             `require-signature`, `max-rate`"
+        );
     }
 
     #[test]
@@ -447,101 +687,28 @@ require-signature = true
         );
         let root = Dir::open_ambient_dir(td.path(), ambient_authority()).unwrap();
         let c = load(&root).unwrap();
-        assert_eq!(c.worker.memory_max.as_deref(), Some("2G"));
-        assert_eq!(c.worker.tasks_max, Some(30));
-        assert_eq!(c.worker.io_weight, Some(5));
-        assert_eq!(c.pull.timeout, Some(99));
+        assert_eq!(c.memory_max.as_deref(), Some("2G"));
+        assert_eq!(c.tasks_max, Some(30));
+        assert_eq!(c.io_weight, Some(5));
+        assert_eq!(c.timeout, Some(99));
+        assert_eq!(c.dns, ["10.0.0.9", "10.0.0.10"], "in file order");
+        assert_eq!(c.add_hosts, ["reg.svc:10.0.0.5"]);
         // The command line wins; config fills the rest.
-        let mut req = Options {
+        let cli = Options {
             tasks_max: Some(7),
             skopeo: Some("/opt/other/skopeo".into()),
+            dns: vec!["10.0.0.1".into()],
             ..Default::default()
         };
-        c.fill(&mut req);
+        let req = merge([c, cli]);
         assert_eq!(
             (req.tasks_max, req.memory_max.as_deref(), req.timeout),
             (Some(7), Some("2G"), Some(99))
         );
         assert_eq!(req.skopeo.as_deref(), Some(Path::new("/opt/other/skopeo")));
+        assert_eq!(req.dns, ["10.0.0.9", "10.0.0.10", "10.0.0.1"]);
         let empty = tempfile::tempdir().unwrap();
         let root = Dir::open_ambient_dir(empty.path(), ambient_authority()).unwrap();
-        assert_eq!(load(&root).unwrap(), Config::default());
-    }
-}
-
-/// A pull profile, `pulls.d/NAME.toml`: what `hostpull-pull@NAME.service`
-/// pulls. Keys are the command line's long options; lists for repeatable ones.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct Profile {
-    pub image: String,
-    pub dest: String,
-    pub platform: Option<String>,
-    #[serde(default)]
-    pub authfile: Vec<std::path::PathBuf>,
-    #[serde(default)]
-    pub pull_secret: Vec<std::path::PathBuf>,
-    #[serde(default)]
-    pub registry_token: Vec<String>,
-    pub cert_dir: Option<std::path::PathBuf>,
-    #[serde(default)]
-    pub ca: Vec<String>,
-    pub policy: Option<PathBuf>,
-    #[serde(rename = "registries.d")]
-    pub registries_d: Option<PathBuf>,
-    #[serde(default)]
-    pub require_signature: bool,
-    pub max_rate: Option<String>,
-}
-
-/// The profile `name` from the first of `DIRS` (highest precedence first) that
-/// has `pulls.d/NAME.toml`. A misspelled key fails: a profile is a unit's whole job.
-pub fn load_profile(root: &Dir, name: &str) -> anyhow::Result<Profile> {
-    if name.is_empty() || name.contains(['/', '.']) {
-        return Err(Failure::new(Kind::Usage, format!("invalid profile name {name:?}")).into());
-    }
-    for dir in DIRS.iter().rev() {
-        let rel = Path::new(dir).join("pulls.d").join(format!("{name}.toml"));
-        let Some(text) = read_optional(root, &rel)? else {
-            continue;
-        };
-        return toml::from_str(&text).map_err(|e| {
-            let msg = crate::error::one_line(e.message());
-            Failure::new(
-                Kind::Usage,
-                format!("invalid pull profile /{}: {msg}", rel.display()),
-            )
-            .into()
-        });
-    }
-    Err(Failure::new(
-        Kind::Usage,
-        format!("no pull profile {name:?} in /etc, /run or /usr/lib hostpull/pulls.d"),
-    )
-    .into())
-}
-
-impl Profile {
-    /// Fill what the command line left unset.
-    pub fn fill(&self, req: &mut Options) {
-        if req.image.is_none() {
-            req.image = Some(self.image.clone());
-        }
-        if req.dest.is_none() {
-            req.dest = Some(self.dest.clone());
-        }
-        req.platform = req.platform.take().or_else(|| self.platform.clone());
-        req.cert_dir = req.cert_dir.take().or_else(|| self.cert_dir.clone());
-        prepend(&mut req.authfiles, &self.authfile);
-        prepend(&mut req.pull_secrets, &self.pull_secret);
-        prepend(&mut req.tokens, &self.registry_token);
-        prepend(&mut req.cas, &self.ca);
-        req.policy = req.policy.take().or_else(|| self.policy.clone());
-        req.registries_d = req
-            .registries_d
-            .take()
-            .or_else(|| self.registries_d.clone());
-        req.require_signature |= self.require_signature;
-        req.max_rate = req.max_rate.take().or_else(|| self.max_rate.clone());
+        assert_eq!(load(&root).unwrap(), Options::default());
     }
 }

@@ -36,6 +36,26 @@ pub enum Kind {
     Terminated = 143,
 }
 
+/// The exit codes and what each means, a public contract: `--help`, the man
+/// page and README's table show this table, and [`Kind::exit_code`] gives
+/// its numbers (cli.rs tests both).
+#[rustfmt::skip]
+pub const EXIT_CODES: &[(i32, &str)] = &[
+    (0, "success"),
+    (1, "internal error"),
+    (2, "usage, config or bad input, including a destination without space"),
+    (3, "authentication refused"),
+    (4, "image, tag or platform not found"),
+    (5, "TLS or trust error"),
+    (6, "network or transient error, after retries; a stalled registry; `--timeout`"),
+    (7, "verification failed (digest, size, malformed manifest or config, foreign layers)"),
+    (8, "worker or sandbox failure (out of memory, killed, cannot start, no systemd)"),
+    (9, "the signature policy rejected the image; `--require-signature` under a policy that accepts it unsigned"),
+    (10, "`rebase`: the consumer (rpm-ostree, bootc) failed after a good pull; with `--dest ostree:`, the import into the repository failed after a good pull (e.g. not an ostree-encapsulated image)"),
+    (130, "stopped by SIGINT"),
+    (143, "stopped by SIGTERM"),
+];
+
 impl Kind {
     pub fn exit_code(self) -> i32 {
         self as i32
