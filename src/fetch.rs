@@ -9,10 +9,11 @@ use anyhow::Context;
 use containers_image_proxy::{Error as ProxyError, ImageProxy, OpenedImage};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::digest::{self, Sha256Digest};
 use crate::error::{Failure, Kind, fail, failure};
 use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
 use crate::plan::Plan;
-use crate::plan::imgref::{ImageRef, Sha256Digest};
+use crate::plan::imgref::ImageRef;
 use crate::progress::{BlobState, Progress, Report};
 use crate::sandbox::{Worker, worker_failure};
 use crate::signature::Verdict;
@@ -66,7 +67,7 @@ impl Resolved {
         Ok(Self {
             toplevel,
             source_digest,
-            digest: verify::sha256(&raw),
+            digest: digest::sha256(&raw),
             raw,
             manifest,
         })
@@ -319,7 +320,7 @@ pub(crate) async fn cancelled() -> Kind {
 /// pick the platform from an index.
 async fn resolve(worker: &Worker, plan: &Plan) -> anyhow::Result<Resolved> {
     let raw = worker.inspect_raw(&plan.image, MANIFEST_MAX).await?;
-    let digest = verify::sha256(&raw);
+    let digest = digest::sha256(&raw);
     if let Some(pinned) = &plan.image.digest
         && *pinned != digest
     {

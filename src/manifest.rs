@@ -5,8 +5,8 @@ use std::fmt;
 
 use serde::Deserialize;
 
+use crate::digest::Sha256Digest;
 use crate::error::{Kind, fail};
-use crate::plan::imgref::Sha256Digest;
 
 /// A manifest or index larger than this is refused before it is parsed.
 pub const MANIFEST_MAX: u64 = 4 << 20;

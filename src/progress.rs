@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::plan::imgref::Sha256Digest;
+use crate::digest::Sha256Digest;
 use crate::sandbox::WorkerReport;
 
 #[derive(Debug, Clone, Serialize)]

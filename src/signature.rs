@@ -10,10 +10,11 @@ use std::process::Stdio;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
+use crate::digest::{self, Sha256Digest};
 use crate::error::{Failure, Kind, fail, failure};
 use crate::manifest::{Descriptor, MANIFEST_MAX};
 use crate::plan::Plan;
-use crate::plan::imgref::{ImageRef, Sha256Digest};
+use crate::plan::imgref::ImageRef;
 use crate::plan::policy::{Identity, PublicKey, Requirement};
 use crate::sandbox::Worker;
 
@@ -310,7 +311,7 @@ async fn attachments(
         if layers.is_empty() {
             continue;
         }
-        let pinned = sig_image.with_digest(&crate::verify::sha256(&raw));
+        let pinned = sig_image.with_digest(&digest::sha256(&raw));
         let payloads = crate::fetch::fetch_small(worker, &pinned, &layers).await?;
         for (l, payload) in layers.into_iter().zip(payloads) {
             out.push(Attached {

@@ -17,9 +17,9 @@ use cap_std_ext::dirext::CapStdExtDirExt;
 use fn_error_context::context;
 use serde_json::{Value, json};
 
+use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind, fail};
 use crate::manifest::Descriptor;
-use crate::plan::imgref::Sha256Digest;
 use crate::verify::Verifier;
 
 pub mod ostree;
@@ -413,7 +413,7 @@ impl BlobSink<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::sha256;
+    use crate::digest::sha256;
 
     fn desc(bytes: &[u8]) -> Descriptor {
         Descriptor {

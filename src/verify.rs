@@ -3,12 +3,8 @@
 
 use sha2::{Digest as _, Sha256};
 
+use crate::digest::Sha256Digest;
 use crate::error::{Kind, fail};
-use crate::plan::imgref::Sha256Digest;
-
-pub fn sha256(bytes: &[u8]) -> Sha256Digest {
-    Sha256Digest::from_hex(&hex::encode(Sha256::digest(bytes)))
-}
 
 /// Check a whole buffer against its expected digest and size.
 pub fn check_bytes(
@@ -87,6 +83,7 @@ impl Verifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::digest::sha256;
     use crate::error::exit_code;
 
     #[test]

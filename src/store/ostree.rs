@@ -22,9 +22,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+use crate::digest::Sha256Digest;
 use crate::manifest::Manifest;
 use crate::options::SandboxMode;
-use crate::plan::imgref::{ImageRef, OstreeDest, Sha256Digest};
+use crate::plan::imgref::{ImageRef, OstreeDest};
 use crate::sandbox::WorkerSpec;
 
 /// Where ostree-ext keeps the image refs (`ostree/container/image/<escaped ref>`).
