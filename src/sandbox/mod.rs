@@ -5,11 +5,11 @@
 //! tests can assert without spawning.
 
 pub mod monitor;
+mod prepare;
 pub mod staging;
 pub mod unit;
 
 use std::ffi::OsString;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -23,13 +23,11 @@ use tokio::io::AsyncReadExt;
 
 use crate::error::{Failure, Kind, classify_worker_text, fail};
 use crate::options::SandboxMode;
-use crate::plan::auth::{self, Chosen};
-use crate::plan::dns::Dns;
 use crate::plan::imgref::ImageRef;
-use crate::plan::trust::{self, HostTrust};
+use crate::plan::trust;
+use crate::plan::worker::{Isolation, WorkerSpec};
 use monitor::{Observed, Systemd};
 use staging::Staging;
-pub use unit::Limits;
 
 /// The test hook that replaces the worker binary (`skopeo`) with another program.
 pub const SKOPEO_ENV: &str = "HOSTPULL_SKOPEO";
@@ -41,50 +39,6 @@ const REGISTRIES_CONF: &str = "registries.conf";
 const CA_BUNDLE: &str = "bundle.pem";
 /// How long a unit may take to stop before hostpull gives up on it.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Everything the worker may use for one pull.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerSpec {
-    /// `Systemd` or `None`; `Auto` is resolved by the plan.
-    pub mode: SandboxMode,
-    /// The skopeo binary: `--skopeo`, `HOSTPULL_SKOPEO`, `[worker] skopeo`, or
-    /// `skopeo` on PATH.
-    pub skopeo: PathBuf,
-    /// The credentials this pull may use, one per host; none means `--no-creds`.
-    /// The worker gets an authfile with exactly these entries.
-    pub credentials: Vec<Chosen>,
-    /// One CA directory for every host (skopeo's `--cert-dir`).
-    pub cert_dir: Option<PathBuf>,
-    pub tls_verify: bool,
-    pub limits: Limits,
-    /// `SELinuxContext=` of the worker unit; set where SELinux is enabled.
-    pub selinux_context: Option<String>,
-    /// Per-host CAs and client certificates (without `--cert-dir`).
-    pub trust: Vec<HostTrust>,
-    /// The worker's own resolver settings and /etc/hosts entries.
-    pub dns: Dns,
-    /// The worker's registries.conf: this image's table only.
-    pub registries_conf: String,
-}
-
-#[cfg(test)]
-impl WorkerSpec {
-    /// A worker with nothing but defaults: no credentials, trust or DNS.
-    pub(crate) fn for_tests(mode: SandboxMode) -> Self {
-        Self {
-            mode,
-            skopeo: "/usr/bin/skopeo".into(),
-            credentials: Vec::new(),
-            cert_dir: None,
-            tls_verify: true,
-            limits: Limits::default(),
-            selinux_context: None,
-            trust: Vec::new(),
-            dns: Dns::default(),
-            registries_conf: String::new(),
-        }
-    }
-}
 
 /// What the final report says about the worker.
 #[derive(Debug, Clone, Serialize)]
@@ -128,16 +82,8 @@ pub struct Worker {
     /// `<orchestrator pid>-<random>`: names the staging dir and the units.
     id: String,
     staging: Option<Staging>,
-    /// The worker's HOME without systemd: empty and private.
-    home: Option<PathBuf>,
-    /// Without systemd: the image host's staged CA directory, as `--cert-dir`.
-    host_cert_dir: Option<PathBuf>,
-    /// Without systemd: the staged least-privilege authfile.
-    staged_authfile: Option<PathBuf>,
-    /// Without systemd: the staged registries.conf.
-    staged_registries: Option<PathBuf>,
-    mounts: unit::Mounts,
-    systemd: Option<Systemd>,
+    /// What its isolation needs to start each worker.
+    mode: Mode,
     seq: AtomicU32,
     units: Mutex<Vec<String>>,
     observed: Mutex<Option<Observed>>,
@@ -146,113 +92,74 @@ pub struct Worker {
     version: Mutex<Option<tokio::task::JoinHandle<Option<String>>>>,
 }
 
+/// A worker's isolation, with what each mode staged for it.
+#[derive(Debug)]
+enum Mode {
+    /// Each worker a transient unit of this systemd.
+    Systemd {
+        systemd: Systemd,
+        /// What every unit gets from the staging directory.
+        mounts: unit::Mounts,
+    },
+    /// Each worker a direct child, with files of the staging directory.
+    Plain {
+        /// The worker's HOME: empty and private.
+        home: PathBuf,
+        /// The image host's staged CA directory, as `--cert-dir`.
+        host_cert_dir: Option<PathBuf>,
+        /// The staged least-privilege authfile.
+        authfile: Option<PathBuf>,
+        /// The staged registries.conf.
+        registries: PathBuf,
+    },
+}
+
 impl Worker {
+    /// Stage what `spec` allows for its isolation and make ready to start
+    /// workers; nothing runs yet.
     pub async fn prepare(spec: &WorkerSpec) -> anyhow::Result<Self> {
+        let isolation = spec.isolation()?;
         let id = format!("{}-{:08x}", std::process::id(), rand_u32());
-        let mut w = Self {
-            spec: spec.clone(),
-            id,
-            staging: None,
-            home: None,
-            host_cert_dir: None,
-            staged_authfile: None,
-            staged_registries: None,
-            mounts: Default::default(),
-            systemd: None,
-            seq: AtomicU32::new(0),
-            units: Mutex::default(),
-            observed: Mutex::default(),
-            session: Mutex::default(),
-            version: Mutex::new(Some(tokio::spawn(skopeo_version(spec.skopeo.clone())))),
-        };
-        match spec.mode {
-            SandboxMode::Systemd => {
+        let version = tokio::spawn(skopeo_version(spec.skopeo.clone()));
+        let (staging, mode) = match isolation {
+            Isolation::Systemd => {
                 let systemd = Systemd::connect().await.map_err(|e| {
                     Failure::new(Kind::Worker, "cannot reach systemd on the system bus")
                         .with_detail(format!("{e:#}"))
                 })?;
                 systemd.stop_leftovers().await?;
-                let staging = Staging::create(Path::new(staging::RUN_DIR), &w.id)?;
-                if !spec.credentials.is_empty() {
-                    let staged =
-                        staging.write(AUTHFILE, &auth::minimal_authfile(&spec.credentials))?;
-                    w.mounts.credentials.push((AUTHFILE.into(), staged));
-                }
-                let staged = staging.write(REGISTRIES_CONF, spec.registries_conf.as_bytes())?;
-                w.mounts.credentials.push((REGISTRIES_CONF.into(), staged));
-                // --registries-conf does not stop skopeo from reading the host's
-                // drop-ins: hide them behind an empty directory.
-                let host_dropins = Path::new("/etc/containers/registries.conf.d");
-                if host_dropins.is_dir() {
-                    let empty = staging.path().join("registries.conf.d");
-                    std::fs::DirBuilder::new().mode(0o755).create(&empty)?;
-                    w.mounts.binds.push((empty, host_dropins.into()));
-                }
-                if let Some(dir) = &spec.cert_dir {
-                    for name in cert_files(dir)? {
-                        let staged = staging.copy(&name, &dir.join(&name))?;
-                        w.mounts.credentials.push((name, staged));
-                    }
-                }
-                for (i, t) in spec.trust.iter().enumerate() {
-                    if let Some((_, key)) = &t.client {
-                        // The key stays root-only; the unit gets it as a credential.
-                        let name = client_key_name(i);
-                        let staged = staging.copy(&name, key)?;
-                        w.mounts.credentials.push((name, staged));
-                    }
-                }
-                let host_file = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-                let host_resolv = host_file("/etc/resolv.conf");
-                w.mounts.resolvers = spec.dns.name_servers(&host_resolv);
-                w.mounts.resolvers.retain(|ip| unit::ip_denied(*ip));
-                if let Some(conf) = spec.dns.resolv_conf(&host_resolv) {
-                    let staged = staging.write_public("resolv.conf", conf.as_bytes())?;
-                    w.mounts.binds.push((staged, "/etc/resolv.conf".into()));
-                }
-                if let Some(hosts) = spec.dns.hosts_file(&host_file("/etc/hosts")) {
-                    let staged = staging.write_public("hosts", hosts.as_bytes())?;
-                    w.mounts.binds.push((staged, "/etc/hosts".into()));
-                }
-                w.staging = Some(staging);
-                w.systemd = Some(systemd);
+                let staging = Staging::create(Path::new(staging::RUN_DIR), &id)?;
+                let mounts = prepare::systemd(spec, &staging);
+                (
+                    staging,
+                    mounts.map(|mounts| Mode::Systemd { systemd, mounts }),
+                )
             }
-            _ => {
-                let staging =
-                    Staging::create(&std::env::temp_dir(), &format!("hostpull-{}", w.id))?;
-                let home = staging.path().join("home");
-                std::fs::create_dir(&home).context("Creating the worker's HOME")?;
-                if !spec.credentials.is_empty() {
-                    let authfile = auth::minimal_authfile(&spec.credentials);
-                    w.staged_authfile = Some(staging.write(AUTHFILE, &authfile)?);
-                }
-                let conf = spec.registries_conf.as_bytes();
-                w.staged_registries = Some(staging.write(REGISTRIES_CONF, conf)?);
-                // Without mounts, trust can only be given as one --cert-dir; the
-                // plan allows that only for the image's own host.
-                if let Some(t) = spec.trust.iter().find(|t| !t.lookaside_only) {
-                    let dir = format!("certs.d/{}", t.host);
-                    for (j, ca) in t.cas.iter().enumerate() {
-                        staging
-                            .write_public(&format!("{dir}/ca-{j}.crt"), &trust::read_file(ca)?)?;
-                    }
-                    if let Some((cert, key)) = &t.client {
-                        staging.write_public(
-                            &format!("{dir}/client.cert"),
-                            &trust::read_file(cert)?,
-                        )?;
-                        staging.copy(&format!("{dir}/client.key"), key)?;
-                    }
-                    w.host_cert_dir = Some(staging.path().join(dir));
-                }
-                for t in &spec.trust {
-                    stage_ca_bundle(&staging, &format!("certs.d/{}", t.host), t)?;
-                }
-                w.home = Some(home);
-                w.staging = Some(staging);
+            Isolation::None => {
+                let staging = Staging::create(&std::env::temp_dir(), &format!("hostpull-{id}"))?;
+                let mode = prepare::plain(spec, &staging);
+                (staging, mode)
             }
-        }
-        Ok(w)
+        };
+        // A half-staged directory may hold secrets already.
+        let mode = match mode {
+            Ok(m) => m,
+            Err(e) => {
+                staging.remove();
+                return Err(e);
+            }
+        };
+        Ok(Self {
+            spec: spec.clone(),
+            id,
+            staging: Some(staging),
+            mode,
+            seq: AtomicU32::new(0),
+            units: Mutex::default(),
+            observed: Mutex::default(),
+            session: Mutex::default(),
+            version: Mutex::new(Some(version)),
+        })
     }
 
     /// The authfile as skopeo sees it: ours without systemd, the unit's
@@ -263,14 +170,20 @@ impl Worker {
         }
         match unit {
             Some(u) => Some(unit::credentials_dir(u).join(AUTHFILE)),
-            None => self.staged_authfile.clone(),
+            None => match &self.mode {
+                Mode::Plain { authfile, .. } => authfile.clone(),
+                Mode::Systemd { .. } => None,
+            },
         }
     }
 
     /// The CA directory as skopeo sees it; in a unit, its credentials directory.
     fn cert_dir_for(&self, unit: Option<&str>) -> Option<PathBuf> {
         let Some(d) = self.spec.cert_dir.as_ref() else {
-            return self.host_cert_dir.clone();
+            return match &self.mode {
+                Mode::Plain { host_cert_dir, .. } => host_cert_dir.clone(),
+                Mode::Systemd { .. } => None,
+            };
         };
         Some(unit.map_or_else(|| d.clone(), unit::credentials_dir))
     }
@@ -291,10 +204,10 @@ impl Worker {
             for (j, ca) in t.cas.iter().enumerate() {
                 staging.write_public(&format!("{dir}/ca-{j}.crt"), &trust::read_file(ca)?)?;
             }
-            stage_ca_bundle(staging, &dir, t)?;
+            prepare::stage_ca_bundle(staging, &dir, t)?;
             if let Some((cert, _)) = &t.client {
                 staging.write_public(&format!("{dir}/client.cert"), &trust::read_file(cert)?)?;
-                let key = unit::credentials_dir(unit).join(client_key_name(i));
+                let key = unit::credentials_dir(unit).join(prepare::client_key_name(i));
                 staging.symlink(&format!("{dir}/client.key"), &key)?;
             }
         }
@@ -342,11 +255,11 @@ impl Worker {
     /// The command up to and including `program`, isolated as skopeo is; with
     /// `skopeo`, it gets this pull's registries.conf.
     fn launch_program(&self, program: &Path, skopeo: bool) -> anyhow::Result<Launch> {
-        match &self.systemd {
-            Some(_) => {
+        match &self.mode {
+            Mode::Systemd { mounts, .. } => {
                 let n = self.seq.fetch_add(1, Ordering::Relaxed);
                 let unit = format!("{}{}-{n}.service", unit::UNIT_PREFIX, self.id);
-                let mut mounts = self.mounts.clone();
+                let mut mounts = mounts.clone();
                 if let Some(tree) = self.stage_certs_d(n, &unit)? {
                     mounts.binds.push((tree, "/etc/containers/certs.d".into()));
                 }
@@ -362,12 +275,10 @@ impl Worker {
                     program: program.into(),
                 })
             }
-            None => {
+            Mode::Plain {
+                home, registries, ..
+            } => {
                 // A direct child with a clean environment and a parent-death signal.
-                let home = self
-                    .home
-                    .as_deref()
-                    .expect("a worker without systemd has a HOME");
                 let mut c = Command::new(program);
                 c.env_clear()
                     .env(
@@ -377,8 +288,8 @@ impl Worker {
                     .env("HOME", home)
                     .current_dir(home);
                 pdeathsig(&mut c);
-                if let Some(conf) = self.staged_registries.as_ref().filter(|_| skopeo) {
-                    c.arg("--registries-conf").arg(conf);
+                if skopeo {
+                    c.arg("--registries-conf").arg(registries);
                 }
                 Ok(Launch {
                     cmd: c,
@@ -412,7 +323,7 @@ impl Worker {
         unit: Option<&str>,
         fut: impl std::future::Future<Output = anyhow::Result<T>>,
     ) -> anyhow::Result<T> {
-        let (Some(systemd), Some(unit)) = (&self.systemd, unit) else {
+        let (Mode::Systemd { systemd, .. }, Some(unit)) = (&self.mode, unit) else {
             return fut.await;
         };
         let (r, seen) = systemd.watch(unit, fut).await;
@@ -580,7 +491,7 @@ impl Worker {
             Some(o) => (Some(o.unit), o.uid, o.memory_peak_bytes),
             None => (
                 None,
-                (self.systemd.is_none()).then(|| rustix::process::getuid().as_raw()),
+                matches!(self.mode, Mode::Plain { .. }).then(|| rustix::process::getuid().as_raw()),
                 None,
             ),
         };
@@ -604,8 +515,8 @@ impl Worker {
     /// `systemd-run` does not stop them), or without systemd, its child skopeo
     /// processes. A skopeo blocked on a stalled registry ends no other way.
     pub async fn stop_units(&self) {
-        match &self.systemd {
-            Some(systemd) => {
+        match &self.mode {
+            Mode::Systemd { systemd, .. } => {
                 let units = std::mem::take(&mut *self.units.lock().unwrap());
                 for unit in units {
                     if let Err(e) = systemd.stop(&unit, STOP_TIMEOUT).await {
@@ -613,7 +524,7 @@ impl Worker {
                     }
                 }
             }
-            None => kill_children(),
+            Mode::Plain { .. } => kill_children(),
         }
     }
 
@@ -656,27 +567,6 @@ impl Drop for Worker {
             s.remove();
         }
     }
-}
-
-/// The files of a `--cert-dir` that skopeo reads: CA certificates and client
-/// certificate/key pairs.
-fn cert_files(dir: &Path) -> anyhow::Result<Vec<String>> {
-    let mut names = Vec::new();
-    let entries = std::fs::read_dir(dir)
-        .or_else(|e| fail(Kind::Usage, format!("--cert-dir {}: {e}", dir.display())))?;
-    for e in entries {
-        let name = e?.file_name().into_string().unwrap_or_default();
-        if [".crt", ".cert", ".key"].iter().any(|s| name.ends_with(s)) {
-            names.push(name);
-        }
-    }
-    names.sort();
-    Ok(names)
-}
-
-/// A client key's name among a unit's credentials.
-fn client_key_name(host_index: usize) -> String {
-    format!("client-{host_index}.key")
 }
 
 /// What curl's run means: the body for 200, `None` for 404, else an error.
@@ -727,20 +617,6 @@ fn curl_kind(text: &str) -> Kind {
         Some(35 | 51 | 53 | 54 | 58 | 59 | 60 | 64 | 66 | 77 | 80 | 82 | 83 | 90 | 91) => Kind::Tls,
         _ => Kind::Network,
     }
-}
-
-/// `DIR/bundle.pem` in the staging dir: the system's CAs, then the host's.
-fn stage_ca_bundle(staging: &Staging, dir: &str, t: &HostTrust) -> anyhow::Result<()> {
-    if t.cas.is_empty() {
-        return Ok(());
-    }
-    let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
-    for ca in &t.cas {
-        bundle.push(b'\n');
-        bundle.extend(trust::read_file(ca)?);
-    }
-    staging.write_public(&format!("{dir}/{CA_BUNDLE}"), &bundle)?;
-    Ok(())
 }
 
 /// `skopeo --version` of the worker's binary, e.g. `1.22.0`: the host's own
@@ -834,6 +710,8 @@ fn pdeathsig(c: &mut Command) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::auth::Chosen;
+    use crate::plan::trust::HostTrust;
 
     #[test]
     fn curl_results() {
@@ -1004,19 +882,7 @@ mod tests {
             assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
             assert!(format!("{e:#}").contains(dir.to_str().unwrap()), "{e:#}");
         }
-        let e = cert_files(&file).unwrap_err();
+        let e = prepare::cert_files(&file).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
-    }
-
-    #[test]
-    fn cert_dir_files() {
-        let td = tempfile::tempdir().unwrap();
-        for n in ["ca.crt", "client.cert", "client.key", "README", "auth.json"] {
-            std::fs::write(td.path().join(n), "x").unwrap();
-        }
-        assert_eq!(
-            cert_files(td.path()).unwrap(),
-            ["ca.crt", "client.cert", "client.key"]
-        );
     }
 }

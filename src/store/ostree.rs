@@ -26,7 +26,7 @@ use crate::digest::Sha256Digest;
 use crate::manifest::Manifest;
 use crate::options::SandboxMode;
 use crate::plan::imgref::{ImageRef, OstreeDest};
-use crate::sandbox::WorkerSpec;
+use crate::plan::worker::WorkerSpec;
 
 /// Where ostree-ext keeps the image refs (`ostree/container/image/<escaped ref>`).
 pub const IMAGE_REF_PREFIX: &str = "ostree/container/image";
@@ -212,7 +212,7 @@ pub fn import_proxy(worker: &WorkerSpec, layout: &Path) -> ImportProxy {
 /// [`import_proxy`] from the parts of the worker's spec it uses.
 fn proxy_for(
     mode: SandboxMode,
-    limits: &crate::sandbox::Limits,
+    limits: &crate::plan::worker::Limits,
     selinux: bool,
     skopeo: &Path,
     layout: &Path,
