@@ -15,7 +15,7 @@ use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
 use crate::plan::Plan;
 use crate::plan::imgref::ImageRef;
 use crate::progress::{BlobState, Progress, Report};
-use crate::sandbox::{Worker, worker_failure};
+use crate::sandbox::{Worker, open_blob, proxy_failure};
 use crate::signature::Verdict;
 use crate::store::Layout;
 use crate::verify;
@@ -405,88 +405,19 @@ async fn fetch_blobs(
 ) -> anyhow::Result<()> {
     let todo = &tally.todo;
     let stall = plan.retry.stall;
-    let (config, unit) = worker.proxy_config()?;
     let watchdog = Watchdog::new(todo.len(), plan.max_rate);
-    let session = async {
-        let started = Instant::now();
-        let proxy = ImageProxy::new_with_config(config)
-            .await
-            .map_err(|e| proxy_failure("starting the worker", e))?;
-        worker.record_session(started.elapsed(), &proxy);
-        let result = async {
-            let img = proxy
-                .open_image(&image.to_transport())
-                .await
-                .map_err(|e| proxy_failure(&format!("opening {image}"), e))?;
-            transfer(&proxy, &img, layout, todo, &watchdog).await?;
-            proxy
-                .close_image(&img)
-                .await
-                .map_err(|e| proxy_failure("closing the image", e))
-        }
-        .await;
-        match result {
-            Ok(()) => proxy
-                .finalize()
-                .await
-                .map_err(|e| proxy_failure("stopping the worker", e)),
-            // Dropping the proxy closes its socket, and skopeo exits on that.
-            Err(e) => Err(e),
-        }
-    };
+    let session = worker.proxy_session()?.timed();
+    let session = session.run(image, async |proxy, img| {
+        transfer(proxy, img, layout, todo, &watchdog).await
+    });
     tokio::select! {
-        r = worker.observe(unit.as_deref(), session) => r,
+        r = session => r,
         never = report_bytes(progress, &watchdog, tally) => match never {},
         () = watchdog.stalled(stall) => fail(
             Kind::Network,
             format!("{STALLED} no data from the registry for {}s (--stall-timeout)", stall.as_secs()),
         ),
     }
-}
-
-/// Small blobs of `image` (signature payloads), whole and verified, in one
-/// proxy session.
-pub async fn fetch_small(
-    worker: &Worker,
-    image: &ImageRef,
-    blobs: &[Descriptor],
-) -> anyhow::Result<Vec<Vec<u8>>> {
-    let (config, unit) = worker.proxy_config()?;
-    let session = async {
-        let proxy = ImageProxy::new_with_config(config)
-            .await
-            .map_err(|e| proxy_failure("starting the worker", e))?;
-        let img = proxy
-            .open_image(&image.to_transport())
-            .await
-            .map_err(|e| proxy_failure(&format!("opening {image}"), e))?;
-        let mut out = Vec::new();
-        for d in blobs {
-            if d.size > MANIFEST_MAX {
-                return fail(
-                    Kind::Verify,
-                    format!("blob {} of {image} is larger than 4 MiB", d.digest),
-                );
-            }
-            let doing = format!("fetching {} of {image}", d.digest);
-            let (reader, finish) = open_blob(&proxy, &img, d)
-                .await
-                .map_err(|e| proxy_failure(&doing, e))?;
-            let mut buf = Vec::new();
-            let mut reader = reader.take(d.size + 1);
-            let (read, finished) = tokio::join!(reader.read_to_end(&mut buf), finish);
-            finished.map_err(|e| proxy_failure(&doing, e))?;
-            read.with_context(|| doing.clone())?;
-            verify::check_bytes("blob", &buf, &d.digest, d.size)?;
-            out.push(buf);
-        }
-        proxy
-            .finalize()
-            .await
-            .map_err(|e| proxy_failure("stopping the worker", e))?;
-        Ok(out)
-    };
-    worker.observe(unit.as_deref(), session).await
 }
 
 /// Where every blob stands, ten times a second, while anyone is told.
@@ -690,43 +621,6 @@ async fn transfer(
     result
 }
 
-/// A blob's data, and the worker's verdict on sending it (FinishPipe's reply,
-/// or what `GetRawBlob`'s error pipe says).
-type BlobPipe<'a> = (
-    Box<dyn tokio::io::AsyncRead + Send + Unpin>,
-    std::pin::Pin<Box<dyn Future<Output = Result<(), ProxyError>> + Send + 'a>>,
-);
-
-/// Ask the worker for blob `d`: `GetRawBlob` where it speaks 0.2.8, else `GetBlob`.
-async fn open_blob<'a>(
-    proxy: &'a ImageProxy,
-    img: &OpenedImage,
-    d: &Descriptor,
-) -> Result<BlobPipe<'a>, ProxyError> {
-    let digest = oci_spec::image::Digest::try_from(d.digest.as_str())
-        .map_err(|e| ProxyError::Other(e.to_string().into()))?;
-    if !proxy.supports_get_raw_blob() {
-        let (reader, finish) = proxy.get_blob(img, &digest, d.size).await?;
-        return Ok((Box::new(reader), Box::pin(finish)));
-    }
-    let (size, file, errors) = proxy.get_raw_blob(img, &digest).await?;
-    // The registry's Content-Length, as the worker tells it: a wrong one is
-    // caught by root's own count anyway, but need not be streamed first.
-    if let Some(size) = size.filter(|&s| s != d.size) {
-        return Err(ProxyError::Other(
-            format!(
-                "size mismatch: the registry sends {size} bytes, the descriptor says {}",
-                d.size
-            )
-            .into(),
-        ));
-    }
-    Ok((
-        Box::new(file),
-        Box::pin(async move { errors.await.map_err(ProxyError::from) }),
-    ))
-}
-
 /// A blob reader task, aborted when dropped: a pull that is cancelled (its
 /// future dropped) stops reading at once, which closes the pipes.
 #[derive(Debug)]
@@ -809,18 +703,6 @@ async fn consume(
     }
 }
 
-/// A proxy error as a [`Failure`]. From protocol 0.2.8 on, the worker marks
-/// transient errors itself (`error_code: "retryable"`, containers/common's
-/// `IsErrorRetryable()`); that fact, not its wording, makes them transient.
-fn proxy_failure(doing: &str, e: ProxyError) -> anyhow::Error {
-    let mut f: Failure = worker_failure(doing, &e.to_string());
-    if e.is_retryable() && f.kind != Kind::Network {
-        f = Failure::new(Kind::Network, format!("transient error while {doing}"))
-            .with_detail(f.detail.unwrap_or_default());
-    }
-    f.into()
-}
-
 /// Blob pipes come from skopeo with the kernel's default 64 KiB. Each read
 /// then moves at most that much through tokio's blocking pool, and skopeo's
 /// writer parks whenever the pipe is full; a 1 MiB pipe cut a 512 MiB pull from
@@ -866,64 +748,6 @@ mod tests {
     }
 
     const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
-
-    /// The worker's `error_code` (0.2.8), not its words, makes an error
-    /// transient: a reply or an error pipe that says "retryable" is retried
-    /// whatever it says; the same words without the code are not.
-    #[test]
-    fn proxy_failure_retries_what_the_worker_marks_retryable() {
-        use containers_image_proxy::GetBlobError;
-        let words = "lying-worker refuses this blob once";
-        let reply = |retryable| {
-            let (method, error) = ("GetRawBlob".into(), words.into());
-            if retryable {
-                ProxyError::RetryableRequestFailure { method, error }
-            } else {
-                ProxyError::RequestInitiationFailure { method, error }
-            }
-        };
-        let unauthorized = ProxyError::RetryableRequestFailure {
-            method: "GetRawBlob".into(),
-            error: "reading blob: unauthorized: authentication required".into(),
-        };
-        // (error, exit code, message)
-        let cases = [
-            (reply(true), 6, "transient error while fetching layer x"),
-            (reply(false), 8, "worker failed while fetching layer x"),
-            (
-                GetBlobError::Retryable(words.into()).into(),
-                6,
-                "transient error while fetching layer x",
-            ),
-            (
-                GetBlobError::Other(words.into()).into(),
-                8,
-                "worker failed while fetching layer x",
-            ),
-            // The code wins over words that would read otherwise.
-            (unauthorized, 6, "transient error while fetching layer x"),
-            (
-                ProxyError::Other("connection reset by peer".into()),
-                6,
-                "network error while fetching layer x",
-            ),
-        ];
-        for (e, code, message) in cases {
-            let shown = e.to_string();
-            let f = proxy_failure("fetching layer x", e);
-            assert_eq!(crate::error::exit_code(&f), code, "{shown}");
-            assert_eq!(failure(&f).unwrap().message, message, "{shown}");
-            assert!(
-                failure(&f)
-                    .unwrap()
-                    .detail
-                    .as_deref()
-                    .unwrap()
-                    .contains(shown.rsplit(": ").next().unwrap()),
-                "{shown}: {f:#}"
-            );
-        }
-    }
 
     #[test]
     fn tally_shows_reused_earlier_and_partial_blobs() {

@@ -312,7 +312,10 @@ async fn attachments(
             continue;
         }
         let pinned = sig_image.with_digest(&digest::sha256(&raw));
-        let payloads = crate::fetch::fetch_small(worker, &pinned, &layers).await?;
+        let payloads = worker
+            .proxy_session()?
+            .fetch_small(&pinned, &layers)
+            .await?;
         for (l, payload) in layers.into_iter().zip(payloads) {
             out.push(Attached {
                 digest: d.clone(),

@@ -6,6 +6,7 @@
 
 pub mod monitor;
 mod prepare;
+mod session;
 pub mod staging;
 pub mod unit;
 
@@ -17,7 +18,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use containers_image_proxy::ImageProxyConfig;
 use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
@@ -27,6 +27,7 @@ use crate::plan::imgref::ImageRef;
 use crate::plan::trust;
 use crate::plan::worker::{Isolation, WorkerSpec};
 use monitor::{Observed, Systemd};
+pub use session::{BlobPipe, ProxySession, open_blob, proxy_failure};
 use staging::Staging;
 
 /// The test hook that replaces the worker binary (`skopeo`) with another program.
@@ -300,25 +301,9 @@ impl Worker {
         }
     }
 
-    /// The configuration for one `containers-image-proxy` session, and its unit.
-    pub fn proxy_config(&self) -> anyhow::Result<(ImageProxyConfig, Option<String>)> {
-        let Launch { cmd, unit, .. } = self.launch()?;
-        // The crate spells these options itself; they mean what client_args says.
-        let mut cfg = ImageProxyConfig::default();
-        cfg.authfile = self.authfile_for(unit.as_deref());
-        cfg.auth_anonymous = cfg.authfile.is_none();
-        cfg.certificate_directory = self.cert_dir_for(unit.as_deref());
-        cfg.insecure_skip_tls_verification = Some(!self.spec.tls_verify);
-        // Root alone enforces the signature policy: from protocol 0.2.6 on, the
-        // proxy would apply the host's policy.json inside OpenImage.
-        cfg.insecure_policy = Some(true);
-        cfg.skopeo_cmd = Some(cmd);
-        Ok((cfg, unit))
-    }
-
     /// Run `fut`, which drives the worker running as `unit`, and watch the unit
     /// meanwhile. A worker that died for memory becomes a clear error.
-    pub async fn observe<T>(
+    async fn observe<T>(
         &self,
         unit: Option<&str>,
         fut: impl std::future::Future<Output = anyhow::Result<T>>,
@@ -471,7 +456,7 @@ impl Worker {
     }
 
     /// Record how long the proxy took to answer `Initialize`, and what it answered.
-    pub fn record_session(&self, took: Duration, proxy: &containers_image_proxy::ImageProxy) {
+    fn record_session(&self, took: Duration, proxy: &containers_image_proxy::ImageProxy) {
         *self.session.lock().unwrap() = Session {
             startup: Some(took),
             protocol: Some(proxy.protocol_version().to_string()),
@@ -802,9 +787,9 @@ mod tests {
     #[tokio::test]
     async fn none_mode_command_is_clean() {
         let w = Worker::prepare(&spec(SandboxMode::None)).await.unwrap();
-        let (cfg, unit) = w.proxy_config().unwrap();
-        assert_eq!(unit, None);
-        let cmd = Command::try_from(cfg).unwrap();
+        let session = w.proxy_session().unwrap();
+        assert_eq!(session.unit, None);
+        let cmd = Command::try_from(session.config).unwrap();
         assert_eq!(cmd.get_program(), "/usr/bin/skopeo");
         let env: Vec<_> = cmd
             .get_envs()
