@@ -14,7 +14,8 @@ use crate::error::{Failure, Kind, fail, failure};
 use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
 use crate::plan::Plan;
 use crate::plan::imgref::ImageRef;
-use crate::progress::{BlobState, Progress, Report};
+use crate::progress::{BlobState, Progress};
+use crate::report::{CredentialReport, Report};
 use crate::sandbox::{Worker, open_blob, proxy_failure};
 use crate::signature::Verdict;
 use crate::store::Layout;
@@ -140,7 +141,7 @@ pub async fn pull_into(
         elapsed_ms: start.elapsed().as_millis(),
         max_rate: plan.max_rate,
         signature,
-        credentials: crate::progress::CredentialReport::of_attempt(&plan.credentials, n),
+        credentials: CredentialReport::of_attempt(&plan.credentials, n),
         worker: report,
         ostree: None,
     })

@@ -14,6 +14,7 @@ pub mod options;
 pub mod plan;
 pub mod progress;
 pub mod rate;
+pub mod report;
 pub mod sandbox;
 pub mod signature;
 pub mod store;

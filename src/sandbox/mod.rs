@@ -695,6 +695,7 @@ fn pdeathsig(c: &mut Command) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::SandboxMode;
     use crate::plan::auth::Chosen;
     use crate::plan::trust::HostTrust;
 
