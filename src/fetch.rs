@@ -10,7 +10,7 @@ use containers_image_proxy::{Error as ProxyError, ImageProxy, OpenedImage};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::digest::{self, Sha256Digest};
-use crate::error::{Failure, Kind, fail, failure};
+use crate::error::{Failure, Kind, Retry, fail, failure};
 use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
 use crate::plan::Plan;
 use crate::plan::imgref::ImageRef;
@@ -147,41 +147,61 @@ pub async fn pull_into(
     })
 }
 
-/// What survives from one attempt to the next: the verified manifest, the
-/// locked layout with the blobs verified so far, and what was missing at first.
+/// How far a pull has come; a retry goes on from there, with a new worker
+/// session, and fetches only what is still missing: verified blobs are kept.
 #[derive(Debug, Default)]
-struct Kept {
-    resolved: Option<Resolved>,
-    signature: Option<Verdict>,
-    layout: Option<Arc<Layout>>,
-    missing: Option<Vec<Descriptor>>,
+enum Stage {
+    /// Nothing established yet.
+    #[default]
+    Start,
+    /// Root has hashed and checked the manifest.
+    Resolved(Resolved),
+    /// The signature policy accepted it; nothing is written before that.
+    Accepted {
+        resolved: Resolved,
+        signature: Verdict,
+    },
+    /// The layout is locked, and what it was missing is known.
+    Ready(Ready),
+}
+
+/// A pull that may fetch: the verified manifest, the policy's verdict, the
+/// locked layout, and the blobs that were missing at first.
+#[derive(Debug)]
+struct Ready {
+    resolved: Resolved,
+    signature: Verdict,
+    layout: Arc<Layout>,
+    missing: Vec<Descriptor>,
 }
 
 /// The pull, retried on transient errors with exponential backoff and jitter,
 /// within the overall `--timeout`. Each retry starts a new worker session and
-/// fetches only what is still missing: verified blobs are kept.
+/// goes on from the [`Stage`] the last one reached.
 async fn pull_with(
     worker: &Worker,
     plan: &Plan,
     dir: LayoutDir<'_>,
     progress: &Progress,
 ) -> anyhow::Result<(Resolved, Vec<Descriptor>, Verdict)> {
-    let mut state = Kept::default();
+    let mut stage = Stage::Start;
     let last_error = std::sync::Mutex::new(None::<String>);
     let retrying = async {
         let mut stalls = 0;
-        for attempt in 1.. {
-            let Err(e) = try_pull(worker, plan, dir, &mut state, progress).await else {
-                break;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let e = match try_pull(worker, plan, dir, &mut stage, progress).await {
+                Ok(ready) => return Ok(ready),
+                Err(e) => e,
             };
             let detail = failure(&e)
                 .and_then(|f| f.detail.as_deref())
                 .unwrap_or_default();
             *last_error.lock().unwrap() = Some(crate::error::one_line(&format!("{e:#}: {detail}")));
-            let stalled = failure(&e).is_some_and(|f| f.message.starts_with(STALLED));
-            stalls += u32::from(stalled);
-            let transient = failure(&e).is_some_and(|f| f.kind == Kind::Network);
-            if !transient || attempt >= MAX_ATTEMPTS || stalls >= MAX_STALLS {
+            let retry = failure(&e).map_or(Retry::Never, |f| f.retry);
+            stalls += u32::from(retry == Retry::Stalled);
+            if retry == Retry::Never || attempt >= MAX_ATTEMPTS || stalls >= MAX_STALLS {
                 return Err(e);
             }
             let delay = backoff(attempt);
@@ -193,113 +213,165 @@ async fn pull_with(
             worker.stop_units().await;
             tokio::time::sleep(delay).await;
         }
-        Ok(())
     };
-    if let Ok(r) = tokio::time::timeout(plan.retry.timeout, retrying).await {
-        r?;
-    } else {
-        // Say what kept failing, not only that time ran out.
-        let timeout = plan.retry.timeout.as_secs();
-        let f = Failure::new(
-            Kind::Network,
-            format!("timed out: the pull took longer than --timeout {timeout}s"),
-        );
-        return Err(match last_error.into_inner().unwrap() {
-            Some(last) => f.with_detail(format!("last attempt: {last}")),
-            None => f,
+    let ready = match tokio::time::timeout(plan.retry.timeout, retrying).await {
+        Ok(r) => r?,
+        Err(_) => {
+            // Say what kept failing, not only that time ran out.
+            let timeout = plan.retry.timeout.as_secs();
+            let f = Failure::new(
+                Kind::Network,
+                format!("timed out: the pull took longer than --timeout {timeout}s"),
+            );
+            return Err(match last_error.into_inner().unwrap() {
+                Some(last) => f.with_detail(format!("last attempt: {last}")),
+                None => f,
+            }
+            .into());
         }
-        .into());
-    }
-    let Kept {
-        resolved,
-        missing,
-        signature,
-        ..
-    } = state;
-    Ok((
-        resolved.expect("resolved"),
-        missing.expect("checked"),
-        signature.expect("checked"),
-    ))
+    };
+    Ok((ready.resolved, ready.missing, ready.signature))
 }
 
 /// Attempts at most, and stalls at most, before a transient error is final.
 const MAX_ATTEMPTS: u32 = 5;
 const MAX_STALLS: u32 = 2;
+/// How a stall's message starts.
 const STALLED: &str = "stalled:";
 
 /// 1 s, 2 s, 4 s, 8 s … capped at 30 s, each times a random factor in [0.5, 1.5).
 fn backoff(attempt: u32) -> std::time::Duration {
+    backoff_with(attempt, crate::sandbox::rand_u32())
+}
+
+/// [`backoff`] with the random factor drawn from `random`.
+fn backoff_with(attempt: u32, random: u32) -> std::time::Duration {
     let base = 1000u64
         .saturating_mul(1 << attempt.saturating_sub(1).min(5))
         .min(30_000);
-    let jitter = 0.5 + f64::from(crate::sandbox::rand_u32()) / f64::from(u32::MAX);
+    let jitter = 0.5 + f64::from(random) / f64::from(u32::MAX);
     std::time::Duration::from_millis((base as f64 * jitter) as u64)
 }
 
+/// One attempt: take `stage` as far as it goes, and fetch. On an error,
+/// `stage` keeps what was established.
 async fn try_pull(
     worker: &Worker,
     plan: &Plan,
     dir: LayoutDir<'_>,
-    p: &mut Kept,
+    stage: &mut Stage,
     progress: &Progress,
-) -> anyhow::Result<()> {
-    let resolved = match &p.resolved {
-        Some(r) => r,
-        None => {
-            progress.steps("resolving the manifest", 0, 3);
-            let r = tokio::time::timeout(plan.retry.stall, resolve(worker, plan))
-                .await
-                .unwrap_or_else(|_| {
-                    fail(
-                        Kind::Network,
-                        format!(
-                            "{STALLED} no manifest from the registry in {}s",
-                            plan.retry.stall.as_secs()
-                        ),
-                    )
-                })?;
-            p.resolved.insert(r)
-        }
-    };
-    // Before the layout is touched: a rejected image leaves no trace.
-    if p.signature.is_none() {
-        let mut digests = vec![resolved.toplevel.clone()];
-        if resolved.source_digest != resolved.toplevel {
-            digests.push(resolved.source_digest.clone());
-        }
-        p.signature = Some(crate::signature::check(worker, plan, &digests).await?);
-    }
-    let layout = match &p.layout {
-        Some(l) => l,
-        None => {
-            let path = dir()?;
-            let l = tokio::task::spawn_blocking(move || Layout::open_locked(&path)).await??;
-            p.layout.insert(Arc::new(l))
-        }
-    };
-    if p.missing.is_none() {
-        // What an ostree destination has already (store::ostree::held) need not
-        // come: it is neither fetched nor staged.
-        let held = match &plan.ostree {
-            Some(o) => {
-                crate::store::ostree::held(o, &plan.image, &resolved.digest, &resolved.manifest)?
+) -> anyhow::Result<Ready> {
+    loop {
+        *stage = match std::mem::take(stage) {
+            Stage::Start => Stage::Resolved(resolve_in_time(worker, plan, progress).await?),
+            // Before the layout is touched: a rejected image leaves no trace.
+            Stage::Resolved(resolved) => match check_signature(worker, plan, &resolved).await {
+                Ok(signature) => Stage::Accepted {
+                    resolved,
+                    signature,
+                },
+                Err(e) => {
+                    *stage = Stage::Resolved(resolved);
+                    return Err(e);
+                }
+            },
+            Stage::Accepted {
+                resolved,
+                signature,
+            } => match open_layout(plan, dir, &resolved).await {
+                Ok((layout, missing)) => Stage::Ready(Ready {
+                    resolved,
+                    signature,
+                    layout,
+                    missing,
+                }),
+                Err(e) => {
+                    *stage = Stage::Accepted {
+                        resolved,
+                        signature,
+                    };
+                    return Err(e);
+                }
+            },
+            Stage::Ready(ready) => {
+                let r = &ready.resolved;
+                let fetched =
+                    fetch_into(worker, plan, (r, &ready.layout), &ready.missing, progress);
+                match fetched.await {
+                    Ok(()) => return Ok(ready),
+                    Err(e) => {
+                        *stage = Stage::Ready(ready);
+                        return Err(e);
+                    }
+                }
             }
-            None => Default::default(),
         };
-        let mut missing: Vec<Descriptor> = Vec::new();
-        for d in resolved.manifest.blobs() {
-            if !layout.has_blob(d)?
-                && !held.contains(&d.digest)
-                && !missing.iter().any(|t| t.digest == d.digest)
-            {
-                missing.push(d.clone());
-            }
-        }
-        p.missing = Some(missing);
     }
-    let missing = p.missing.as_deref().expect("checked");
-    fetch_into(worker, plan, (resolved, layout), missing, progress).await
+}
+
+/// [`resolve`], or a stall when the registry sends no manifest in time.
+async fn resolve_in_time(
+    worker: &Worker,
+    plan: &Plan,
+    progress: &Progress,
+) -> anyhow::Result<Resolved> {
+    progress.steps("resolving the manifest", 0, 3);
+    let stall = plan.retry.stall;
+    match tokio::time::timeout(stall, resolve(worker, plan)).await {
+        Ok(r) => r,
+        Err(_) => Err(Failure::new(
+            Kind::Network,
+            format!(
+                "{STALLED} no manifest from the registry in {}s",
+                stall.as_secs()
+            ),
+        )
+        .with_retry(Retry::Stalled)
+        .into()),
+    }
+}
+
+/// The signature policy's verdict on the manifest the registry served (and
+/// the index it came from).
+async fn check_signature(
+    worker: &Worker,
+    plan: &Plan,
+    resolved: &Resolved,
+) -> anyhow::Result<Verdict> {
+    let mut digests = vec![resolved.toplevel.clone()];
+    if resolved.source_digest != resolved.toplevel {
+        digests.push(resolved.source_digest.clone());
+    }
+    crate::signature::check(worker, plan, &digests).await
+}
+
+/// Lock the layout, and list the blobs it lacks. What an ostree destination
+/// has already (store::ostree::held) need not come: it is neither fetched
+/// nor staged.
+async fn open_layout(
+    plan: &Plan,
+    dir: LayoutDir<'_>,
+    resolved: &Resolved,
+) -> anyhow::Result<(Arc<Layout>, Vec<Descriptor>)> {
+    let path = dir()?;
+    let layout = tokio::task::spawn_blocking(move || Layout::open_locked(&path)).await??;
+    let held = match &plan.ostree {
+        Some(o) => {
+            crate::store::ostree::held(o, &plan.image, &resolved.digest, &resolved.manifest)?
+        }
+        None => Default::default(),
+    };
+    let mut missing: Vec<Descriptor> = Vec::new();
+    for d in resolved.manifest.blobs() {
+        if !layout.has_blob(d)?
+            && !held.contains(&d.digest)
+            && !missing.iter().any(|t| t.digest == d.digest)
+        {
+            missing.push(d.clone());
+        }
+    }
+    Ok((Arc::new(layout), missing))
 }
 
 /// Resolves on SIGINT or SIGTERM, with the matching exit code.
@@ -414,10 +486,12 @@ async fn fetch_blobs(
     tokio::select! {
         r = session => r,
         never = report_bytes(progress, &watchdog, tally) => match never {},
-        () = watchdog.stalled(stall) => fail(
+        () = watchdog.stalled(stall) => Err(Failure::new(
             Kind::Network,
             format!("{STALLED} no data from the registry for {}s (--stall-timeout)", stall.as_secs()),
-        ),
+        )
+        .with_retry(Retry::Stalled)
+        .into()),
     }
 }
 
@@ -749,6 +823,66 @@ mod tests {
     }
 
     const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+    /// Our reading error stands when we stopped early; at the end, the
+    /// worker's explains more if it can be classified.
+    #[test]
+    fn merge_errors_prefers_the_better_explanation() {
+        let ours = |m: &str| anyhow::Error::from(Failure::new(Kind::Verify, m));
+        let reset = || ProxyError::Other("connection reset by peer".into());
+        let vague = || ProxyError::Other("something odd".into());
+        let shown = |r: anyhow::Result<()>| {
+            let e = r.unwrap_err();
+            (
+                crate::error::exit_code(&e),
+                failure(&e).unwrap().message.clone(),
+            )
+        };
+        assert!(merge_errors("x", Ok(()), Ok(())).is_ok());
+        for (ours, theirs) in [
+            (Consumed::Early(ours("early")), Ok(())),
+            (Consumed::Early(ours("early")), Err(reset())),
+            (Consumed::AtEnd(ours("at end")), Ok(())),
+            (Consumed::AtEnd(ours("at end")), Err(vague())),
+        ] {
+            let (code, message) = shown(merge_errors("x", Err(ours), theirs));
+            assert_eq!(code, 7, "{message}");
+            assert!(message == "early" || message == "at end", "{message}");
+        }
+        assert_eq!(
+            shown(merge_errors(
+                "fetching x",
+                Err(Consumed::AtEnd(ours("at end"))),
+                Err(reset())
+            )),
+            (6, "network error while fetching x".to_owned())
+        );
+        assert_eq!(
+            shown(merge_errors("fetching x", Ok(()), Err(vague()))),
+            (8, "worker failed while fetching x".to_owned())
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_to_a_cap_with_jitter() {
+        let ms = |attempt, random| backoff_with(attempt, random).as_millis();
+        for (attempt, base) in [
+            (1, 1000),
+            (2, 2000),
+            (3, 4000),
+            (5, 16_000),
+            (6, 30_000),
+            (40, 30_000),
+        ] {
+            assert_eq!(ms(attempt, 0), base / 2, "{attempt}");
+            assert_eq!(ms(attempt, u32::MAX), base * 3 / 2, "{attempt}");
+        }
+        assert_eq!(ms(0, 0), 500);
+        for attempt in 1..10 {
+            let d = backoff(attempt).as_millis();
+            assert!((500..45_000).contains(&d), "{attempt}: {d}");
+        }
+    }
 
     #[test]
     fn tally_shows_reused_earlier_and_partial_blobs() {

@@ -21,7 +21,7 @@ use anyhow::Context;
 use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
-use crate::error::{Failure, Kind, classify_worker_text, fail};
+use crate::error::{Failure, Kind, Retry, classify_worker_text, fail};
 use crate::options::SandboxMode;
 use crate::plan::imgref::ImageRef;
 use crate::plan::trust;
@@ -585,6 +585,7 @@ fn curl_result(
             let kind = curl_kind(&text);
             Err(Failure::new(kind, format!("fetching signature {url}"))
                 .with_detail(text)
+                .with_retry(transient_if_network(kind))
                 .into())
         }
     }
@@ -648,7 +649,17 @@ pub fn worker_failure(doing: &str, text: &str) -> Failure {
         Kind::Verify => "verification failed",
         _ => "worker failed",
     };
-    Failure::new(kind, format!("{what} while {doing}")).with_detail(message)
+    Failure::new(kind, format!("{what} while {doing}"))
+        .with_detail(message)
+        .with_retry(transient_if_network(kind))
+}
+
+/// A network error, by skopeo's or curl's account, may pass: try again.
+fn transient_if_network(kind: Kind) -> Retry {
+    match kind {
+        Kind::Network => Retry::Transient,
+        _ => Retry::Never,
+    }
 }
 
 /// skopeo logs a fatal error as `time="…" level=fatal msg="…"`, the message
@@ -730,6 +741,8 @@ mod tests {
         ] {
             let e = curl_result(u, 9, ok, out, err).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), code, "{err}: {e:#}");
+            let retry = crate::error::failure(&e).unwrap().retry;
+            assert_eq!(retry == Retry::Transient, code == 6, "{err}");
             assert!(e.to_string().contains(u), "{e}");
         }
     }

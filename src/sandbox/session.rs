@@ -9,7 +9,7 @@ use containers_image_proxy::{Error as ProxyError, ImageProxy, ImageProxyConfig, 
 use tokio::io::AsyncReadExt;
 
 use super::{Launch, Worker, worker_failure};
-use crate::error::{Failure, Kind, fail};
+use crate::error::{Failure, Kind, Retry, fail};
 use crate::manifest::{Descriptor, MANIFEST_MAX};
 use crate::plan::imgref::ImageRef;
 use crate::verify;
@@ -176,7 +176,8 @@ pub fn proxy_failure(doing: &str, e: ProxyError) -> anyhow::Error {
     let mut f: Failure = worker_failure(doing, &e.to_string());
     if e.is_retryable() && f.kind != Kind::Network {
         f = Failure::new(Kind::Network, format!("transient error while {doing}"))
-            .with_detail(f.detail.unwrap_or_default());
+            .with_detail(f.detail.unwrap_or_default())
+            .with_retry(Retry::Transient);
     }
     f.into()
 }
@@ -231,6 +232,9 @@ mod tests {
             let shown = e.to_string();
             let f = proxy_failure("fetching layer x", e);
             assert_eq!(crate::error::exit_code(&f), code, "{shown}");
+            // Every network error here is retried, and nothing else.
+            let retry = failure(&f).unwrap().retry;
+            assert_eq!(retry == Retry::Transient, code == 6, "{shown}");
             assert_eq!(failure(&f).unwrap().message, message, "{shown}");
             assert!(
                 failure(&f)
