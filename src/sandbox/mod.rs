@@ -4,9 +4,11 @@
 //! [`WorkerSpec`] is a value; [`Worker::command`] turns it into a `Command` that
 //! tests can assert without spawning.
 
+mod curl;
 pub mod monitor;
 mod prepare;
 mod session;
+mod skopeo;
 pub mod staging;
 pub mod unit;
 
@@ -21,13 +23,15 @@ use anyhow::Context;
 use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
-use crate::error::{Failure, Kind, Retry, classify_worker_text, fail};
+use crate::error::{Failure, Kind, fail};
 use crate::options::SandboxMode;
 use crate::plan::imgref::ImageRef;
 use crate::plan::trust;
 use crate::plan::worker::{Isolation, WorkerSpec};
 use monitor::{Observed, Systemd};
 pub use session::{BlobPipe, ProxySession, open_blob, proxy_failure};
+pub use skopeo::worker_failure;
+use skopeo::{skopeo_version, transient_if_network};
 use staging::Staging;
 
 /// The test hook that replaces the worker binary (`skopeo`) with another program.
@@ -215,20 +219,6 @@ impl Worker {
         Ok(Some(staging.path().join(tree)))
     }
 
-    /// curl's `--cacert` for an https `url`: the host's bundle, if it has CAs.
-    fn ca_bundle_for(&self, url: &str, unit: Option<&str>) -> Option<PathBuf> {
-        let host = url.strip_prefix("https://")?.split('/').next()?;
-        let t = self.spec.trust.iter().find(|t| t.host == host)?;
-        if t.cas.is_empty() {
-            return None;
-        }
-        let dir = match unit {
-            Some(_) => PathBuf::from("/etc/containers/certs.d"),
-            None => self.staging.as_ref()?.path().join("certs.d"),
-        };
-        Some(dir.join(&t.host).join(CA_BUNDLE))
-    }
-
     /// The options skopeo's image commands share, after the subcommand. Never
     /// without a credentials option: without an authfile, `--no-creds` keeps
     /// skopeo from falling back to ambient files.
@@ -371,35 +361,6 @@ impl Worker {
                 return Err(worker_failure(&format!("inspecting {image}"), &err).into());
             }
             Ok(out)
-        })
-        .await
-    }
-
-    /// GET `url` with curl, isolated as skopeo is (same unit settings, DNS and
-    /// per-host CAs): the body, or `None` for a 404. Signature lookasides are
-    /// network access, so root does not fetch them itself.
-    pub async fn fetch_url(&self, url: &str, limit: u64) -> anyhow::Result<Option<Vec<u8>>> {
-        let mut launch = self.launch_program(Path::new("curl"), false)?;
-        launch
-            .cmd
-            .args([
-                "--silent",
-                "--show-error",
-                "--location",
-                "--max-redirs",
-                "3",
-            ])
-            .args(["--proto", "=http,https", "--proto-redir", "=http,https"])
-            .args(["--connect-timeout", "30", "--max-time", "120"])
-            .arg("--max-filesize")
-            .arg(limit.to_string())
-            .args(["--write-out", "%{stderr}\nHTTP %{http_code}\n"]);
-        if let Some(bundle) = self.ca_bundle_for(url, launch.unit.as_deref()) {
-            launch.cmd.arg("--cacert").arg(bundle);
-        }
-        launch.cmd.arg("--").arg(url);
-        self.run(launch, limit, |ok, out, err| {
-            curl_result(url, limit, ok, out, &String::from_utf8_lossy(&err))
         })
         .await
     }
@@ -554,140 +515,11 @@ impl Drop for Worker {
     }
 }
 
-/// What curl's run means: the body for 200, `None` for 404, else an error.
-/// `--write-out` put `HTTP <code>` last on stderr.
-fn curl_result(
-    url: &str,
-    limit: u64,
-    ok: bool,
-    out: Vec<u8>,
-    err: &str,
-) -> anyhow::Result<Option<Vec<u8>>> {
-    let code = err
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("HTTP "))
-        .unwrap_or("000");
-    match code {
-        "200" if ok && out.len() as u64 <= limit => Ok(Some(out)),
-        "404" => Ok(None),
-        "200" => fail(
-            Kind::Signature,
-            format!("{url}: larger than {} MiB", limit >> 20),
-        ),
-        _ => {
-            let text = err.lines().find(|l| !l.is_empty()).unwrap_or_default();
-            let text = if text.starts_with("HTTP ") {
-                format!("HTTP status {code}")
-            } else {
-                text.to_owned()
-            };
-            let kind = curl_kind(&text);
-            Err(Failure::new(kind, format!("fetching signature {url}"))
-                .with_detail(text)
-                .with_retry(transient_if_network(kind))
-                .into())
-        }
-    }
-}
-
-/// What a failed curl means, by its exit code (curl(1), "EXIT CODES"): the
-/// TLS ones are trust errors, everything else (an HTTP status, a refused or
-/// timed-out connection, a name that does not resolve) a network error.
-fn curl_kind(text: &str) -> Kind {
-    let code = text
-        .strip_prefix("curl: (")
-        .and_then(|r| r.split(')').next())
-        .and_then(|c| c.parse::<u32>().ok());
-    match code {
-        Some(35 | 51 | 53 | 54 | 58 | 59 | 60 | 64 | 66 | 77 | 80 | 82 | 83 | 90 | 91) => Kind::Tls,
-        _ => Kind::Network,
-    }
-}
-
-/// `skopeo --version` of the worker's binary, e.g. `1.22.0`: the host's own
-/// program, asked nothing from the network, with a clean environment.
-async fn skopeo_version(skopeo: PathBuf) -> Option<String> {
-    let mut c = tokio::process::Command::new(skopeo);
-    c.arg("--version")
-        .env_clear()
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(10), c.output())
-        .await
-        .ok()?
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text
-        .split_whitespace()
-        .skip_while(|w| *w != "version")
-        .nth(1)?;
-    version
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || ".-+~".contains(c))
-        .then(|| version.to_owned())
-}
-
 pub(crate) fn rand_u32() -> u32 {
     let mut b = [0u8; 4];
     // getrandom(2) cannot fail for 4 bytes once the pool is initialized.
     let _ = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty());
     u32::from_ne_bytes(b)
-}
-
-/// A failure reported by skopeo, classified by its text, with the raw text kept
-/// as the second line.
-pub fn worker_failure(doing: &str, text: &str) -> Failure {
-    let message = skopeo_message(text);
-    let kind = classify_worker_text(&message);
-    let what = match kind {
-        Kind::Auth => "authentication refused",
-        Kind::NotFound => "image not found",
-        Kind::Tls => "TLS or certificate trust failed",
-        Kind::Network => "network error",
-        Kind::Verify => "verification failed",
-        _ => "worker failed",
-    };
-    Failure::new(kind, format!("{what} while {doing}"))
-        .with_detail(message)
-        .with_retry(transient_if_network(kind))
-}
-
-/// A network error, by skopeo's or curl's account, may pass: try again.
-fn transient_if_network(kind: Kind) -> Retry {
-    match kind {
-        Kind::Network => Retry::Transient,
-        _ => Retry::Never,
-    }
-}
-
-/// skopeo logs a fatal error as `time="…" level=fatal msg="…"`, the message
-/// quoted with Go's `%q` (logrus); keep the message as skopeo wrote it, so that
-/// a body skopeo quoted in it reads as quoted, and the lines of a multi-error
-/// list as lines.
-fn skopeo_message(text: &str) -> String {
-    let Some((_, rest)) = text.rsplit_once("level=fatal msg=\"") else {
-        return text.trim().to_owned();
-    };
-    let msg = rest.trim_end().strip_suffix('"').unwrap_or(rest);
-    let mut out = String::with_capacity(msg.len());
-    let mut chars = msg.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('n') => out.push('\n'),
-            Some('t') => out.push('\t'),
-            Some('r') => out.push('\r'),
-            Some(e @ ('\\' | '"')) => out.push(e),
-            Some(e) => out.extend(['\\', e]),
-            None => out.push('\\'),
-        }
-    }
-    out
 }
 
 /// Bind a direct child's life to ours: if hostpull dies, skopeo gets SIGTERM.
@@ -709,43 +541,6 @@ mod tests {
     use crate::options::SandboxMode;
     use crate::plan::auth::Chosen;
     use crate::plan::trust::HostTrust;
-
-    #[test]
-    fn curl_results() {
-        let u = "http://l/s";
-        let body = || b"sig".to_vec();
-        assert_eq!(
-            curl_result(u, 9, true, body(), "\nHTTP 200\n").unwrap(),
-            Some(body())
-        );
-        assert_eq!(
-            curl_result(u, 9, true, vec![], "\nHTTP 404\n").unwrap(),
-            None
-        );
-        for (ok, out, err, code) in [
-            (true, body(), "\nHTTP 500\n", 6),
-            (
-                false,
-                vec![],
-                "curl: (7) Failed to connect to l port 80\nHTTP 000\n",
-                6,
-            ),
-            (
-                false,
-                vec![],
-                "curl: (60) SSL certificate problem: unable to get local issuer certificate\nHTTP 000\n",
-                5,
-            ),
-            (true, vec![], "\nHTTP 401\n", 6),
-            (true, b"0123456789".to_vec(), "\nHTTP 200\n", 9),
-        ] {
-            let e = curl_result(u, 9, ok, out, err).unwrap_err();
-            assert_eq!(crate::error::exit_code(&e), code, "{err}: {e:#}");
-            let retry = crate::error::failure(&e).unwrap().retry;
-            assert_eq!(retry == Retry::Transient, code == 6, "{err}");
-            assert!(e.to_string().contains(u), "{e}");
-        }
-    }
 
     fn spec(mode: SandboxMode) -> WorkerSpec {
         WorkerSpec::for_tests(mode)
@@ -836,24 +631,6 @@ mod tests {
         let staging = home.parent().unwrap().to_owned();
         w.shutdown().await;
         assert!(!staging.exists(), "staging removed");
-    }
-
-    #[test]
-    fn failures_are_classified() {
-        let f = worker_failure(
-            "inspecting x",
-            "time=\"…\" level=fatal msg=\"reading \\\"x\\\": manifest unknown\"\n",
-        );
-        assert_eq!(f.kind, Kind::NotFound);
-        assert_eq!(f.message, "image not found while inspecting x");
-        assert_eq!(f.detail.as_deref(), Some("reading \"x\": manifest unknown"));
-        // skopeo 1.9.3's `inspect` of a 401 with a bearer challenge and a body
-        // that is not JSON: logrus quotes the message, and the body in it.
-        let f = worker_failure(
-            "inspecting x",
-            r#"time="…" level=fatal msg="reading manifest v1 in r/x: errors:\nunauthorized: authentication required\nerror parsing HTTP 401 response body: invalid character 'x' looking for beginning of value: \"x: eof: \\\"y\\\"\\n\"\n""#,
-        );
-        assert_eq!(f.kind, Kind::Auth, "{:?}", f.detail);
     }
 
     /// A trust file that cannot be read when the worker is prepared (it
