@@ -275,10 +275,7 @@ pub async fn import(
     }
     #[cfg(feature = "ostree")]
     {
-        use ostree_ext::container::store::{ImageImporter, ImageProxyConfig, PrepareResult};
-        use ostree_ext::container::{
-            ImageReference, OstreeImageReference, SignatureSource, Transport,
-        };
+        use ostree_ext::container::OstreeImageReference;
         use ostree_ext::gio;
 
         let repo = open_repo(&dest.repo)?;
@@ -291,39 +288,7 @@ pub async fn import(
             .filter(|s| s.manifest_digest.to_string() == digest.as_str());
         let state = match stored {
             Some(s) => s,
-            None => {
-                let proxy = import_proxy(worker, &staging.layout());
-                // Unverified: hostpull checked every digest and the signature
-                // policy already, before anything was written.
-                let source = OstreeImageReference {
-                    sigverify: SignatureSource::ContainerPolicyAllowInsecure,
-                    imgref: ImageReference {
-                        transport: Transport::OciDir,
-                        name: format!("{}:{tag}", proxy.layout.display()),
-                    },
-                };
-                let config = ImageProxyConfig {
-                    // A local layout needs no credential: give skopeo none.
-                    auth_anonymous: true,
-                    skopeo_cmd: Some(proxy.command),
-                    ..Default::default()
-                };
-                let mut importer = ImageImporter::new(&repo, &source, config)
-                    .await
-                    .map_err(with_proxy_detail)?;
-                importer.set_target(&target);
-                match importer.prepare().await.map_err(with_proxy_detail)? {
-                    PrepareResult::AlreadyPresent(s) => s,
-                    PrepareResult::Ready(p) => {
-                        let needed = p
-                            .all_layers()
-                            .filter(|l| l.commit.is_none())
-                            .map(|l| l.layer().digest().to_string());
-                        check_staged(&staging.layout(), needed)?;
-                        importer.import(p).await.map_err(with_proxy_detail)?
-                    }
-                }
-            }
+            None => import_layout(&repo, &target, staging, tag, worker).await?,
         };
         let mut refs = Vec::new();
         if let Some(r) = &dest.ostree_ref {
@@ -341,6 +306,52 @@ pub async fn import(
             refs,
         })
     }
+}
+
+/// Read the staged layout `layout:tag` with skopeo, isolated as
+/// [`import_proxy`] says, and import it into `repo` as `target`.
+#[cfg(feature = "ostree")]
+async fn import_layout(
+    repo: &ostree_ext::ostree::Repo,
+    target: &ostree_ext::container::OstreeImageReference,
+    staging: &Staging,
+    tag: &str,
+    worker: &WorkerSpec,
+) -> anyhow::Result<Box<ostree_ext::container::store::LayeredImageState>> {
+    use ostree_ext::container::store::{ImageImporter, ImageProxyConfig, PrepareResult};
+    use ostree_ext::container::{ImageReference, OstreeImageReference, SignatureSource, Transport};
+
+    let proxy = import_proxy(worker, &staging.layout());
+    // Unverified: hostpull checked every digest and the signature
+    // policy already, before anything was written.
+    let source = OstreeImageReference {
+        sigverify: SignatureSource::ContainerPolicyAllowInsecure,
+        imgref: ImageReference {
+            transport: Transport::OciDir,
+            name: format!("{}:{tag}", proxy.layout.display()),
+        },
+    };
+    let config = ImageProxyConfig {
+        // A local layout needs no credential: give skopeo none.
+        auth_anonymous: true,
+        skopeo_cmd: Some(proxy.command),
+        ..Default::default()
+    };
+    let mut importer = ImageImporter::new(repo, &source, config)
+        .await
+        .map_err(with_proxy_detail)?;
+    importer.set_target(target);
+    Ok(match importer.prepare().await.map_err(with_proxy_detail)? {
+        PrepareResult::AlreadyPresent(s) => s,
+        PrepareResult::Ready(p) => {
+            let needed = p
+                .all_layers()
+                .filter(|l| l.commit.is_none())
+                .map(|l| l.layer().digest().to_string());
+            check_staged(&staging.layout(), needed)?;
+            importer.import(p).await.map_err(with_proxy_detail)?
+        }
+    })
 }
 
 /// containers-image-proxy 0.7 shows its `Other` errors as just "error": why
