@@ -18,32 +18,48 @@ pub const LAYERS_MAX: usize = 1024;
 /// A config is small JSON; a huge one is refused like a huge manifest.
 pub const CONFIG_MAX: u64 = 16 << 20;
 
+/// The OCI image manifest media type.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The OCI image index media type.
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+/// The Docker schema2 manifest media type.
 pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+/// The Docker schema2 manifest list media type (an index).
 pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 
+/// A content descriptor: what a manifest says about one blob or manifest.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Descriptor {
+    /// What the blob is (config, layer, manifest).
     #[serde(default)]
     pub media_type: String,
+    /// The blob's digest, checked by root.
     pub digest: Sha256Digest,
+    /// The blob's size in bytes, checked by root.
     pub size: u64,
+    /// Foreign URLs; refused when not empty.
     #[serde(default)]
     pub urls: Vec<String>,
+    /// In an index: the platform of the manifest.
     pub platform: Option<Platform>,
+    /// Annotations, kept as served.
     #[serde(default)]
     pub annotations: std::collections::BTreeMap<String, String>,
 }
 
+/// An image manifest (OCI, or Docker schema2 read alike).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Manifest {
+    /// Always 2.
     pub schema_version: u32,
+    /// The declared media type, if any.
     #[serde(default)]
     pub media_type: Option<String>,
+    /// The image configuration blob.
     pub config: Descriptor,
+    /// The layer blobs, base first.
     pub layers: Vec<Descriptor>,
 }
 
@@ -54,12 +70,16 @@ impl Manifest {
     }
 }
 
+/// An image index (OCI, or a Docker manifest list read alike).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Index {
+    /// Always 2.
     pub schema_version: u32,
+    /// The declared media type, if any.
     #[serde(default)]
     pub media_type: Option<String>,
+    /// One manifest per platform.
     pub manifests: Vec<Descriptor>,
 }
 
@@ -68,6 +88,7 @@ pub struct Index {
 pub enum Parsed {
     /// A single-platform image, with its media type (OCI or Docker schema2).
     Manifest(Manifest, &'static str),
+    /// An index, to choose a platform from.
     Index(Index),
 }
 
@@ -294,13 +315,17 @@ pub fn docker_to_oci(raw: &[u8]) -> anyhow::Result<Vec<u8>> {
 /// `OS/ARCH[/VARIANT]`, with Go's names (`linux/amd64`, `linux/arm64/v8`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct Platform {
+    /// `GOOS`, e.g. `linux`.
     pub os: String,
+    /// `GOARCH`, e.g. `amd64`.
     pub architecture: String,
+    /// The CPU variant, e.g. `v8` for arm64.
     #[serde(default)]
     pub variant: Option<String>,
 }
 
 impl Platform {
+    /// `OS/ARCH[/VARIANT]`, e.g. `linux/arm64/v8`.
     pub fn parse(s: &str) -> anyhow::Result<Self> {
         let parts: Vec<&str> = s.split('/').collect();
         let ok =

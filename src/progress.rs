@@ -15,10 +15,13 @@ pub struct Progress {
 /// One blob of the image, as progress shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobState {
+    /// The blob's digest.
     pub digest: Sha256Digest,
     /// "config" or "layer".
     pub what: &'static str,
+    /// Bytes read so far.
     pub bytes: u64,
+    /// The blob's size.
     pub total: u64,
     /// It was in the layout before the pull: nothing to fetch.
     pub cached: bool,
@@ -90,6 +93,7 @@ impl Drop for Progress {
 pub struct Screen(Option<indicatif::MultiProgress>);
 
 impl Screen {
+    /// The process's stderr, with bars if it is a terminal.
     pub fn stderr() -> Self {
         use std::io::IsTerminal as _;
         Self(std::io::stderr().is_terminal().then(|| {
@@ -298,6 +302,7 @@ impl ProgressFd {
         Ok(p)
     }
 
+    /// Whether anyone is told: a progress fd or bars.
     pub fn enabled(&self) -> bool {
         self.out.lock().unwrap().is_some()
     }

@@ -10,19 +10,28 @@ use crate::sandbox::WorkerReport;
 /// and the journal.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The image reference as given.
     pub image: String,
     /// The digest of the manifest in the layout.
     pub manifest_digest: Sha256Digest,
     /// The digest of the manifest the registry served; it differs from
     /// `manifest_digest` only for a Docker schema2 image, stored in OCI form.
     pub source_digest: Sha256Digest,
+    /// The platform chosen, `OS/ARCH[/VARIANT]`.
     pub platform: String,
+    /// The layout directory, or the ostree repository.
     pub dest: String,
+    /// The tag in the layout.
     pub tag: String,
+    /// Layers of the manifest.
     pub layers_total: usize,
+    /// Layers this pull fetched.
     pub layers_fetched: usize,
+    /// Layers that were there already.
     pub layers_reused: usize,
+    /// Bytes this pull fetched (config included).
     pub bytes_fetched: u64,
+    /// How long the pull took, in milliseconds.
     pub elapsed_ms: u128,
     /// `--max-rate`, bytes a second; null: no limit.
     pub max_rate: Option<u64>,
@@ -31,6 +40,7 @@ pub struct Report {
     /// For each host, where the credential that was used came from (never
     /// the secret).
     pub credentials: Vec<CredentialReport>,
+    /// What the worker was and did.
     pub worker: WorkerReport,
     /// With `--dest ostree:`, what the import did (`dest` is then the repository).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -40,12 +50,16 @@ pub struct Report {
 /// Where the credential for one host came from (never the secret).
 #[derive(Debug, Clone, Serialize)]
 pub struct CredentialReport {
+    /// The registry host.
     pub host: String,
+    /// The file or plugin it came from.
     pub source: String,
+    /// Its key in that source (a host or a repository path).
     pub key: String,
     /// Which of the host's candidates it was (1 is the first), of how many:
     /// the pull moves on to the next one when the registry refuses one.
     pub candidate: usize,
+    /// How many candidates the host had.
     pub candidates: usize,
 }
 
@@ -69,6 +83,7 @@ impl CredentialReport {
 }
 
 impl Report {
+    /// The one line a person reads when the pull is done.
     pub fn summary(&self) -> String {
         let into = match &self.ostree {
             Some(o) => format!("ostree:{} (commit {})", self.dest, o.commit),

@@ -22,6 +22,7 @@ use crate::sandbox::Worker;
 const MAX_SIGNATURES: usize = 64;
 /// `critical.type` of GPG simple signing and of sigstore payloads.
 pub const ATOMIC: &str = "atomic container signature";
+/// The `critical.type` of a sigstore (cosign) signature payload.
 pub const COSIGN: &str = "cosign container image signature";
 /// A sigstore attachment layer: its blob is the payload, its annotation the signature.
 const COSIGN_PAYLOAD: &str = "application/vnd.dev.cosign.simplesigning.v1+json";

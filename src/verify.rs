@@ -29,6 +29,7 @@ pub struct Verifier {
 }
 
 impl Verifier {
+    /// A check of `size` bytes against `digest`; `what` names it in errors.
     pub fn new(what: &str, digest: Sha256Digest, size: u64) -> Self {
         Self {
             what: what.to_owned(),
@@ -56,6 +57,7 @@ impl Verifier {
         Ok(())
     }
 
+    /// Fail unless exactly `size` bytes came and their digest matches.
     pub fn finish(self) -> anyhow::Result<()> {
         if self.seen != self.size {
             return fail(

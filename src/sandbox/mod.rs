@@ -48,9 +48,13 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// What the final report says about the worker.
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkerReport {
+    /// The isolation the worker ran under.
     pub sandbox: SandboxMode,
+    /// The last transient unit, under systemd.
     pub unit: Option<String>,
+    /// The uid the worker ran as.
     pub uid: Option<u32>,
+    /// The unit's peak memory, where the cgroup tells it.
     pub memory_peak_bytes: Option<u64>,
     /// From starting the proxy's worker to its `Initialize` reply.
     pub startup_ms: Option<u64>,
@@ -425,6 +429,7 @@ impl Worker {
         };
     }
 
+    /// What the final report says about this pull's workers.
     pub async fn report(&self) -> WorkerReport {
         let seen = self.observed.lock().unwrap().clone();
         let session = self.session.lock().unwrap().clone();

@@ -64,6 +64,7 @@ impl Staging {
             .with_context(|| format!("Creating a staging layout in {}", tmp.display()))
     }
 
+    /// The staging directory.
     pub fn path(&self) -> &Path {
         self.0.path()
     }
@@ -94,6 +95,7 @@ fn with_fscreate<T>(
 /// What an import did, for the `--json` result.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Imported {
+    /// The repository.
     pub repo: PathBuf,
     /// The merge commit of the image (what REF and the image ref point at).
     pub commit: String,
@@ -180,6 +182,7 @@ const INSECURE_POLICY: &str = "--insecure-policy";
 /// How the importer's skopeo starts, and where it finds the staging layout.
 #[derive(Debug)]
 pub struct ImportProxy {
+    /// The command that starts skopeo.
     pub command: std::process::Command,
     /// The layout's path as skopeo sees it.
     pub layout: PathBuf,
