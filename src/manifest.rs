@@ -97,7 +97,7 @@ pub enum Parsed {
 /// The rule: what root verifies is exactly what the consumer reads. skopeo (and
 /// so rpm-ostree and bootc) reads with Go's `encoding/json`, which matches keys
 /// to fields regardless of case and lets the last of repeated keys win; serde
-/// matches exactly and takes the first. So before the typed parse, [`strict`]
+/// matches exactly and takes the first. So before the typed parse, `strict`
 /// refuses every document the two could read differently: a key repeated, or
 /// repeated in another case (`"Layers"` beside `"layers"`); a key that only
 /// Go would take for a field (`"Digest"`); a document that is both a manifest

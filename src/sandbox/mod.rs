@@ -1,8 +1,10 @@
 //! Turns a plan into a running worker: `skopeo`, as an image proxy or for one
 //! `inspect --raw`, started with exactly what the plan allows and nothing ambient.
 //!
-//! [`WorkerSpec`] is a value; [`Worker::command`] turns it into a `Command` that
-//! tests can assert without spawning.
+//! The plan's [`WorkerSpec`] says what the worker may use; [`Worker::prepare`]
+//! stages it for its isolation, [`unit`] turns it into a `systemd-run` command
+//! that tests can assert without spawning, and a [`ProxySession`] runs one
+//! image proxy session, watched as the unit it is.
 
 mod curl;
 pub mod monitor;
