@@ -2,7 +2,7 @@
 //! `inspect --raw`, started with exactly what the plan allows and nothing ambient.
 //!
 //! The plan's [`WorkerSpec`] says what the worker may use; [`Worker::prepare`]
-//! stages it for its isolation, [`unit`] turns it into a `systemd-run` command
+//! stages it for its isolation, [`unit`](mod@unit) turns it into a `systemd-run` command
 //! that tests can assert without spawning, and a [`ProxySession`] runs one
 //! image proxy session, watched as the unit it is.
 
