@@ -18,7 +18,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -96,6 +96,9 @@ pub struct Worker {
     /// What its isolation needs to start each worker.
     mode: Mode,
     seq: AtomicU32,
+    /// Whether a worker process was started at all: without systemd, only
+    /// then are there children to stop.
+    started: AtomicBool,
     units: Mutex<Vec<String>>,
     observed: Mutex<Option<Observed>>,
     session: Mutex<Session>,
@@ -166,6 +169,7 @@ impl Worker {
             staging: Some(staging),
             mode,
             seq: AtomicU32::new(0),
+            started: AtomicBool::new(false),
             units: Mutex::default(),
             observed: Mutex::default(),
             session: Mutex::default(),
@@ -390,6 +394,7 @@ impl Worker {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let run = async move {
+            self.started.store(true, Ordering::Relaxed);
             let mut c = tokio::process::Command::from(cmd);
             c.kill_on_drop(true);
             let mut child = c.spawn().map_err(|e| {
@@ -477,7 +482,9 @@ impl Worker {
                     }
                 }
             }
-            Mode::Plain { .. } => kill_children(),
+            // Other children (a test's, say) are none of a worker's business.
+            Mode::Plain { .. } if self.started.load(Ordering::Relaxed) => kill_children(),
+            Mode::Plain { .. } => {}
         }
     }
 

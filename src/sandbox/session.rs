@@ -2,6 +2,7 @@
 //! configuration, the unit it runs as and the watch on that unit, in one value
 //! that serves the blob fetch and the fetch of attached signatures alike.
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -75,6 +76,7 @@ impl ProxySession<'_> {
         } = self;
         let session = async {
             let started = Instant::now();
+            worker.started.store(true, Ordering::Relaxed);
             let proxy = ImageProxy::new_with_config(config)
                 .await
                 .map_err(|e| proxy_failure("starting the worker", e))?;
