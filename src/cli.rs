@@ -221,7 +221,7 @@ async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
 async fn pull_to_dest(
     plan: plan::Plan,
     progress: &Progress,
-) -> anyhow::Result<crate::progress::Report> {
+) -> anyhow::Result<crate::report::Report> {
     let Some(dest) = plan.ostree.clone() else {
         return crate::fetch::pull(&plan, progress).await;
     };
@@ -362,7 +362,7 @@ fn init_logging(screen: &Screen) {
 
 /// A finished pull, as a journal entry with fields (only under the journal:
 /// on a terminal the summary line says it).
-fn journal_report(report: &crate::progress::Report) {
+fn journal_report(report: &crate::report::Report) {
     if std::env::var_os("JOURNAL_STREAM").is_some() {
         tracing::info!(
             image = %report.image,

@@ -57,29 +57,57 @@ pub const EXIT_CODES: &[(i32, &str)] = &[
 ];
 
 impl Kind {
+    /// The process's exit code for this kind.
     pub fn exit_code(self) -> i32 {
         self as i32
     }
+}
+
+/// Whether a pull that failed so may succeed when tried again, decided where
+/// the failure is made (not read back from its kind or words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Retry {
+    /// Trying again would fail the same way.
+    #[default]
+    Never,
+    /// A network error or a registry's transient answer: try again.
+    Transient,
+    /// No data came for too long: try again, but only a few times.
+    Stalled,
 }
 
 /// A failure with a meaning for the caller. `detail` is an optional second line,
 /// typically skopeo's own text.
 #[derive(Debug)]
 pub struct Failure {
+    /// What the exit code says.
     pub kind: Kind,
+    /// The first line of the error.
     pub message: String,
+    /// The second line, if any.
     pub detail: Option<String>,
+    /// Whether the pull tries again after it.
+    pub retry: Retry,
 }
 
 impl Failure {
+    /// A final failure (not retried) of `kind`.
     pub fn new(kind: Kind, message: impl Into<String>) -> Self {
         Self {
             kind,
             message: message.into(),
             detail: None,
+            retry: Retry::Never,
         }
     }
 
+    /// The same failure, retried as `retry` says.
+    pub fn with_retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// The same failure with a second line, folded into one line.
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
         let detail = one_line(&detail.into());
         if !detail.is_empty() {
@@ -107,6 +135,7 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
     failure(err).map_or(Kind::Internal, |f| f.kind).exit_code()
 }
 
+/// The first [`Failure`] in an error chain.
 pub fn failure(err: &anyhow::Error) -> Option<&Failure> {
     err.chain().find_map(|e| e.downcast_ref::<Failure>())
 }
@@ -179,7 +208,7 @@ pub fn serde_redacted(e: &dyn fmt::Display) -> String {
 /// after which the text is the registry's own (an error code's message, a
 /// response body), so that text never decides, even when what came first says
 /// nothing. From protocol 0.2.8 on, the worker's own `retryable` code comes
-/// first (`fetch::proxy_failure`).
+/// first (`sandbox::proxy_failure`).
 pub fn classify_worker_text(text: &str) -> Kind {
     let segments: Vec<&str> = segments(text)
         .into_iter()

@@ -1,32 +1,25 @@
 //! The pull itself: resolve the manifest, then fetch every missing blob through a
 //! proxy session, several in flight, verifying each on root's side.
 
-use std::collections::VecDeque;
+mod transfer;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use containers_image_proxy::{Error as ProxyError, ImageProxy, OpenedImage};
-use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::error::{Failure, Kind, fail, failure};
+use crate::digest::{self, Sha256Digest};
+use crate::error::{Failure, Kind, Retry, fail, failure};
 use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
 use crate::plan::Plan;
-use crate::plan::imgref::{ImageRef, Sha256Digest};
-use crate::progress::{BlobState, Progress, Report};
-use crate::sandbox::{Worker, worker_failure};
+use crate::plan::imgref::ImageRef;
+use crate::progress::{BlobState, Progress};
+use crate::report::{CredentialReport, Report};
+use crate::sandbox::Worker;
 use crate::signature::Verdict;
 use crate::store::Layout;
 use crate::verify;
-
-/// GetBlob requests kept in flight. skopeo serves one request at a time, but
-/// transfers overlap once several pipes are open; 4 was fastest in the lab.
-/// Under `--max-rate`, fewer at low caps ([`crate::rate::in_flight`]).
-const IN_FLIGHT: usize = 4;
-/// The size blob pipes are widened to without a cap; see [`widen_pipes`].
-const PIPE_SIZE: usize = 1 << 20;
-/// The most one read from a blob pipe asks for.
-const READ_BUF: usize = 1 << 20;
+use transfer::{Watchdog, transfer};
 
 /// A manifest that root has hashed and checked, ready to fetch.
 #[derive(Debug)]
@@ -66,7 +59,7 @@ impl Resolved {
         Ok(Self {
             toplevel,
             source_digest,
-            digest: verify::sha256(&raw),
+            digest: digest::sha256(&raw),
             raw,
             manifest,
         })
@@ -139,47 +132,67 @@ pub async fn pull_into(
         elapsed_ms: start.elapsed().as_millis(),
         max_rate: plan.max_rate,
         signature,
-        credentials: crate::progress::CredentialReport::of_attempt(&plan.credentials, n),
+        credentials: CredentialReport::of_attempt(&plan.credentials, n),
         worker: report,
         ostree: None,
     })
 }
 
-/// What survives from one attempt to the next: the verified manifest, the
-/// locked layout with the blobs verified so far, and what was missing at first.
+/// How far a pull has come; a retry goes on from there, with a new worker
+/// session, and fetches only what is still missing: verified blobs are kept.
 #[derive(Debug, Default)]
-struct Kept {
-    resolved: Option<Resolved>,
-    signature: Option<Verdict>,
-    layout: Option<Arc<Layout>>,
-    missing: Option<Vec<Descriptor>>,
+enum Stage {
+    /// Nothing established yet.
+    #[default]
+    Start,
+    /// Root has hashed and checked the manifest.
+    Resolved(Resolved),
+    /// The signature policy accepted it; nothing is written before that.
+    Accepted {
+        resolved: Resolved,
+        signature: Verdict,
+    },
+    /// The layout is locked, and what it was missing is known.
+    Ready(Ready),
+}
+
+/// A pull that may fetch: the verified manifest, the policy's verdict, the
+/// locked layout, and the blobs that were missing at first.
+#[derive(Debug)]
+struct Ready {
+    resolved: Resolved,
+    signature: Verdict,
+    layout: Arc<Layout>,
+    missing: Vec<Descriptor>,
 }
 
 /// The pull, retried on transient errors with exponential backoff and jitter,
 /// within the overall `--timeout`. Each retry starts a new worker session and
-/// fetches only what is still missing: verified blobs are kept.
+/// goes on from the [`Stage`] the last one reached.
 async fn pull_with(
     worker: &Worker,
     plan: &Plan,
     dir: LayoutDir<'_>,
     progress: &Progress,
 ) -> anyhow::Result<(Resolved, Vec<Descriptor>, Verdict)> {
-    let mut state = Kept::default();
+    let mut stage = Stage::Start;
     let last_error = std::sync::Mutex::new(None::<String>);
     let retrying = async {
         let mut stalls = 0;
-        for attempt in 1.. {
-            let Err(e) = try_pull(worker, plan, dir, &mut state, progress).await else {
-                break;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let e = match try_pull(worker, plan, dir, &mut stage, progress).await {
+                Ok(ready) => return Ok(ready),
+                Err(e) => e,
             };
             let detail = failure(&e)
                 .and_then(|f| f.detail.as_deref())
                 .unwrap_or_default();
             *last_error.lock().unwrap() = Some(crate::error::one_line(&format!("{e:#}: {detail}")));
-            let stalled = failure(&e).is_some_and(|f| f.message.starts_with(STALLED));
-            stalls += u32::from(stalled);
-            let transient = failure(&e).is_some_and(|f| f.kind == Kind::Network);
-            if !transient || attempt >= MAX_ATTEMPTS || stalls >= MAX_STALLS {
+            let retry = failure(&e).map_or(Retry::Never, |f| f.retry);
+            stalls += u32::from(retry == Retry::Stalled);
+            if retry == Retry::Never || attempt >= MAX_ATTEMPTS || stalls >= MAX_STALLS {
                 return Err(e);
             }
             let delay = backoff(attempt);
@@ -191,113 +204,165 @@ async fn pull_with(
             worker.stop_units().await;
             tokio::time::sleep(delay).await;
         }
-        Ok(())
     };
-    if let Ok(r) = tokio::time::timeout(plan.retry.timeout, retrying).await {
-        r?;
-    } else {
-        // Say what kept failing, not only that time ran out.
-        let timeout = plan.retry.timeout.as_secs();
-        let f = Failure::new(
-            Kind::Network,
-            format!("timed out: the pull took longer than --timeout {timeout}s"),
-        );
-        return Err(match last_error.into_inner().unwrap() {
-            Some(last) => f.with_detail(format!("last attempt: {last}")),
-            None => f,
+    let ready = match tokio::time::timeout(plan.retry.timeout, retrying).await {
+        Ok(r) => r?,
+        Err(_) => {
+            // Say what kept failing, not only that time ran out.
+            let timeout = plan.retry.timeout.as_secs();
+            let f = Failure::new(
+                Kind::Network,
+                format!("timed out: the pull took longer than --timeout {timeout}s"),
+            );
+            return Err(match last_error.into_inner().unwrap() {
+                Some(last) => f.with_detail(format!("last attempt: {last}")),
+                None => f,
+            }
+            .into());
         }
-        .into());
-    }
-    let Kept {
-        resolved,
-        missing,
-        signature,
-        ..
-    } = state;
-    Ok((
-        resolved.expect("resolved"),
-        missing.expect("checked"),
-        signature.expect("checked"),
-    ))
+    };
+    Ok((ready.resolved, ready.missing, ready.signature))
 }
 
 /// Attempts at most, and stalls at most, before a transient error is final.
 const MAX_ATTEMPTS: u32 = 5;
 const MAX_STALLS: u32 = 2;
+/// How a stall's message starts.
 const STALLED: &str = "stalled:";
 
 /// 1 s, 2 s, 4 s, 8 s … capped at 30 s, each times a random factor in [0.5, 1.5).
 fn backoff(attempt: u32) -> std::time::Duration {
+    backoff_with(attempt, crate::sandbox::rand_u32())
+}
+
+/// [`backoff`] with the random factor drawn from `random`.
+fn backoff_with(attempt: u32, random: u32) -> std::time::Duration {
     let base = 1000u64
         .saturating_mul(1 << attempt.saturating_sub(1).min(5))
         .min(30_000);
-    let jitter = 0.5 + f64::from(crate::sandbox::rand_u32()) / f64::from(u32::MAX);
+    let jitter = 0.5 + f64::from(random) / f64::from(u32::MAX);
     std::time::Duration::from_millis((base as f64 * jitter) as u64)
 }
 
+/// One attempt: take `stage` as far as it goes, and fetch. On an error,
+/// `stage` keeps what was established.
 async fn try_pull(
     worker: &Worker,
     plan: &Plan,
     dir: LayoutDir<'_>,
-    p: &mut Kept,
+    stage: &mut Stage,
     progress: &Progress,
-) -> anyhow::Result<()> {
-    let resolved = match &p.resolved {
-        Some(r) => r,
-        None => {
-            progress.steps("resolving the manifest", 0, 3);
-            let r = tokio::time::timeout(plan.retry.stall, resolve(worker, plan))
-                .await
-                .unwrap_or_else(|_| {
-                    fail(
-                        Kind::Network,
-                        format!(
-                            "{STALLED} no manifest from the registry in {}s",
-                            plan.retry.stall.as_secs()
-                        ),
-                    )
-                })?;
-            p.resolved.insert(r)
-        }
-    };
-    // Before the layout is touched: a rejected image leaves no trace.
-    if p.signature.is_none() {
-        let mut digests = vec![resolved.toplevel.clone()];
-        if resolved.source_digest != resolved.toplevel {
-            digests.push(resolved.source_digest.clone());
-        }
-        p.signature = Some(crate::signature::check(worker, plan, &digests).await?);
-    }
-    let layout = match &p.layout {
-        Some(l) => l,
-        None => {
-            let path = dir()?;
-            let l = tokio::task::spawn_blocking(move || Layout::open_locked(&path)).await??;
-            p.layout.insert(Arc::new(l))
-        }
-    };
-    if p.missing.is_none() {
-        // What an ostree destination has already (store::ostree::held) need not
-        // come: it is neither fetched nor staged.
-        let held = match &plan.ostree {
-            Some(o) => {
-                crate::store::ostree::held(o, &plan.image, &resolved.digest, &resolved.manifest)?
+) -> anyhow::Result<Ready> {
+    loop {
+        *stage = match std::mem::take(stage) {
+            Stage::Start => Stage::Resolved(resolve_in_time(worker, plan, progress).await?),
+            // Before the layout is touched: a rejected image leaves no trace.
+            Stage::Resolved(resolved) => match check_signature(worker, plan, &resolved).await {
+                Ok(signature) => Stage::Accepted {
+                    resolved,
+                    signature,
+                },
+                Err(e) => {
+                    *stage = Stage::Resolved(resolved);
+                    return Err(e);
+                }
+            },
+            Stage::Accepted {
+                resolved,
+                signature,
+            } => match open_layout(plan, dir, &resolved).await {
+                Ok((layout, missing)) => Stage::Ready(Ready {
+                    resolved,
+                    signature,
+                    layout,
+                    missing,
+                }),
+                Err(e) => {
+                    *stage = Stage::Accepted {
+                        resolved,
+                        signature,
+                    };
+                    return Err(e);
+                }
+            },
+            Stage::Ready(ready) => {
+                let r = &ready.resolved;
+                let fetched =
+                    fetch_into(worker, plan, (r, &ready.layout), &ready.missing, progress);
+                match fetched.await {
+                    Ok(()) => return Ok(ready),
+                    Err(e) => {
+                        *stage = Stage::Ready(ready);
+                        return Err(e);
+                    }
+                }
             }
-            None => Default::default(),
         };
-        let mut missing: Vec<Descriptor> = Vec::new();
-        for d in resolved.manifest.blobs() {
-            if !layout.has_blob(d)?
-                && !held.contains(&d.digest)
-                && !missing.iter().any(|t| t.digest == d.digest)
-            {
-                missing.push(d.clone());
-            }
-        }
-        p.missing = Some(missing);
     }
-    let missing = p.missing.as_deref().expect("checked");
-    fetch_into(worker, plan, (resolved, layout), missing, progress).await
+}
+
+/// [`resolve`], or a stall when the registry sends no manifest in time.
+async fn resolve_in_time(
+    worker: &Worker,
+    plan: &Plan,
+    progress: &Progress,
+) -> anyhow::Result<Resolved> {
+    progress.steps("resolving the manifest", 0, 3);
+    let stall = plan.retry.stall;
+    match tokio::time::timeout(stall, resolve(worker, plan)).await {
+        Ok(r) => r,
+        Err(_) => Err(Failure::new(
+            Kind::Network,
+            format!(
+                "{STALLED} no manifest from the registry in {}s",
+                stall.as_secs()
+            ),
+        )
+        .with_retry(Retry::Stalled)
+        .into()),
+    }
+}
+
+/// The signature policy's verdict on the manifest the registry served (and
+/// the index it came from).
+async fn check_signature(
+    worker: &Worker,
+    plan: &Plan,
+    resolved: &Resolved,
+) -> anyhow::Result<Verdict> {
+    let mut digests = vec![resolved.toplevel.clone()];
+    if resolved.source_digest != resolved.toplevel {
+        digests.push(resolved.source_digest.clone());
+    }
+    crate::signature::check(worker, plan, &digests).await
+}
+
+/// Lock the layout, and list the blobs it lacks. What an ostree destination
+/// has already (store::ostree::held) need not come: it is neither fetched
+/// nor staged.
+async fn open_layout(
+    plan: &Plan,
+    dir: LayoutDir<'_>,
+    resolved: &Resolved,
+) -> anyhow::Result<(Arc<Layout>, Vec<Descriptor>)> {
+    let path = dir()?;
+    let layout = tokio::task::spawn_blocking(move || Layout::open_locked(&path)).await??;
+    let held = match &plan.ostree {
+        Some(o) => {
+            crate::store::ostree::held(o, &plan.image, &resolved.digest, &resolved.manifest)?
+        }
+        None => Default::default(),
+    };
+    let mut missing: Vec<Descriptor> = Vec::new();
+    for d in resolved.manifest.blobs() {
+        if !layout.has_blob(d)?
+            && !held.contains(&d.digest)
+            && !missing.iter().any(|t| t.digest == d.digest)
+        {
+            missing.push(d.clone());
+        }
+    }
+    Ok((Arc::new(layout), missing))
 }
 
 /// Resolves on SIGINT or SIGTERM, with the matching exit code.
@@ -319,7 +384,7 @@ pub(crate) async fn cancelled() -> Kind {
 /// pick the platform from an index.
 async fn resolve(worker: &Worker, plan: &Plan) -> anyhow::Result<Resolved> {
     let raw = worker.inspect_raw(&plan.image, MANIFEST_MAX).await?;
-    let digest = verify::sha256(&raw);
+    let digest = digest::sha256(&raw);
     if let Some(pinned) = &plan.image.digest
         && *pinned != digest
     {
@@ -404,88 +469,21 @@ async fn fetch_blobs(
 ) -> anyhow::Result<()> {
     let todo = &tally.todo;
     let stall = plan.retry.stall;
-    let (config, unit) = worker.proxy_config()?;
     let watchdog = Watchdog::new(todo.len(), plan.max_rate);
-    let session = async {
-        let started = Instant::now();
-        let proxy = ImageProxy::new_with_config(config)
-            .await
-            .map_err(|e| proxy_failure("starting the worker", e))?;
-        worker.record_session(started.elapsed(), &proxy);
-        let result = async {
-            let img = proxy
-                .open_image(&image.to_transport())
-                .await
-                .map_err(|e| proxy_failure(&format!("opening {image}"), e))?;
-            transfer(&proxy, &img, layout, todo, &watchdog).await?;
-            proxy
-                .close_image(&img)
-                .await
-                .map_err(|e| proxy_failure("closing the image", e))
-        }
-        .await;
-        match result {
-            Ok(()) => proxy
-                .finalize()
-                .await
-                .map_err(|e| proxy_failure("stopping the worker", e)),
-            // Dropping the proxy closes its socket, and skopeo exits on that.
-            Err(e) => Err(e),
-        }
-    };
+    let session = worker.proxy_session()?.timed();
+    let session = session.run(image, async |proxy, img| {
+        transfer(proxy, img, layout, todo, &watchdog).await
+    });
     tokio::select! {
-        r = worker.observe(unit.as_deref(), session) => r,
+        r = session => r,
         never = report_bytes(progress, &watchdog, tally) => match never {},
-        () = watchdog.stalled(stall) => fail(
+        () = watchdog.stalled(stall) => Err(Failure::new(
             Kind::Network,
             format!("{STALLED} no data from the registry for {}s (--stall-timeout)", stall.as_secs()),
-        ),
+        )
+        .with_retry(Retry::Stalled)
+        .into()),
     }
-}
-
-/// Small blobs of `image` (signature payloads), whole and verified, in one
-/// proxy session.
-pub async fn fetch_small(
-    worker: &Worker,
-    image: &ImageRef,
-    blobs: &[Descriptor],
-) -> anyhow::Result<Vec<Vec<u8>>> {
-    let (config, unit) = worker.proxy_config()?;
-    let session = async {
-        let proxy = ImageProxy::new_with_config(config)
-            .await
-            .map_err(|e| proxy_failure("starting the worker", e))?;
-        let img = proxy
-            .open_image(&image.to_transport())
-            .await
-            .map_err(|e| proxy_failure(&format!("opening {image}"), e))?;
-        let mut out = Vec::new();
-        for d in blobs {
-            if d.size > MANIFEST_MAX {
-                return fail(
-                    Kind::Verify,
-                    format!("blob {} of {image} is larger than 4 MiB", d.digest),
-                );
-            }
-            let doing = format!("fetching {} of {image}", d.digest);
-            let (reader, finish) = open_blob(&proxy, &img, d)
-                .await
-                .map_err(|e| proxy_failure(&doing, e))?;
-            let mut buf = Vec::new();
-            let mut reader = reader.take(d.size + 1);
-            let (read, finished) = tokio::join!(reader.read_to_end(&mut buf), finish);
-            finished.map_err(|e| proxy_failure(&doing, e))?;
-            read.with_context(|| doing.clone())?;
-            verify::check_bytes("blob", &buf, &d.digest, d.size)?;
-            out.push(buf);
-        }
-        proxy
-            .finalize()
-            .await
-            .map_err(|e| proxy_failure("stopping the worker", e))?;
-        Ok(out)
-    };
-    worker.observe(unit.as_deref(), session).await
 }
 
 /// Where every blob stands, ten times a second, while anyone is told.
@@ -542,313 +540,6 @@ fn what(d: &Descriptor) -> &'static str {
     }
 }
 
-/// When a byte last arrived. skopeo has no timeout of its own: a registry that
-/// stops sending mid-blob leaves it blocked for good (seen for over 240 s).
-#[derive(Debug, Clone)]
-struct Watchdog {
-    start: Instant,
-    last_ms: Arc<std::sync::atomic::AtomicU64>,
-    /// Bytes read so far of each blob being fetched, for progress.
-    read: Arc<Vec<std::sync::atomic::AtomicU64>>,
-    /// `--max-rate`: one bucket for every blob of the pull.
-    pacer: Option<crate::rate::Pacer>,
-}
-
-impl Watchdog {
-    fn new(blobs: usize, max_rate: Option<u64>) -> Self {
-        Self {
-            start: Instant::now(),
-            last_ms: Arc::default(),
-            read: Arc::new((0..blobs).map(|_| Default::default()).collect()),
-            pacer: max_rate.map(crate::rate::Pacer::new),
-        }
-    }
-
-    /// How many blobs to keep open at once.
-    fn in_flight(&self) -> usize {
-        self.pacer
-            .as_ref()
-            .map_or(IN_FLIGHT, |p| crate::rate::in_flight(p.rate(), IN_FLIGHT))
-    }
-
-    /// Wait until a blob may be opened: under a cap, once the bucket is out
-    /// of debt, then charge the buffers the registry fills when it opens.
-    async fn open(&self, size: u64) {
-        if let Some(p) = &self.pacer {
-            p.ready().await;
-            p.opened(size);
-        }
-    }
-
-    /// The most one read from a blob pipe asks for.
-    fn chunk(&self) -> usize {
-        self.pacer.as_ref().map_or(READ_BUF, |p| p.chunk(READ_BUF))
-    }
-
-    /// `n` bytes of blob `i` (of `size`) were just read: under a cap, wait
-    /// until the pull may read more, and until it is blob `i`'s turn.
-    async fn paced(&self, i: usize, size: u64, n: usize) {
-        if let Some(p) = &self.pacer {
-            let read = self.read[i].load(std::sync::atomic::Ordering::Relaxed);
-            let n = n as u64;
-            p.read(i, size, read.saturating_sub(n), n).await;
-        }
-    }
-
-    /// `n` more bytes of blob `i` (0 at its end).
-    fn kick(&self, i: usize, n: usize) {
-        if let Some(p) = self.pacer.as_ref().filter(|_| n == 0) {
-            p.done(i);
-        }
-        self.read[i].fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        let now = self.start.elapsed().as_millis() as u64;
-        self.last_ms
-            .store(now, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Resolves once no byte has arrived for `stall`. Time that the cap
-    /// holds the readers back is ours, not the registry's: a paced pull is
-    /// never taken for a stalled one.
-    async fn stalled(&self, stall: Duration) {
-        loop {
-            let last =
-                Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
-            let mut quiet = self.start.elapsed().saturating_sub(last);
-            if let Some(p) = &self.pacer {
-                quiet = quiet.min(p.free_at().elapsed());
-            }
-            if quiet >= stall {
-                return;
-            }
-            tokio::time::sleep(stall - quiet).await;
-        }
-    }
-}
-
-/// Keep `IN_FLIGHT` blobs streaming (under a cap as many as it allows, each
-/// opened once it allows: [`Watchdog::open`]). Below protocol 0.2.8, skopeo
-/// answers one request at a time and a FinishPipe returns only when its blob
-/// is complete, so requests go out in a strict order, GetBlob A B C D,
-/// FinishPipe A, GetBlob E, FinishPipe B, …: while FinishPipe waits for the
-/// oldest blob, the younger ones keep flowing. From 0.2.8 on, `GetRawBlob` hands over the blob without
-/// hashing it in the worker (root hashes it anyway) and reports the worker's
-/// side on an error pipe of its own, with a typed `retryable` code. Each pipe is
-/// read, hashed and written by a task of its own, so that the hashing of
-/// several blobs spreads over the cores.
-async fn transfer(
-    proxy: &ImageProxy,
-    img: &OpenedImage,
-    layout: &Arc<Layout>,
-    todo: &[Descriptor],
-    watchdog: &Watchdog,
-) -> anyhow::Result<()> {
-    let mut pending = todo.iter().enumerate();
-    let mut window = VecDeque::new();
-    let result = async {
-        loop {
-            while window.len() < watchdog.in_flight() {
-                let Some((i, d)) = pending.next() else { break };
-                let what = what(d);
-                let doing = format!("fetching {what} {}", d.digest);
-                watchdog.open(d.size).await;
-                let (reader, finish) = open_blob(proxy, img, d)
-                    .await
-                    .map_err(|e| proxy_failure(&doing, e))?;
-                // Under a cap the kernel's 64 KiB is plenty, and what a
-                // wider pipe holds reaches the registry as a burst.
-                if watchdog.pacer.is_none() {
-                    widen_pipes();
-                }
-                let reading = Reader(tokio::spawn(consume(
-                    reader,
-                    Arc::clone(layout),
-                    what,
-                    d.clone(),
-                    (watchdog.clone(), i),
-                )));
-                window.push_back((doing, finish, reading));
-            }
-            let Some((doing, finish, mut reading)) = window.pop_front() else {
-                break;
-            };
-            let theirs = finish.await;
-            let ours = (&mut reading.0).await.unwrap_or_else(|e| {
-                Err(Consumed::Early(anyhow::anyhow!("blob reader failed: {e}")))
-            });
-            merge_errors(&doing, ours, theirs)?;
-        }
-        Ok(())
-    }
-    .await;
-    // On an error, stop the other readers: that closes their pipes, so skopeo
-    // stops writing, and drops their temp files.
-    for (_, _, mut reading) in window {
-        reading.0.abort();
-        let _ = (&mut reading.0).await;
-    }
-    result
-}
-
-/// A blob's data, and the worker's verdict on sending it (FinishPipe's reply,
-/// or what `GetRawBlob`'s error pipe says).
-type BlobPipe<'a> = (
-    Box<dyn tokio::io::AsyncRead + Send + Unpin>,
-    std::pin::Pin<Box<dyn Future<Output = Result<(), ProxyError>> + Send + 'a>>,
-);
-
-/// Ask the worker for blob `d`: `GetRawBlob` where it speaks 0.2.8, else `GetBlob`.
-async fn open_blob<'a>(
-    proxy: &'a ImageProxy,
-    img: &OpenedImage,
-    d: &Descriptor,
-) -> Result<BlobPipe<'a>, ProxyError> {
-    let digest = oci_spec::image::Digest::try_from(d.digest.as_str())
-        .map_err(|e| ProxyError::Other(e.to_string().into()))?;
-    if !proxy.supports_get_raw_blob() {
-        let (reader, finish) = proxy.get_blob(img, &digest, d.size).await?;
-        return Ok((Box::new(reader), Box::pin(finish)));
-    }
-    let (size, file, errors) = proxy.get_raw_blob(img, &digest).await?;
-    // The registry's Content-Length, as the worker tells it: a wrong one is
-    // caught by root's own count anyway, but need not be streamed first.
-    if let Some(size) = size.filter(|&s| s != d.size) {
-        return Err(ProxyError::Other(
-            format!(
-                "size mismatch: the registry sends {size} bytes, the descriptor says {}",
-                d.size
-            )
-            .into(),
-        ));
-    }
-    Ok((
-        Box::new(file),
-        Box::pin(async move { errors.await.map_err(ProxyError::from) }),
-    ))
-}
-
-/// A blob reader task, aborted when dropped: a pull that is cancelled (its
-/// future dropped) stops reading at once, which closes the pipes.
-#[derive(Debug)]
-struct Reader(tokio::task::JoinHandle<Result<(), Consumed>>);
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Merge a blob's two outcomes. When we stopped reading early (too many bytes,
-/// a full disk), the worker's complaint about the closed pipe is only a
-/// consequence: ours stands. When the stream ended short, the worker's own
-/// error (a reset connection, say) explains it better, if it says anything
-/// we can classify.
-fn merge_errors(
-    doing: &str,
-    ours: Result<(), Consumed>,
-    theirs: Result<(), ProxyError>,
-) -> anyhow::Result<()> {
-    match (ours, theirs) {
-        (Ok(()), Ok(())) => Ok(()),
-        (Err(Consumed::Early(e) | Consumed::AtEnd(e)), Ok(()))
-        | (Err(Consumed::Early(e)), Err(_)) => Err(e),
-        (Ok(()), Err(e)) => Err(proxy_failure(doing, e)),
-        (Err(Consumed::AtEnd(ours)), Err(theirs)) => {
-            let theirs = proxy_failure(doing, theirs);
-            let theirs_kind = failure(&theirs).map(|f| f.kind);
-            if theirs_kind.is_some_and(|k| k != Kind::Worker) {
-                Err(theirs)
-            } else {
-                Err(ours)
-            }
-        }
-    }
-}
-
-/// How reading a blob pipe failed: before its end (we stopped reading, so the
-/// worker saw a broken pipe) or at its end (a short or corrupt blob).
-#[derive(Debug)]
-enum Consumed {
-    Early(anyhow::Error),
-    AtEnd(anyhow::Error),
-}
-
-/// Stream a blob pipe into a verifying sink. Hashing happens inline: SHA-256
-/// with SHA-NI costs less per chunk than a hand-off to another thread. Writes
-/// that reach the disk may block for a while under writeback throttling, so
-/// they leave the async worker to others (`block_in_place`).
-async fn consume(
-    mut reader: impl AsyncRead + Unpin,
-    layout: Arc<Layout>,
-    what: &'static str,
-    d: Descriptor,
-    (watchdog, i): (Watchdog, usize),
-) -> Result<(), Consumed> {
-    let mut sink = layout
-        .blob_sink(what, &d.digest, d.size)
-        .map_err(Consumed::Early)?;
-    let mut buf = vec![0u8; watchdog.chunk()];
-    loop {
-        let n = reader
-            .read(&mut buf)
-            .await
-            .context("Reading blob pipe")
-            .map_err(Consumed::AtEnd)?;
-        watchdog.kick(i, n);
-        if n == 0 {
-            return tokio::task::block_in_place(|| sink.commit()).map_err(Consumed::AtEnd);
-        }
-        let chunk = &buf[..n];
-        let written = if sink.would_flush(n) {
-            tokio::task::block_in_place(|| sink.write(chunk))
-        } else {
-            sink.write(chunk)
-        };
-        written.map_err(Consumed::Early)?;
-        watchdog.paced(i, d.size, n).await;
-    }
-}
-
-/// A proxy error as a [`Failure`]. From protocol 0.2.8 on, the worker marks
-/// transient errors itself (`error_code: "retryable"`, containers/common's
-/// `IsErrorRetryable()`); that fact, not its wording, makes them transient.
-fn proxy_failure(doing: &str, e: ProxyError) -> anyhow::Error {
-    let mut f: Failure = worker_failure(doing, &e.to_string());
-    if e.is_retryable() && f.kind != Kind::Network {
-        f = Failure::new(Kind::Network, format!("transient error while {doing}"))
-            .with_detail(f.detail.unwrap_or_default());
-    }
-    f.into()
-}
-
-/// Blob pipes come from skopeo with the kernel's default 64 KiB. Each read
-/// then moves at most that much through tokio's blocking pool, and skopeo's
-/// writer parks whenever the pipe is full; a 1 MiB pipe cut a 512 MiB pull from
-/// 2.65 s to 2.0 s here. containers-image-proxy does not expose the pipe's fd,
-/// so the pipes this process holds are reopened through /proc/self/fd (which
-/// reaches the same pipe) and widened there.
-fn widen_pipes() {
-    use std::os::unix::fs::OpenOptionsExt;
-    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    for fd in fds.flatten() {
-        let is_pipe =
-            std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("pipe:"));
-        if !is_pipe {
-            continue;
-        }
-        let nonblock = rustix::fs::OFlags::NONBLOCK.bits() as i32;
-        if let Ok(pipe) = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(nonblock)
-            .open(fd.path())
-            && rustix::pipe::fcntl_getpipe_size(&pipe).is_ok_and(|size| size < PIPE_SIZE)
-        {
-            let _ = rustix::pipe::fcntl_setpipe_size(&pipe, PIPE_SIZE);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -866,61 +557,24 @@ mod tests {
 
     const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 
-    /// The worker's `error_code` (0.2.8), not its words, makes an error
-    /// transient: a reply or an error pipe that says "retryable" is retried
-    /// whatever it says; the same words without the code are not.
     #[test]
-    fn proxy_failure_retries_what_the_worker_marks_retryable() {
-        use containers_image_proxy::GetBlobError;
-        let words = "lying-worker refuses this blob once";
-        let reply = |retryable| {
-            let (method, error) = ("GetRawBlob".into(), words.into());
-            if retryable {
-                ProxyError::RetryableRequestFailure { method, error }
-            } else {
-                ProxyError::RequestInitiationFailure { method, error }
-            }
-        };
-        let unauthorized = ProxyError::RetryableRequestFailure {
-            method: "GetRawBlob".into(),
-            error: "reading blob: unauthorized: authentication required".into(),
-        };
-        // (error, exit code, message)
-        let cases = [
-            (reply(true), 6, "transient error while fetching layer x"),
-            (reply(false), 8, "worker failed while fetching layer x"),
-            (
-                GetBlobError::Retryable(words.into()).into(),
-                6,
-                "transient error while fetching layer x",
-            ),
-            (
-                GetBlobError::Other(words.into()).into(),
-                8,
-                "worker failed while fetching layer x",
-            ),
-            // The code wins over words that would read otherwise.
-            (unauthorized, 6, "transient error while fetching layer x"),
-            (
-                ProxyError::Other("connection reset by peer".into()),
-                6,
-                "network error while fetching layer x",
-            ),
-        ];
-        for (e, code, message) in cases {
-            let shown = e.to_string();
-            let f = proxy_failure("fetching layer x", e);
-            assert_eq!(crate::error::exit_code(&f), code, "{shown}");
-            assert_eq!(failure(&f).unwrap().message, message, "{shown}");
-            assert!(
-                failure(&f)
-                    .unwrap()
-                    .detail
-                    .as_deref()
-                    .unwrap()
-                    .contains(shown.rsplit(": ").next().unwrap()),
-                "{shown}: {f:#}"
-            );
+    fn backoff_doubles_to_a_cap_with_jitter() {
+        let ms = |attempt, random| backoff_with(attempt, random).as_millis();
+        for (attempt, base) in [
+            (1, 1000),
+            (2, 2000),
+            (3, 4000),
+            (5, 16_000),
+            (6, 30_000),
+            (40, 30_000),
+        ] {
+            assert_eq!(ms(attempt, 0), base / 2, "{attempt}");
+            assert_eq!(ms(attempt, u32::MAX), base * 3 / 2, "{attempt}");
+        }
+        assert_eq!(ms(0, 0), 500);
+        for attempt in 1..10 {
+            let d = backoff(attempt).as_millis();
+            assert!((500..45_000).contains(&d), "{attempt}: {d}");
         }
     }
 

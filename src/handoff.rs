@@ -10,7 +10,9 @@ use crate::error::{Failure, Kind};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Consumer {
+    /// `rpm-ostree rebase` onto the pulled image.
     RpmOstree,
+    /// `bootc switch` to the pulled image.
     Bootc,
 }
 

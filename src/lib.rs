@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod digest;
 pub mod error;
 pub mod fetch;
 pub mod handoff;
@@ -13,6 +14,7 @@ pub mod options;
 pub mod plan;
 pub mod progress;
 pub mod rate;
+pub mod report;
 pub mod sandbox;
 pub mod signature;
 pub mod store;

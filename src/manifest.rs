@@ -5,8 +5,11 @@ use std::fmt;
 
 use serde::Deserialize;
 
+use crate::digest::Sha256Digest;
 use crate::error::{Kind, fail};
-use crate::plan::imgref::Sha256Digest;
+use strict::{Json, Shape, strict};
+
+mod strict;
 
 /// A manifest or index larger than this is refused before it is parsed.
 pub const MANIFEST_MAX: u64 = 4 << 20;
@@ -15,32 +18,48 @@ pub const LAYERS_MAX: usize = 1024;
 /// A config is small JSON; a huge one is refused like a huge manifest.
 pub const CONFIG_MAX: u64 = 16 << 20;
 
+/// The OCI image manifest media type.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The OCI image index media type.
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+/// The Docker schema2 manifest media type.
 pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+/// The Docker schema2 manifest list media type (an index).
 pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 
+/// A content descriptor: what a manifest says about one blob or manifest.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Descriptor {
+    /// What the blob is (config, layer, manifest).
     #[serde(default)]
     pub media_type: String,
+    /// The blob's digest, checked by root.
     pub digest: Sha256Digest,
+    /// The blob's size in bytes, checked by root.
     pub size: u64,
+    /// Foreign URLs; refused when not empty.
     #[serde(default)]
     pub urls: Vec<String>,
+    /// In an index: the platform of the manifest.
     pub platform: Option<Platform>,
+    /// Annotations, kept as served.
     #[serde(default)]
     pub annotations: std::collections::BTreeMap<String, String>,
 }
 
+/// An image manifest (OCI, or Docker schema2 read alike).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Manifest {
+    /// Always 2.
     pub schema_version: u32,
+    /// The declared media type, if any.
     #[serde(default)]
     pub media_type: Option<String>,
+    /// The image configuration blob.
     pub config: Descriptor,
+    /// The layer blobs, base first.
     pub layers: Vec<Descriptor>,
 }
 
@@ -51,12 +70,16 @@ impl Manifest {
     }
 }
 
+/// An image index (OCI, or a Docker manifest list read alike).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Index {
+    /// Always 2.
     pub schema_version: u32,
+    /// The declared media type, if any.
     #[serde(default)]
     pub media_type: Option<String>,
+    /// One manifest per platform.
     pub manifests: Vec<Descriptor>,
 }
 
@@ -65,6 +88,7 @@ pub struct Index {
 pub enum Parsed {
     /// A single-platform image, with its media type (OCI or Docker schema2).
     Manifest(Manifest, &'static str),
+    /// An index, to choose a platform from.
     Index(Index),
 }
 
@@ -73,7 +97,7 @@ pub enum Parsed {
 /// The rule: what root verifies is exactly what the consumer reads. skopeo (and
 /// so rpm-ostree and bootc) reads with Go's `encoding/json`, which matches keys
 /// to fields regardless of case and lets the last of repeated keys win; serde
-/// matches exactly and takes the first. So before the typed parse, [`strict`]
+/// matches exactly and takes the first. So before the typed parse, `strict`
 /// refuses every document the two could read differently: a key repeated, or
 /// repeated in another case (`"Layers"` beside `"layers"`); a key that only
 /// Go would take for a field (`"Digest"`); a document that is both a manifest
@@ -107,19 +131,7 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
             ),
         );
     }
-    let media_type = match probe.media_type.as_deref() {
-        Some(OCI_INDEX) | Some(DOCKER_LIST) => OCI_INDEX,
-        Some(OCI_MANIFEST) => OCI_MANIFEST,
-        Some(DOCKER_MANIFEST) => DOCKER_MANIFEST,
-        None if probe.manifests.is_some() => OCI_INDEX,
-        None => OCI_MANIFEST,
-        Some(other) => {
-            return fail(
-                Kind::Verify,
-                format!("unsupported manifest media type {other:?}"),
-            );
-        }
-    };
+    let media_type = media_type(probe.media_type.as_deref(), probe.manifests.is_some())?;
     let shape = if media_type == OCI_INDEX {
         Shape::Index
     } else {
@@ -137,6 +149,38 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
         return Ok(Parsed::Index(index));
     }
     let m: Manifest = serde_json::from_slice(bytes).map_err(malformed)?;
+    limits(&m)?;
+    Ok(Parsed::Manifest(
+        m,
+        if media_type == DOCKER_MANIFEST {
+            DOCKER_MANIFEST
+        } else {
+            OCI_MANIFEST
+        },
+    ))
+}
+
+/// The media type a manifest declares (an index's when it lists manifests and
+/// declares none), as one of the four hostpull reads.
+fn media_type(declared: Option<&str>, lists_manifests: bool) -> anyhow::Result<&'static str> {
+    Ok(match declared {
+        Some(OCI_INDEX) | Some(DOCKER_LIST) => OCI_INDEX,
+        Some(OCI_MANIFEST) => OCI_MANIFEST,
+        Some(DOCKER_MANIFEST) => DOCKER_MANIFEST,
+        None if lists_manifests => OCI_INDEX,
+        None => OCI_MANIFEST,
+        Some(other) => {
+            return fail(
+                Kind::Verify,
+                format!("unsupported manifest media type {other:?}"),
+            );
+        }
+    })
+}
+
+/// What root refuses in a well-formed manifest: sizes past JSON's exact
+/// integers, too many layers, foreign URLs, an oversized config.
+fn limits(m: &Manifest) -> anyhow::Result<()> {
     sizes(m.blobs())?;
     if m.layers.len() > LAYERS_MAX {
         return fail(
@@ -167,14 +211,7 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
     if m.config.size > CONFIG_MAX {
         return fail(Kind::Verify, "image config is larger than 16 MiB");
     }
-    Ok(Parsed::Manifest(
-        m,
-        if media_type == DOCKER_MANIFEST {
-            DOCKER_MANIFEST
-        } else {
-            OCI_MANIFEST
-        },
-    ))
+    Ok(())
 }
 
 /// A descriptor's size is Go's `int64`, and JSON numbers past 2^53 are not
@@ -210,256 +247,6 @@ pub fn check_config(bytes: &[u8]) -> anyhow::Result<()> {
     strict(&tree, Shape::Config, "config").map_err(|e| malformed(&e))?;
     serde_json::from_slice::<oci_spec::image::ImageConfiguration>(bytes)
         .map_err(|e| malformed(&e))?;
-    Ok(())
-}
-
-/// A JSON document as written: every key of an object in order, repeats kept,
-/// so that [`strict`] sees what serde's typed parse and Go's would each pick.
-/// serde_json's parse of it refuses invalid UTF-8, lone surrogates and nesting
-/// deeper than 128.
-#[derive(Debug)]
-enum Json {
-    Scalar,
-    Arr(Vec<Json>),
-    Obj(Vec<(String, Json)>),
-}
-
-impl Json {
-    fn parse(bytes: &[u8]) -> serde_json::Result<Self> {
-        serde_json::from_slice(bytes)
-    }
-}
-
-impl<'de> Deserialize<'de> for Json {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Json;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("JSON")
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Json, E> {
-                Ok(Json::Scalar)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Json, E> {
-                Ok(Json::Scalar)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Json, E> {
-                Ok(Json::Scalar)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Json, E> {
-                Ok(Json::Scalar)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Json, E> {
-                Ok(Json::Scalar)
-            }
-            fn visit_unit<E>(self) -> Result<Json, E> {
-                Ok(Json::Scalar)
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Json, A::Error> {
-                let mut v = Vec::new();
-                while let Some(e) = a.next_element()? {
-                    v.push(e);
-                }
-                Ok(Json::Arr(v))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Json, A::Error> {
-                let mut v = Vec::new();
-                while let Some(e) = a.next_entry::<String, Json>()? {
-                    v.push(e);
-                }
-                Ok(Json::Obj(v))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// What a JSON value is read as, by us and by Go: a struct (image-spec's
-/// `specs-go/v1`), or anything else ([`Shape::Any`]: maps such as annotations
-/// and labels, strings, numbers).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    Manifest,
-    Index,
-    Descriptor,
-    Platform,
-    Config,
-    ContainerConfig,
-    RootFs,
-    History,
-    Any,
-}
-
-/// A field of a struct: its key, what it holds, and whether it is an array of that.
-type Field = (&'static str, Shape, bool);
-
-impl Shape {
-    fn fields(self) -> &'static [Field] {
-        use Shape::*;
-        const A: Shape = Any;
-        match self {
-            Manifest => &[
-                ("schemaVersion", A, false),
-                ("mediaType", A, false),
-                ("artifactType", A, false),
-                ("config", Descriptor, false),
-                ("layers", Descriptor, true),
-                ("subject", Descriptor, false),
-                ("annotations", A, false),
-            ],
-            Index => &[
-                ("schemaVersion", A, false),
-                ("mediaType", A, false),
-                ("artifactType", A, false),
-                ("manifests", Descriptor, true),
-                ("subject", Descriptor, false),
-                ("annotations", A, false),
-            ],
-            Descriptor => &[
-                ("mediaType", A, false),
-                ("digest", A, false),
-                ("size", A, false),
-                ("urls", A, false),
-                ("annotations", A, false),
-                ("data", A, false),
-                ("platform", Platform, false),
-                ("artifactType", A, false),
-            ],
-            Platform => &[
-                ("architecture", A, false),
-                ("os", A, false),
-                ("os.version", A, false),
-                ("os.features", A, false),
-                ("variant", A, false),
-                ("features", A, false),
-            ],
-            Config => &[
-                ("created", A, false),
-                ("author", A, false),
-                ("architecture", A, false),
-                ("os", A, false),
-                ("os.version", A, false),
-                ("os.features", A, false),
-                ("variant", A, false),
-                ("config", ContainerConfig, false),
-                ("rootfs", RootFs, false),
-                ("history", History, true),
-            ],
-            ContainerConfig => &[
-                ("User", A, false),
-                ("ExposedPorts", A, false),
-                ("Env", A, false),
-                ("Entrypoint", A, false),
-                ("Cmd", A, false),
-                ("Volumes", A, false),
-                ("WorkingDir", A, false),
-                ("Labels", A, false),
-                ("StopSignal", A, false),
-                ("ArgsEscaped", A, false),
-            ],
-            RootFs => &[("type", A, false), ("diff_ids", A, false)],
-            History => &[
-                ("created", A, false),
-                ("created_by", A, false),
-                ("author", A, false),
-                ("comment", A, false),
-                ("empty_layer", A, false),
-            ],
-            Any => &[],
-        }
-    }
-
-    /// Keys of the other kinds of document that make one ambiguous:
-    /// containers/image's `validateUnambiguousManifestFormat` refuses them.
-    fn foreign(self) -> &'static [&'static str] {
-        match self {
-            Shape::Manifest => &["manifests", "fsLayers", "history"],
-            Shape::Index => &["config", "layers", "fsLayers", "history"],
-            _ => &[],
-        }
-    }
-}
-
-/// Go's case folding of a key (encoding/json's `foldName`: upper of lower, rune
-/// by rune), so that keys Go would match to one field fold alike. The four
-/// runes outside ASCII that fold into it are Go's too (K, ſ, İ, ı).
-fn go_fold(key: &str) -> String {
-    fn single(mut it: impl Iterator<Item = char>, c: char) -> char {
-        match (it.next(), it.next()) {
-            (Some(x), None) => x,
-            _ => c,
-        }
-    }
-    key.chars()
-        .map(|c| match c {
-            '\u{212a}' => 'K',
-            '\u{17f}' => 'S',
-            '\u{130}' | '\u{131}' => 'I',
-            c if c.is_ascii() => c.to_ascii_uppercase(),
-            c => {
-                let lower = single(c.to_lowercase(), c);
-                single(lower.to_uppercase(), lower)
-            }
-        })
-        .collect()
-}
-
-/// Refuse what serde and Go could read differently (see [`parse`]).
-fn strict(v: &Json, shape: Shape, at: &str) -> Result<(), String> {
-    let entries = match (v, shape) {
-        // A scalar where a struct belongs fails both typed parses alike (null:
-        // neither has one).
-        (Json::Scalar, _) => return Ok(()),
-        (Json::Arr(items), Shape::Any) => {
-            return items
-                .iter()
-                .enumerate()
-                .try_for_each(|(i, e)| strict(e, Shape::Any, &format!("{at}[{i}]")));
-        }
-        // serde would read an array into a struct by position; Go refuses it.
-        (Json::Arr(_), _) => return Err(format!("{at} is an array, not an object")),
-        (Json::Obj(entries), _) => entries,
-    };
-    let structure = shape != Shape::Any;
-    let mut seen: Vec<(String, &str)> = Vec::with_capacity(entries.len());
-    for (key, value) in entries {
-        // A map's keys are exact in Go too; a struct's fold.
-        let folded = if structure { go_fold(key) } else { key.clone() };
-        if let Some((_, first)) = seen.iter().find(|(f, _)| *f == folded) {
-            return Err(if *first == key.as_str() {
-                format!("{at} has the key {key:?} twice")
-            } else {
-                format!("{at} has the keys {first:?} and {key:?}, one key to a Go reader")
-            });
-        }
-        seen.push((folded.clone(), key));
-        if shape.foreign().iter().any(|f| go_fold(f) == folded) {
-            return Err(format!(
-                "{at} has {key:?}: it is both an image manifest and an index, or a \
-                 schema 1 manifest (CVE-2021-41190)"
-            ));
-        }
-        let where_ = format!("{at}.{key}");
-        match shape.fields().iter().find(|(f, ..)| go_fold(f) == folded) {
-            None => strict(value, Shape::Any, &where_)?,
-            Some((name, ..)) if *name != key.as_str() => {
-                return Err(format!(
-                    "{at} has the key {key:?}, which a Go reader takes for {name:?}"
-                ));
-            }
-            Some((_, child, false)) => strict(value, *child, &where_)?,
-            Some((_, child, true)) => match value {
-                Json::Arr(items) => {
-                    for (i, e) in items.iter().enumerate() {
-                        strict(e, *child, &format!("{where_}[{i}]"))?;
-                    }
-                }
-                Json::Obj(_) => return Err(format!("{where_} is an object, not an array")),
-                Json::Scalar => {}
-            },
-        }
-    }
     Ok(())
 }
 
@@ -528,13 +315,17 @@ pub fn docker_to_oci(raw: &[u8]) -> anyhow::Result<Vec<u8>> {
 /// `OS/ARCH[/VARIANT]`, with Go's names (`linux/amd64`, `linux/arm64/v8`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct Platform {
+    /// `GOOS`, e.g. `linux`.
     pub os: String,
+    /// `GOARCH`, e.g. `amd64`.
     pub architecture: String,
+    /// The CPU variant, e.g. `v8` for arm64.
     #[serde(default)]
     pub variant: Option<String>,
 }
 
 impl Platform {
+    /// `OS/ARCH[/VARIANT]`, e.g. `linux/arm64/v8`.
     pub fn parse(s: &str) -> anyhow::Result<Self> {
         let parts: Vec<&str> = s.split('/').collect();
         let ok =

@@ -2,88 +2,7 @@
 //! on a terminal), the final JSON object on stdout (`--json`) and the human
 //! summary on stderr.
 
-use serde::Serialize;
-
-use crate::plan::imgref::Sha256Digest;
-use crate::sandbox::WorkerReport;
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub image: String,
-    /// The digest of the manifest in the layout.
-    pub manifest_digest: Sha256Digest,
-    /// The digest of the manifest the registry served; it differs from
-    /// `manifest_digest` only for a Docker schema2 image, stored in OCI form.
-    pub source_digest: Sha256Digest,
-    pub platform: String,
-    pub dest: String,
-    pub tag: String,
-    pub layers_total: usize,
-    pub layers_fetched: usize,
-    pub layers_reused: usize,
-    pub bytes_fetched: u64,
-    pub elapsed_ms: u128,
-    /// `--max-rate`, bytes a second; null: no limit.
-    pub max_rate: Option<u64>,
-    /// The signature policy's verdict.
-    pub signature: crate::signature::Verdict,
-    /// For each host, where the credential that was used came from (never
-    /// the secret).
-    pub credentials: Vec<CredentialReport>,
-    pub worker: WorkerReport,
-    /// With `--dest ostree:`, what the import did (`dest` is then the repository).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ostree: Option<crate::store::ostree::Imported>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct CredentialReport {
-    pub host: String,
-    pub source: String,
-    pub key: String,
-    /// Which of the host's candidates it was (1 is the first), of how many:
-    /// the pull moves on to the next one when the registry refuses one.
-    pub candidate: usize,
-    pub candidates: usize,
-}
-
-impl CredentialReport {
-    /// The credentials of try `n` (`plan::auth::attempt`), among all candidates.
-    pub fn of_attempt(all: &[crate::plan::auth::Chosen], n: usize) -> Vec<Self> {
-        crate::plan::auth::attempt(all, n)
-            .into_iter()
-            .map(|c| {
-                let mine: Vec<_> = all.iter().filter(|o| o.host == c.host).collect();
-                Self {
-                    candidate: 1 + mine.iter().position(|o| **o == c).unwrap_or_default(),
-                    candidates: mine.len(),
-                    host: c.host,
-                    source: c.source,
-                    key: c.key,
-                }
-            })
-            .collect()
-    }
-}
-
-impl Report {
-    pub fn summary(&self) -> String {
-        let into = match &self.ostree {
-            Some(o) => format!("ostree:{} (commit {})", self.dest, o.commit),
-            None => format!("oci:{}:{}", self.dest, self.tag),
-        };
-        format!(
-            "Pulled {} ({}) into {into}: {} layers, {} fetched, {} reused, {:.1} MiB in {:.2} s",
-            self.image,
-            self.manifest_digest,
-            self.layers_total,
-            self.layers_fetched,
-            self.layers_reused,
-            self.bytes_fetched as f64 / (1 << 20) as f64,
-            self.elapsed_ms as f64 / 1000.0
-        )
-    }
-}
+use crate::digest::Sha256Digest;
 
 /// Where a pull's progress goes: `--progress-fd` events and, when stderr is a
 /// terminal, bars. fetch feeds both from the same samples, so they agree.
@@ -96,10 +15,13 @@ pub struct Progress {
 /// One blob of the image, as progress shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobState {
+    /// The blob's digest.
     pub digest: Sha256Digest,
     /// "config" or "layer".
     pub what: &'static str,
+    /// Bytes read so far.
     pub bytes: u64,
+    /// The blob's size.
     pub total: u64,
     /// It was in the layout before the pull: nothing to fetch.
     pub cached: bool,
@@ -171,6 +93,7 @@ impl Drop for Progress {
 pub struct Screen(Option<indicatif::MultiProgress>);
 
 impl Screen {
+    /// The process's stderr, with bars if it is a terminal.
     pub fn stderr() -> Self {
         use std::io::IsTerminal as _;
         Self(std::io::stderr().is_terminal().then(|| {
@@ -379,6 +302,7 @@ impl ProgressFd {
         Ok(p)
     }
 
+    /// Whether anyone is told: a progress fd or bars.
     pub fn enabled(&self) -> bool {
         self.out.lock().unwrap().is_some()
     }

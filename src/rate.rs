@@ -132,6 +132,7 @@ pub struct Pacer {
 }
 
 impl Pacer {
+    /// A bucket for `rate` bytes a second.
     pub fn new(rate: u64) -> Self {
         Self {
             rate,

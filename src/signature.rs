@@ -10,10 +10,11 @@ use std::process::Stdio;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
+use crate::digest::{self, Sha256Digest};
 use crate::error::{Failure, Kind, fail, failure};
 use crate::manifest::{Descriptor, MANIFEST_MAX};
 use crate::plan::Plan;
-use crate::plan::imgref::{ImageRef, Sha256Digest};
+use crate::plan::imgref::ImageRef;
 use crate::plan::policy::{Identity, PublicKey, Requirement};
 use crate::sandbox::Worker;
 
@@ -21,6 +22,7 @@ use crate::sandbox::Worker;
 const MAX_SIGNATURES: usize = 64;
 /// `critical.type` of GPG simple signing and of sigstore payloads.
 pub const ATOMIC: &str = "atomic container signature";
+/// The `critical.type` of a sigstore (cosign) signature payload.
 pub const COSIGN: &str = "cosign container image signature";
 /// A sigstore attachment layer: its blob is the payload, its annotation the signature.
 const COSIGN_PAYLOAD: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
@@ -75,15 +77,8 @@ pub async fn check(
                 if gpg.is_none() {
                     gpg = Some(lookaside(worker, base, image, digests).await?);
                 }
-                let mut checked = Vec::new();
-                for (d, sig) in gpg.as_deref().unwrap_or_default() {
-                    let r = gpg_verify(worker.scratch(), keyring, sig).await?;
-                    checked.push(r.and_then(|(fpr, payload)| {
-                        check_payload(&payload, ATOMIC, d, image, identity)?;
-                        Ok(format!("gpg {fpr}"))
-                    }));
-                }
-                checked
+                let sigs = gpg.as_deref().unwrap_or_default();
+                gpg_checked(worker.scratch(), image, sigs, keyring, identity).await?
             }
             Requirement::SigstoreSigned {
                 keys,
@@ -115,23 +110,46 @@ pub async fn check(
             verdict.verified_by.push(by.clone());
             continue;
         }
-        let why = if checked.is_empty() {
-            "no signature found".to_owned()
-        } else {
-            let tried: Vec<&str> = checked
-                .iter()
-                .filter_map(|r| r.as_ref().err())
-                .map(String::as_str)
-                .collect();
-            format!(
-                "none of {} signature(s) is acceptable: {}",
-                tried.len(),
-                tried.join("; ")
-            )
-        };
-        return rejected(plan, req, &why);
+        return rejected(plan, req, &why_none(&checked));
     }
     Ok(verdict)
+}
+
+/// Each lookaside signature's verdict under `keyring`: who signed it, or why
+/// it does not count.
+async fn gpg_checked(
+    scratch: &Path,
+    image: &ImageRef,
+    sigs: &[(Sha256Digest, Vec<u8>)],
+    keyring: &[u8],
+    identity: &Identity,
+) -> anyhow::Result<Vec<Result<String, String>>> {
+    let mut checked = Vec::new();
+    for (d, sig) in sigs {
+        let r = gpg_verify(scratch, keyring, sig).await?;
+        checked.push(r.and_then(|(fpr, payload)| {
+            check_payload(&payload, ATOMIC, d, image, identity)?;
+            Ok(format!("gpg {fpr}"))
+        }));
+    }
+    Ok(checked)
+}
+
+/// Why no signature satisfied a requirement, from each one's verdict.
+fn why_none(checked: &[Result<String, String>]) -> String {
+    if checked.is_empty() {
+        return "no signature found".to_owned();
+    }
+    let tried: Vec<&str> = checked
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .map(String::as_str)
+        .collect();
+    format!(
+        "none of {} signature(s) is acceptable: {}",
+        tried.len(),
+        tried.join("; ")
+    )
 }
 
 fn rejected<T>(plan: &Plan, req: &Requirement, why: &str) -> anyhow::Result<T> {
@@ -310,8 +328,11 @@ async fn attachments(
         if layers.is_empty() {
             continue;
         }
-        let pinned = sig_image.with_digest(&crate::verify::sha256(&raw));
-        let payloads = crate::fetch::fetch_small(worker, &pinned, &layers).await?;
+        let pinned = sig_image.with_digest(&digest::sha256(&raw));
+        let payloads = worker
+            .proxy_session()?
+            .fetch_small(&pinned, &layers)
+            .await?;
         for (l, payload) in layers.into_iter().zip(payloads) {
             out.push(Attached {
                 digest: d.clone(),

@@ -17,9 +17,9 @@ use cap_std_ext::dirext::CapStdExtDirExt;
 use fn_error_context::context;
 use serde_json::{Value, json};
 
+use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind, fail};
 use crate::manifest::Descriptor;
-use crate::plan::imgref::Sha256Digest;
 use crate::verify::Verifier;
 
 pub mod ostree;
@@ -27,6 +27,7 @@ pub mod ostree;
 const BLOBS: &str = "blobs/sha256";
 const INDEX: &str = "index.json";
 const OCI_LAYOUT: &str = "oci-layout";
+/// The annotation that names a tag in an OCI layout's index.
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
 /// Layout files are world-readable: host-update consumers read them through their
 /// own unprivileged skopeo (rpm-ostree#5408).
@@ -35,6 +36,7 @@ const DIR_MODE: u32 = 0o755;
 /// Blob bytes are written to disk in pieces of this size.
 const WRITE_BUF: usize = 1 << 20;
 
+/// An OCI image layout, locked for this process while it is open.
 #[derive(Debug)]
 pub struct Layout {
     path: PathBuf,
@@ -153,6 +155,7 @@ impl Layout {
         })
     }
 
+    /// The layout's directory.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -207,6 +210,7 @@ impl Layout {
         sink.commit()
     }
 
+    /// A blob's bytes, as stored.
     pub fn read_blob(&self, digest: &Sha256Digest) -> anyhow::Result<Vec<u8>> {
         Ok(self.blobs.read(digest.hex())?)
     }
@@ -308,7 +312,9 @@ enum Origin {
 /// What `hostpull prune` removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Pruned {
+    /// Blobs removed.
     pub blobs: usize,
+    /// Bytes freed.
     pub bytes: u64,
 }
 
@@ -392,6 +398,7 @@ impl BlobSink<'_> {
         Ok(())
     }
 
+    /// Check the blob's digest and size, then move it into place.
     pub fn commit(mut self) -> anyhow::Result<()> {
         self.flush()?;
         self.verifier.finish()?;
@@ -413,7 +420,7 @@ impl BlobSink<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::sha256;
+    use crate::digest::sha256;
 
     fn desc(bytes: &[u8]) -> Descriptor {
         Descriptor {

@@ -3,12 +3,8 @@
 
 use sha2::{Digest as _, Sha256};
 
+use crate::digest::Sha256Digest;
 use crate::error::{Kind, fail};
-use crate::plan::imgref::Sha256Digest;
-
-pub fn sha256(bytes: &[u8]) -> Sha256Digest {
-    Sha256Digest::from_hex(&hex::encode(Sha256::digest(bytes)))
-}
 
 /// Check a whole buffer against its expected digest and size.
 pub fn check_bytes(
@@ -33,6 +29,7 @@ pub struct Verifier {
 }
 
 impl Verifier {
+    /// A check of `size` bytes against `digest`; `what` names it in errors.
     pub fn new(what: &str, digest: Sha256Digest, size: u64) -> Self {
         Self {
             what: what.to_owned(),
@@ -60,6 +57,7 @@ impl Verifier {
         Ok(())
     }
 
+    /// Fail unless exactly `size` bytes came and their digest matches.
     pub fn finish(self) -> anyhow::Result<()> {
         if self.seen != self.size {
             return fail(
@@ -87,6 +85,7 @@ impl Verifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::digest::sha256;
     use crate::error::exit_code;
 
     #[test]

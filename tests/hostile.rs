@@ -106,7 +106,7 @@ fn refused(scenario: &str, reference: &str, dest_tag: &str) -> Hostile {
 
 #[test]
 fn pinned_digest_of_other_bytes_is_refused() {
-    let other = hostpull::verify::sha256(b"some other manifest");
+    let other = hostpull::digest::sha256(b"some other manifest");
     refused("pinned-mismatch", &format!("@{other}"), ":v1");
 }
 
@@ -237,7 +237,7 @@ fn redirected(scenario: &str) -> Hostile {
         h.authfile.to_str().unwrap(),
         &format!("docker://{}", h.image(":v1")),
     ]);
-    let digest = hostpull::verify::sha256(raw.as_bytes());
+    let digest = hostpull::digest::sha256(raw.as_bytes());
     assert_eq!(r.json()["manifest_digest"], digest.as_str());
     h
 }
@@ -260,7 +260,7 @@ fn consumer_reads_what_root_verified(scenario: &str) -> i32 {
     let layout = format!("oci:{}:v1", h.dest.display());
     let stored = skopeo(&["inspect", "--raw", &layout]);
     assert_eq!(
-        hostpull::verify::sha256(stored.as_bytes()).as_str(),
+        hostpull::digest::sha256(stored.as_bytes()).as_str(),
         r.json()["manifest_digest"],
         "skopeo reads the manifest hostpull published"
     );
@@ -278,7 +278,7 @@ fn consumer_reads_what_root_verified(scenario: &str) -> i32 {
     );
     let config = skopeo(&["inspect", "--config", "--raw", &layout]);
     assert_eq!(
-        hostpull::verify::sha256(config.as_bytes()),
+        hostpull::digest::sha256(config.as_bytes()),
         m.config.digest,
         "{scenario}: config"
     );

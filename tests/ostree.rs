@@ -197,7 +197,7 @@ fn derive(base: &Path, out: &Path, files: &[(&str, &str)]) {
     let gz = gz.wait_with_output().unwrap().stdout;
     let blobs = out.join("blobs/sha256");
     let put = |bytes: &[u8]| {
-        let d = hostpull::verify::sha256(bytes);
+        let d = hostpull::digest::sha256(bytes);
         std::fs::write(blobs.join(d.hex()), bytes).unwrap();
         d.to_string()
     };
@@ -209,7 +209,7 @@ fn derive(base: &Path, out: &Path, files: &[(&str, &str)]) {
         serde_json::from_slice(&std::fs::read(out.join("index.json")).unwrap()).unwrap();
     let mut manifest = read(&index["manifests"][0]["digest"]);
     let mut config = read(&manifest["config"]["digest"]);
-    let diff_id = hostpull::verify::sha256(&tar.stdout).to_string();
+    let diff_id = hostpull::digest::sha256(&tar.stdout).to_string();
     config["rootfs"]["diff_ids"]
         .as_array_mut()
         .unwrap()

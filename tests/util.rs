@@ -308,7 +308,7 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, String)> {
             if p.is_dir() {
                 stack.push(p);
             } else {
-                let digest = hostpull::verify::sha256(&std::fs::read(&p).unwrap());
+                let digest = hostpull::digest::sha256(&std::fs::read(&p).unwrap());
                 out.push((
                     p.strip_prefix(dir).unwrap().to_owned(),
                     digest.hex().to_owned(),

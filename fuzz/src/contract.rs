@@ -9,9 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use hostpull::digest::Sha256Digest;
 use hostpull::error::{Kind, exit_code};
 use hostpull::manifest::{self, Parsed, Platform};
-use hostpull::plan::imgref::{Dest, ImageRef, Sha256Digest};
+use hostpull::plan::imgref::{Dest, ImageRef};
 
 /// A target's check: panics if `data` breaks the contract.
 pub type Check = fn(&[u8]);

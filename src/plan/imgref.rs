@@ -4,6 +4,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::digest::Sha256Digest;
 use crate::error::{Kind, fail};
 
 const DEFAULT_DOMAIN: &str = "docker.io";
@@ -26,51 +27,6 @@ const OTHER_TRANSPORTS: &[&str] = &[
     "ostree-remote-image",
     "ostree-image-signed",
 ];
-
-/// A validated `sha256:<64 lowercase hex>` digest. Other algorithms are refused:
-/// root verifies every byte with SHA-256 and nothing else.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Sha256Digest(String);
-
-impl Sha256Digest {
-    pub fn parse(s: &str) -> Option<Self> {
-        let hex = s.strip_prefix("sha256:")?;
-        (hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-            .then(|| Self(s.to_owned()))
-    }
-
-    pub fn from_hex(hex: &str) -> Self {
-        Self(format!("sha256:{hex}"))
-    }
-
-    /// The 64 hex characters, which are also the blob's file name in a layout.
-    pub fn hex(&self) -> &str {
-        &self.0["sha256:".len()..]
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for Sha256Digest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl serde::Serialize for Sha256Digest {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Sha256Digest {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Self::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("unsupported digest {s:?}")))
-    }
-}
 
 /// A registry image: `domain/path` plus a tag or a digest.
 #[derive(Debug, Clone)]
@@ -599,13 +555,5 @@ mod tests {
         for bad in ["", "a/b", "a..b", "a---b", "a ", "_a", "a.", "é"] {
             assert!(!valid_oci_ref_name(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn digest_parse() {
-        assert!(Sha256Digest::parse(D).is_some());
-        assert_eq!(Sha256Digest::parse(D).unwrap().hex().len(), 64);
-        assert!(Sha256Digest::parse("sha256:abc").is_none());
-        assert!(Sha256Digest::parse(&D.replace("sha256", "sha512")).is_none());
     }
 }

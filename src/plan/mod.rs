@@ -7,6 +7,7 @@ pub mod policy;
 pub mod provider;
 pub mod registries;
 pub mod trust;
+pub mod worker;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,8 +15,9 @@ use std::time::Duration;
 use crate::error::{Failure, Kind, fail};
 use crate::manifest::Platform;
 use crate::options::{Options, SandboxMode};
-use crate::sandbox::{Limits, WorkerSpec, unit};
+// `unit::` names the plan-time checks that used to live in sandbox::unit.
 use imgref::{Dest, ImageRef, OstreeDest};
+use worker::{self as unit, Limits, WorkerSpec};
 
 /// Why `--sandbox auto` fails where systemd does not run the host.
 pub const NO_SYSTEMD: &str = "systemd is not running on this host, so the worker cannot be sandboxed; \

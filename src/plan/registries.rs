@@ -23,8 +23,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind, fail};
-use crate::plan::imgref::{self, ImageRef, Sha256Digest};
+use crate::plan::imgref::{self, ImageRef};
 
 /// One `[[registry]]` table, after containers/image's post-processing:
 /// `prefix` is always set (it defaults to `location`), trailing `/` are gone,

@@ -25,6 +25,7 @@ const MEMORY_SAMPLE: Duration = Duration::from_millis(5);
 /// How often the unit's main process is looked up over D-Bus.
 const PROCESS_SAMPLE: Duration = Duration::from_millis(20);
 
+/// A connection to systemd on the system bus.
 #[derive(Debug, Clone)]
 pub struct Systemd {
     conn: zbus::Connection,
@@ -33,9 +34,13 @@ pub struct Systemd {
 /// What was seen of one worker unit while it ran.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Observed {
+    /// The unit's name.
     pub unit: String,
+    /// Its main process, once seen.
     pub main_pid: Option<u32>,
+    /// The dynamic uid it ran as, once seen.
     pub uid: Option<u32>,
+    /// Its cgroup's peak memory, once seen.
     pub memory_peak_bytes: Option<u64>,
     /// OOM kills the kernel counted in the unit's memory cgroup.
     #[serde(skip)]
@@ -79,6 +84,7 @@ fn no_such_unit(e: &zbus::Error) -> bool {
 }
 
 impl Systemd {
+    /// Connect to systemd on the system bus.
     pub async fn connect() -> anyhow::Result<Self> {
         let conn = zbus::Connection::system()
             .await

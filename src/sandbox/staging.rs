@@ -12,6 +12,7 @@ use fn_error_context::context;
 /// Where staging directories are made when systemd runs the worker.
 pub const RUN_DIR: &str = "/run/hostpull";
 
+/// A root-only directory of one pull's staged files.
 #[derive(Debug)]
 pub struct Staging {
     dir: PathBuf,
@@ -30,6 +31,7 @@ impl Staging {
         Ok(Self { dir })
     }
 
+    /// The directory.
     pub fn path(&self) -> &Path {
         &self.dir
     }
@@ -85,6 +87,7 @@ impl Staging {
         std::os::unix::fs::symlink(target, &path).with_context(|| format!("Staging {rel}"))
     }
 
+    /// Remove the directory and everything in it.
     pub fn remove(self) {
         if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             tracing::warn!("removing {}: {e}", self.dir.display());

@@ -2,8 +2,8 @@
 //! a dynamic user, no capabilities, a read-only system and cgroup limits. Every
 //! property is set here, in one place, with the reason for it.
 
-use crate::sandbox::WorkerSpec;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use crate::plan::worker::{IP_DENY, Limits, WorkerSpec};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -11,62 +11,6 @@ use std::process::Command;
 pub const SLICE: &str = "hostpull.slice";
 /// Transient worker units are named `hostpull-worker-<orchestrator pid>-<n>.service`.
 pub const UNIT_PREFIX: &str = "hostpull-worker-";
-
-/// cgroup limits of one worker unit, as systemd.resource-control(5) spells them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    /// `MemoryMax=`: bytes, or with a K/M/G/T suffix.
-    pub memory_max: String,
-    /// `TasksMax=`: threads and processes.
-    pub tasks_max: u32,
-    /// `CPUQuota=`, e.g. `50%`; unset means no quota.
-    pub cpu_quota: Option<String>,
-    /// `IOWeight=`, 1–10000; low so that host workloads win.
-    pub io_weight: u32,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            memory_max: "512M".into(),
-            tasks_max: 256,
-            cpu_quota: None,
-            io_weight: 50,
-        }
-    }
-}
-
-impl Limits {
-    /// `MemoryMax=` in bytes, for reports and OOM detection.
-    pub fn memory_max_bytes(&self) -> Option<u64> {
-        parse_size(&self.memory_max)
-    }
-}
-
-/// A systemd size: digits with an optional K, M, G or T suffix (base 1024).
-pub fn parse_size(s: &str) -> Option<u64> {
-    let (num, shift) = match s.as_bytes().last()? {
-        b'K' | b'k' => (&s[..s.len() - 1], 10),
-        b'M' | b'm' => (&s[..s.len() - 1], 20),
-        b'G' | b'g' => (&s[..s.len() - 1], 30),
-        b'T' | b't' => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
-    };
-    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    num.parse::<u64>()
-        .ok()?
-        .checked_mul(1 << shift)
-        .filter(|&b| b > 0)
-}
-
-/// `N%` with N from 1 to 100 times the number of CPUs, as systemd takes it.
-pub fn valid_cpu_quota(s: &str) -> bool {
-    s.strip_suffix('%')
-        .and_then(|n| n.parse::<u32>().ok())
-        .is_some_and(|n| n > 0)
-}
 
 /// Hardening of the worker unit. Each line is kept because skopeo works with it;
 /// together with `IPAddressDeny=` ([`IP_DENY`]) they measure an exposure of
@@ -144,42 +88,12 @@ pub struct Mounts {
     pub resolvers: Vec<IpAddr>,
 }
 
-/// What no worker unit may reach (`IPAddressDeny=`), as (network, prefix
-/// length): IPv4 and IPv6 link-local, where clouds serve instance metadata
-/// and credentials (169.254.169.254), and AWS's IPv6 metadata endpoint. (A
-/// cloud that serves it elsewhere, as Alibaba's 100.100.100.200, is not covered.)
-pub const IP_DENY: [(IpAddr, u8); 3] = [
-    (IpAddr::V4(Ipv4Addr::new(169, 254, 0, 0)), 16),
-    (IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0)), 10),
-    (
-        IpAddr::V6(Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)),
-        128,
-    ),
-];
-
 /// [`IP_DENY`] as systemd spells it.
 fn ip_deny() -> Vec<String> {
     IP_DENY
         .iter()
         .map(|(ip, len)| format!("{ip}/{len}"))
         .collect()
-}
-
-/// Whether [`IP_DENY`] covers `ip` (an IPv4-mapped IPv6 address as IPv4).
-pub fn ip_denied(ip: IpAddr) -> bool {
-    IP_DENY
-        .iter()
-        .any(|&(net, len)| match (ip.to_canonical(), net) {
-            (IpAddr::V4(a), IpAddr::V4(n)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-                u32::from(a) & mask == u32::from(n)
-            }
-            (IpAddr::V6(a), IpAddr::V6(n)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
-                u128::from(a) & mask == u128::from(n)
-            }
-            _ => false,
-        })
 }
 
 /// Where a unit's credentials appear inside it.
@@ -390,47 +304,5 @@ mod tests {
             || a.starts_with("SELinuxContext")
             || a.starts_with("IPAddressAllow")));
         assert!(args(&c).iter().any(|a| a.starts_with("IPAddressDeny=")));
-    }
-
-    #[test]
-    fn denied_addresses() {
-        for (ip, want) in [
-            ("169.254.169.254", true),
-            ("169.254.0.1", true),
-            ("169.253.255.255", false),
-            ("169.255.0.0", false),
-            ("::ffff:169.254.169.254", true),
-            ("fe80::1", true),
-            ("febf::1", true),
-            ("fec0::1", false),
-            ("fd00:ec2::254", true),
-            ("fd00:ec2::253", false),
-            ("127.0.0.1", false),
-            ("127.0.0.2", false),
-            ("10.0.0.2", false),
-            ("::1", false),
-        ] {
-            assert_eq!(ip_denied(ip.parse().unwrap()), want, "{ip}");
-        }
-    }
-
-    #[test]
-    fn sizes() {
-        for (s, want) in [
-            ("512M", Some(512 << 20)),
-            ("16M", Some(16 << 20)),
-            ("1G", Some(1 << 30)),
-            ("4096", Some(4096)),
-            ("2k", Some(2048)),
-            ("0", None),
-            ("M", None),
-            ("-1M", None),
-            ("1.5G", None),
-            ("99999999999999999999", None),
-        ] {
-            assert_eq!(parse_size(s), want, "{s}");
-        }
-        assert!(valid_cpu_quota("50%") && valid_cpu_quota("200%"));
-        assert!(!valid_cpu_quota("50") && !valid_cpu_quota("0%") && !valid_cpu_quota("x%"));
     }
 }

@@ -22,10 +22,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+use crate::digest::Sha256Digest;
 use crate::manifest::Manifest;
 use crate::options::SandboxMode;
-use crate::plan::imgref::{ImageRef, OstreeDest, Sha256Digest};
-use crate::sandbox::WorkerSpec;
+use crate::plan::imgref::{ImageRef, OstreeDest};
+use crate::plan::worker::WorkerSpec;
 
 /// Where ostree-ext keeps the image refs (`ostree/container/image/<escaped ref>`).
 pub const IMAGE_REF_PREFIX: &str = "ostree/container/image";
@@ -63,6 +64,7 @@ impl Staging {
             .with_context(|| format!("Creating a staging layout in {}", tmp.display()))
     }
 
+    /// The staging directory.
     pub fn path(&self) -> &Path {
         self.0.path()
     }
@@ -93,6 +95,7 @@ fn with_fscreate<T>(
 /// What an import did, for the `--json` result.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Imported {
+    /// The repository.
     pub repo: PathBuf,
     /// The merge commit of the image (what REF and the image ref point at).
     pub commit: String,
@@ -179,6 +182,7 @@ const INSECURE_POLICY: &str = "--insecure-policy";
 /// How the importer's skopeo starts, and where it finds the staging layout.
 #[derive(Debug)]
 pub struct ImportProxy {
+    /// The command that starts skopeo.
     pub command: std::process::Command,
     /// The layout's path as skopeo sees it.
     pub layout: PathBuf,
@@ -211,7 +215,7 @@ pub fn import_proxy(worker: &WorkerSpec, layout: &Path) -> ImportProxy {
 /// [`import_proxy`] from the parts of the worker's spec it uses.
 fn proxy_for(
     mode: SandboxMode,
-    limits: &crate::sandbox::Limits,
+    limits: &crate::plan::worker::Limits,
     selinux: bool,
     skopeo: &Path,
     layout: &Path,
@@ -274,10 +278,7 @@ pub async fn import(
     }
     #[cfg(feature = "ostree")]
     {
-        use ostree_ext::container::store::{ImageImporter, ImageProxyConfig, PrepareResult};
-        use ostree_ext::container::{
-            ImageReference, OstreeImageReference, SignatureSource, Transport,
-        };
+        use ostree_ext::container::OstreeImageReference;
         use ostree_ext::gio;
 
         let repo = open_repo(&dest.repo)?;
@@ -290,39 +291,7 @@ pub async fn import(
             .filter(|s| s.manifest_digest.to_string() == digest.as_str());
         let state = match stored {
             Some(s) => s,
-            None => {
-                let proxy = import_proxy(worker, &staging.layout());
-                // Unverified: hostpull checked every digest and the signature
-                // policy already, before anything was written.
-                let source = OstreeImageReference {
-                    sigverify: SignatureSource::ContainerPolicyAllowInsecure,
-                    imgref: ImageReference {
-                        transport: Transport::OciDir,
-                        name: format!("{}:{tag}", proxy.layout.display()),
-                    },
-                };
-                let config = ImageProxyConfig {
-                    // A local layout needs no credential: give skopeo none.
-                    auth_anonymous: true,
-                    skopeo_cmd: Some(proxy.command),
-                    ..Default::default()
-                };
-                let mut importer = ImageImporter::new(&repo, &source, config)
-                    .await
-                    .map_err(with_proxy_detail)?;
-                importer.set_target(&target);
-                match importer.prepare().await.map_err(with_proxy_detail)? {
-                    PrepareResult::AlreadyPresent(s) => s,
-                    PrepareResult::Ready(p) => {
-                        let needed = p
-                            .all_layers()
-                            .filter(|l| l.commit.is_none())
-                            .map(|l| l.layer().digest().to_string());
-                        check_staged(&staging.layout(), needed)?;
-                        importer.import(p).await.map_err(with_proxy_detail)?
-                    }
-                }
-            }
+            None => import_layout(&repo, &target, staging, tag, worker).await?,
         };
         let mut refs = Vec::new();
         if let Some(r) = &dest.ostree_ref {
@@ -340,6 +309,52 @@ pub async fn import(
             refs,
         })
     }
+}
+
+/// Read the staged layout `layout:tag` with skopeo, isolated as
+/// [`import_proxy`] says, and import it into `repo` as `target`.
+#[cfg(feature = "ostree")]
+async fn import_layout(
+    repo: &ostree_ext::ostree::Repo,
+    target: &ostree_ext::container::OstreeImageReference,
+    staging: &Staging,
+    tag: &str,
+    worker: &WorkerSpec,
+) -> anyhow::Result<Box<ostree_ext::container::store::LayeredImageState>> {
+    use ostree_ext::container::store::{ImageImporter, ImageProxyConfig, PrepareResult};
+    use ostree_ext::container::{ImageReference, OstreeImageReference, SignatureSource, Transport};
+
+    let proxy = import_proxy(worker, &staging.layout());
+    // Unverified: hostpull checked every digest and the signature
+    // policy already, before anything was written.
+    let source = OstreeImageReference {
+        sigverify: SignatureSource::ContainerPolicyAllowInsecure,
+        imgref: ImageReference {
+            transport: Transport::OciDir,
+            name: format!("{}:{tag}", proxy.layout.display()),
+        },
+    };
+    let config = ImageProxyConfig {
+        // A local layout needs no credential: give skopeo none.
+        auth_anonymous: true,
+        skopeo_cmd: Some(proxy.command),
+        ..Default::default()
+    };
+    let mut importer = ImageImporter::new(repo, &source, config)
+        .await
+        .map_err(with_proxy_detail)?;
+    importer.set_target(target);
+    Ok(match importer.prepare().await.map_err(with_proxy_detail)? {
+        PrepareResult::AlreadyPresent(s) => s,
+        PrepareResult::Ready(p) => {
+            let needed = p
+                .all_layers()
+                .filter(|l| l.commit.is_none())
+                .map(|l| l.layer().digest().to_string());
+            check_staged(&staging.layout(), needed)?;
+            importer.import(p).await.map_err(with_proxy_detail)?
+        }
+    })
 }
 
 /// containers-image-proxy 0.7 shows its `Other` errors as just "error": why

@@ -1,0 +1,103 @@
+//! What a finished pull reports: the JSON object of `--json`, the one-line
+//! summary, and what they say about credentials and the worker.
+
+use serde::Serialize;
+
+use crate::digest::Sha256Digest;
+use crate::sandbox::WorkerReport;
+
+/// The final report of a pull: `--json` on stdout, the summary on stderr,
+/// and the journal.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The image reference as given.
+    pub image: String,
+    /// The digest of the manifest in the layout.
+    pub manifest_digest: Sha256Digest,
+    /// The digest of the manifest the registry served; it differs from
+    /// `manifest_digest` only for a Docker schema2 image, stored in OCI form.
+    pub source_digest: Sha256Digest,
+    /// The platform chosen, `OS/ARCH[/VARIANT]`.
+    pub platform: String,
+    /// The layout directory, or the ostree repository.
+    pub dest: String,
+    /// The tag in the layout.
+    pub tag: String,
+    /// Layers of the manifest.
+    pub layers_total: usize,
+    /// Layers this pull fetched.
+    pub layers_fetched: usize,
+    /// Layers that were there already.
+    pub layers_reused: usize,
+    /// Bytes this pull fetched (config included).
+    pub bytes_fetched: u64,
+    /// How long the pull took, in milliseconds.
+    pub elapsed_ms: u128,
+    /// `--max-rate`, bytes a second; null: no limit.
+    pub max_rate: Option<u64>,
+    /// The signature policy's verdict.
+    pub signature: crate::signature::Verdict,
+    /// For each host, where the credential that was used came from (never
+    /// the secret).
+    pub credentials: Vec<CredentialReport>,
+    /// What the worker was and did.
+    pub worker: WorkerReport,
+    /// With `--dest ostree:`, what the import did (`dest` is then the repository).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ostree: Option<crate::store::ostree::Imported>,
+}
+
+/// Where the credential for one host came from (never the secret).
+#[derive(Debug, Clone, Serialize)]
+pub struct CredentialReport {
+    /// The registry host.
+    pub host: String,
+    /// The file or plugin it came from.
+    pub source: String,
+    /// Its key in that source (a host or a repository path).
+    pub key: String,
+    /// Which of the host's candidates it was (1 is the first), of how many:
+    /// the pull moves on to the next one when the registry refuses one.
+    pub candidate: usize,
+    /// How many candidates the host had.
+    pub candidates: usize,
+}
+
+impl CredentialReport {
+    /// The credentials of try `n` (`plan::auth::attempt`), among all candidates.
+    pub fn of_attempt(all: &[crate::plan::auth::Chosen], n: usize) -> Vec<Self> {
+        crate::plan::auth::attempt(all, n)
+            .into_iter()
+            .map(|c| {
+                let mine: Vec<_> = all.iter().filter(|o| o.host == c.host).collect();
+                Self {
+                    candidate: 1 + mine.iter().position(|o| **o == c).unwrap_or_default(),
+                    candidates: mine.len(),
+                    host: c.host,
+                    source: c.source,
+                    key: c.key,
+                }
+            })
+            .collect()
+    }
+}
+
+impl Report {
+    /// The one line a person reads when the pull is done.
+    pub fn summary(&self) -> String {
+        let into = match &self.ostree {
+            Some(o) => format!("ostree:{} (commit {})", self.dest, o.commit),
+            None => format!("oci:{}:{}", self.dest, self.tag),
+        };
+        format!(
+            "Pulled {} ({}) into {into}: {} layers, {} fetched, {} reused, {:.1} MiB in {:.2} s",
+            self.image,
+            self.manifest_digest,
+            self.layers_total,
+            self.layers_fetched,
+            self.layers_reused,
+            self.bytes_fetched as f64 / (1 << 20) as f64,
+            self.elapsed_ms as f64 / 1000.0
+        )
+    }
+}

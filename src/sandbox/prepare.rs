@@ -1,0 +1,149 @@
+//! Staging a worker's files for its isolation: root-only copies of what the
+//! plan allows, and where each mode makes them appear to skopeo.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+
+use anyhow::Context;
+
+use super::staging::Staging;
+use super::{AUTHFILE, CA_BUNDLE, Mode, REGISTRIES_CONF, unit};
+use crate::error::{Kind, fail};
+use crate::plan::auth;
+use crate::plan::trust::{self, HostTrust};
+use crate::plan::worker::{self, WorkerSpec};
+
+/// Stage the files of a worker unit: secrets as credentials, generated
+/// configuration as read-only binds.
+pub(super) fn systemd(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<unit::Mounts> {
+    let mut mounts = unit::Mounts::default();
+    if !spec.credentials.is_empty() {
+        let staged = staging.write(AUTHFILE, &auth::minimal_authfile(&spec.credentials))?;
+        mounts.credentials.push((AUTHFILE.into(), staged));
+    }
+    let staged = staging.write(REGISTRIES_CONF, spec.registries_conf.as_bytes())?;
+    mounts.credentials.push((REGISTRIES_CONF.into(), staged));
+    // --registries-conf does not stop skopeo from reading the host's
+    // drop-ins: hide them behind an empty directory.
+    let host_dropins = Path::new("/etc/containers/registries.conf.d");
+    if host_dropins.is_dir() {
+        let empty = staging.path().join("registries.conf.d");
+        std::fs::DirBuilder::new().mode(0o755).create(&empty)?;
+        mounts.binds.push((empty, host_dropins.into()));
+    }
+    if let Some(dir) = &spec.cert_dir {
+        for name in cert_files(dir)? {
+            let staged = staging.copy(&name, &dir.join(&name))?;
+            mounts.credentials.push((name, staged));
+        }
+    }
+    for (i, t) in spec.trust.iter().enumerate() {
+        if let Some((_, key)) = &t.client {
+            // The key stays root-only; the unit gets it as a credential.
+            let name = client_key_name(i);
+            let staged = staging.copy(&name, key)?;
+            mounts.credentials.push((name, staged));
+        }
+    }
+    let host_file = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let host_resolv = host_file("/etc/resolv.conf");
+    mounts.resolvers = spec.dns.name_servers(&host_resolv);
+    mounts.resolvers.retain(|ip| worker::ip_denied(*ip));
+    if let Some(conf) = spec.dns.resolv_conf(&host_resolv) {
+        let staged = staging.write_public("resolv.conf", conf.as_bytes())?;
+        mounts.binds.push((staged, "/etc/resolv.conf".into()));
+    }
+    if let Some(hosts) = spec.dns.hosts_file(&host_file("/etc/hosts")) {
+        let staged = staging.write_public("hosts", hosts.as_bytes())?;
+        mounts.binds.push((staged, "/etc/hosts".into()));
+    }
+    Ok(mounts)
+}
+
+/// Stage the files of a worker that runs as a plain child: its HOME, and
+/// what its command line names.
+pub(super) fn plain(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<Mode> {
+    let home = staging.path().join("home");
+    std::fs::create_dir(&home).context("Creating the worker's HOME")?;
+    let authfile = if spec.credentials.is_empty() {
+        None
+    } else {
+        Some(staging.write(AUTHFILE, &auth::minimal_authfile(&spec.credentials))?)
+    };
+    let registries = staging.write(REGISTRIES_CONF, spec.registries_conf.as_bytes())?;
+    // Without mounts, trust can only be given as one --cert-dir; the
+    // plan allows that only for the image's own host.
+    let mut host_cert_dir = None;
+    if let Some(t) = spec.trust.iter().find(|t| !t.lookaside_only) {
+        let dir = format!("certs.d/{}", t.host);
+        for (j, ca) in t.cas.iter().enumerate() {
+            staging.write_public(&format!("{dir}/ca-{j}.crt"), &trust::read_file(ca)?)?;
+        }
+        if let Some((cert, key)) = &t.client {
+            staging.write_public(&format!("{dir}/client.cert"), &trust::read_file(cert)?)?;
+            staging.copy(&format!("{dir}/client.key"), key)?;
+        }
+        host_cert_dir = Some(staging.path().join(dir));
+    }
+    for t in &spec.trust {
+        stage_ca_bundle(staging, &format!("certs.d/{}", t.host), t)?;
+    }
+    Ok(Mode::Plain {
+        home,
+        host_cert_dir,
+        authfile,
+        registries,
+    })
+}
+
+/// The files of a `--cert-dir` that skopeo reads: CA certificates and client
+/// certificate/key pairs.
+pub(super) fn cert_files(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let mut names = Vec::new();
+    let entries = std::fs::read_dir(dir)
+        .or_else(|e| fail(Kind::Usage, format!("--cert-dir {}: {e}", dir.display())))?;
+    for e in entries {
+        let name = e?.file_name().into_string().unwrap_or_default();
+        if [".crt", ".cert", ".key"].iter().any(|s| name.ends_with(s)) {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// A client key's name among a unit's credentials.
+pub(super) fn client_key_name(host_index: usize) -> String {
+    format!("client-{host_index}.key")
+}
+
+/// `DIR/bundle.pem` in the staging dir: the system's CAs, then the host's.
+pub(super) fn stage_ca_bundle(staging: &Staging, dir: &str, t: &HostTrust) -> anyhow::Result<()> {
+    if t.cas.is_empty() {
+        return Ok(());
+    }
+    let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    for ca in &t.cas {
+        bundle.push(b'\n');
+        bundle.extend(trust::read_file(ca)?);
+    }
+    staging.write_public(&format!("{dir}/{CA_BUNDLE}"), &bundle)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cert_dir_files() {
+        let td = tempfile::tempdir().unwrap();
+        for n in ["ca.crt", "client.cert", "client.key", "README", "auth.json"] {
+            std::fs::write(td.path().join(n), "x").unwrap();
+        }
+        assert_eq!(
+            cert_files(td.path()).unwrap(),
+            ["ca.crt", "client.cert", "client.key"]
+        );
+    }
+}

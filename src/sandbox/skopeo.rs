@@ -1,0 +1,108 @@
+//! What skopeo says: its version, and its fatal errors as typed failures.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::error::{Failure, Kind, Retry, classify_worker_text};
+
+/// A failure reported by skopeo, classified by its text, with the raw text kept
+/// as the second line.
+pub fn worker_failure(doing: &str, text: &str) -> Failure {
+    let message = skopeo_message(text);
+    let kind = classify_worker_text(&message);
+    let what = match kind {
+        Kind::Auth => "authentication refused",
+        Kind::NotFound => "image not found",
+        Kind::Tls => "TLS or certificate trust failed",
+        Kind::Network => "network error",
+        Kind::Verify => "verification failed",
+        _ => "worker failed",
+    };
+    Failure::new(kind, format!("{what} while {doing}"))
+        .with_detail(message)
+        .with_retry(transient_if_network(kind))
+}
+
+/// A network error, by skopeo's or curl's account, may pass: try again.
+pub(super) fn transient_if_network(kind: Kind) -> Retry {
+    match kind {
+        Kind::Network => Retry::Transient,
+        _ => Retry::Never,
+    }
+}
+
+/// skopeo logs a fatal error as `time="…" level=fatal msg="…"`, the message
+/// quoted with Go's `%q` (logrus); keep the message as skopeo wrote it, so that
+/// a body skopeo quoted in it reads as quoted, and the lines of a multi-error
+/// list as lines.
+fn skopeo_message(text: &str) -> String {
+    let Some((_, rest)) = text.rsplit_once("level=fatal msg=\"") else {
+        return text.trim().to_owned();
+    };
+    let msg = rest.trim_end().strip_suffix('"').unwrap_or(rest);
+    let mut out = String::with_capacity(msg.len());
+    let mut chars = msg.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('r') => out.push('\r'),
+            Some(e @ ('\\' | '"')) => out.push(e),
+            Some(e) => out.extend(['\\', e]),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// `skopeo --version` of the worker's binary, e.g. `1.22.0`: the host's own
+/// program, asked nothing from the network, with a clean environment.
+pub(super) async fn skopeo_version(skopeo: PathBuf) -> Option<String> {
+    let mut c = tokio::process::Command::new(skopeo);
+    c.arg("--version")
+        .env_clear()
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(10), c.output())
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text
+        .split_whitespace()
+        .skip_while(|w| *w != "version")
+        .nth(1)?;
+    version
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || ".-+~".contains(c))
+        .then(|| version.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_classified() {
+        let f = worker_failure(
+            "inspecting x",
+            "time=\"…\" level=fatal msg=\"reading \\\"x\\\": manifest unknown\"\n",
+        );
+        assert_eq!(f.kind, Kind::NotFound);
+        assert_eq!(f.message, "image not found while inspecting x");
+        assert_eq!(f.detail.as_deref(), Some("reading \"x\": manifest unknown"));
+        // skopeo 1.9.3's `inspect` of a 401 with a bearer challenge and a body
+        // that is not JSON: logrus quotes the message, and the body in it.
+        let f = worker_failure(
+            "inspecting x",
+            r#"time="…" level=fatal msg="reading manifest v1 in r/x: errors:\nunauthorized: authentication required\nerror parsing HTTP 401 response body: invalid character 'x' looking for beginning of value: \"x: eof: \\\"y\\\"\\n\"\n""#,
+        );
+        assert_eq!(f.kind, Kind::Auth, "{:?}", f.detail);
+    }
+}
