@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod fetch;
 pub mod handoff;
+pub mod host;
 pub mod manifest;
 pub mod options;
 pub mod plan;

@@ -19,6 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::{Failure, Kind, fail};
+use crate::plan::host::{Host, PluginCall};
 use crate::plan::imgref::ImageRef;
 
 /// The host's own credential files, tried in this order when no source is
@@ -273,75 +274,22 @@ fn read_creds(name: &Path, text: &str, helpers: bool) -> anyhow::Result<FileCred
     Ok(FileCreds { entries, helpers })
 }
 
-/// The most a credential helper or provider plugin may answer: an answer is a
-/// few credentials, and a bigger one is refused rather than held in memory.
-pub(crate) const PLUGIN_ANSWER_MAX: u64 = 1 << 20;
-
-/// Run a credential helper or provider plugin as root: `input` on its stdin,
-/// its stdout back, killed after `timeout`. Its stderr is dropped: it may hold
-/// secrets. Its stdout is read while it runs (a pipe holds only 64 KiB, and a
-/// plugin blocked on a full one never exits), and at most [`PLUGIN_ANSWER_MAX`]
-/// of it. The error is a short reason, for the caller to put in context.
-pub(crate) fn run_root_plugin(
-    mut cmd: std::process::Command,
-    input: &[u8],
-    timeout: std::time::Duration,
-) -> Result<Vec<u8>, String> {
-    use std::io::{Read as _, Write as _};
-    use std::process::Stdio;
-    let program = cmd.get_program().to_string_lossy().into_owned();
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = cmd.spawn().map_err(|e| format!("{program}: {e}"))?;
-    let start = std::time::Instant::now();
-    let stdout = child.stdout.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut answer = Vec::new();
-        let r = stdout.take(PLUGIN_ANSWER_MAX + 1).read_to_end(&mut answer);
-        let _ = tx.send(r.map(|_| answer));
-    });
-    // A plugin that exits without reading its input is its own business.
-    let _ = child.stdin.take().expect("piped").write_all(input);
-    let stop = |child: &mut std::process::Child, why: String| {
-        let _ = child.kill();
-        let _ = child.wait();
-        Err(why)
-    };
-    let no_answer = format!("no answer in {}s", timeout.as_secs());
-    let answer = match rx.recv_timeout(timeout) {
-        Ok(Ok(a)) if a.len() as u64 > PLUGIN_ANSWER_MAX => {
-            return stop(
-                &mut child,
-                format!("its answer is larger than {} KiB", PLUGIN_ANSWER_MAX >> 10),
-            );
-        }
-        Ok(Ok(a)) => a,
-        Ok(Err(e)) => return stop(&mut child, format!("reading its answer: {e}")),
-        Err(_) => return stop(&mut child, no_answer),
-    };
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => return Ok(answer),
-            Ok(Some(status)) => return Err(format!("it exited with {status}")),
-            Ok(None) if start.elapsed() > timeout => return stop(&mut child, no_answer),
-            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(10)),
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-}
-
 /// How long a credential helper may take.
 const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Run `docker-credential-<helper> get` as root for `host`, as containers/image
 /// does, with a timeout. Its answer is `{"Username": …, "Secret": …}`.
-fn run_helper(helper: &str, host: &str) -> anyhow::Result<String> {
+fn run_helper(h: &dyn Host, helper: &str, host: &str) -> anyhow::Result<String> {
     let program = format!("docker-credential-{helper}");
-    let mut c = std::process::Command::new(&program);
-    c.arg("get");
-    let stdout = run_root_plugin(c, host.as_bytes(), HELPER_TIMEOUT).map_err(|why| {
+    let call = PluginCall {
+        label: format!("credential helper {program}"),
+        program: Path::new(&program),
+        args: &["get".to_owned()],
+        env: &[],
+        input: host.as_bytes(),
+        timeout: HELPER_TIMEOUT,
+    };
+    let stdout = h.run(&call).map_err(|why| {
         Failure::new(
             Kind::Auth,
             format!("credential helper {program} for {host}: {why}"),
@@ -632,7 +580,11 @@ fn glob_steps(pattern: &str, label: &str) -> (bool, usize) {
 /// given, and every kubelet source (pull secrets; kubelet's config.json) as
 /// one keyring, at the place of the first. The same credential twice is
 /// tried once.
-pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Result<Vec<Chosen>> {
+pub fn resolve(
+    host: &dyn Host,
+    sources: &[(Source, Matching)],
+    image: &ImageRef,
+) -> anyhow::Result<Vec<Chosen>> {
     let chosen = |auth: String, source: &Path, key: String| Chosen {
         host: image.domain.clone(),
         auth,
@@ -656,7 +608,7 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
                     continue;
                 }
                 // Re-read on every pull: tokens rotate.
-                let token = std::fs::read_to_string(file).map_err(|e| {
+                let token = host.read_text(file).map_err(|e| {
                     Failure::new(
                         Kind::Usage,
                         format!("--registry-token {}: {e}", file.display()),
@@ -666,10 +618,10 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
             }
             (Source::Authfile(path) | Source::PullSecret(path), Matching::Containers) => {
                 let helpers = matches!(source, Source::Authfile(_));
-                let creds = read_creds(path, &read(path)?, helpers)?;
+                let creds = read_creds(path, &read(host, path)?, helpers)?;
                 if let Some(helper) = creds.helpers.get(&image.domain) {
                     // A helper named for this registry answers for it.
-                    let auth = run_helper(helper, &image.domain)?;
+                    let auth = run_helper(host, helper, &image.domain)?;
                     out.push(chosen(auth, path, format!("credHelpers.{}", image.domain)));
                 } else if let Some((key, e)) = match_containers(&creds.entries, image) {
                     let auth = e
@@ -695,7 +647,7 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
                     else {
                         continue;
                     };
-                    for (key, auth) in read_kubelet(path)? {
+                    for (key, auth) in read_kubelet(host, path)? {
                         keyring.add(&key, (path, auth));
                     }
                 }
@@ -713,9 +665,9 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
 /// A pull secret or kubelet's config.json, as kubelet reads it: every
 /// `(key, auth)` that holds a credential. Any malformed entry, whatever its
 /// host, fails the whole file, as in kubelet.
-pub fn read_kubelet(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
+pub fn read_kubelet(host: &dyn Host, path: &Path) -> anyhow::Result<Vec<(String, String)>> {
     let mut out = Vec::new();
-    for (key, e) in read_creds(path, &read(path)?, false)?.entries {
+    for (key, e) in read_creds(path, &read(host, path)?, false)?.entries {
         let auth = e
             .kubelet_auth()
             .map_err(|why| bad(path, format!("entry {key:?}: {why}")))?;
@@ -724,8 +676,8 @@ pub fn read_kubelet(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
     Ok(out)
 }
 
-fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path)
+fn read(host: &dyn Host, path: &Path) -> anyhow::Result<String> {
+    host.read_text(path)
         .map_err(|e| Failure::new(Kind::Usage, format!("reading {}: {e}", path.display())).into())
 }
 
@@ -772,6 +724,10 @@ pub fn minimal_authfile(chosen: &[Chosen]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sys(root: &Path) -> crate::host::System {
+        crate::host::System::open(root).unwrap()
+    }
 
     fn img(s: &str) -> ImageRef {
         ImageRef::parse(s).unwrap()
@@ -1121,7 +1077,7 @@ mod tests {
             .iter()
             .map(|p| (Source::PullSecret(p.clone()), Matching::Kubelet))
             .collect();
-        Ok(resolve(&sources, &img(image))?
+        Ok(resolve(&sys(Path::new("/")), &sources, &img(image))?
             .into_iter()
             .map(|c| String::from_utf8(B64.decode(c.auth).unwrap()).unwrap())
             .collect())
@@ -1262,7 +1218,7 @@ mod tests {
         ];
         for (i, (text, want)) in cases.iter().enumerate() {
             let f = write(td.path(), &format!("c{i}"), text);
-            let got = read_kubelet(&f).map(|v| {
+            let got = read_kubelet(&sys(Path::new("/")), &f).map(|v| {
                 v.into_iter()
                     .map(|(k, a)| (k, String::from_utf8(B64.decode(a).unwrap()).unwrap()))
                     .collect::<Vec<_>>()
@@ -1332,6 +1288,7 @@ mod tests {
                     "{text}"
                 );
                 let e = resolve(
+                    &sys(Path::new("/")),
                     &[(Source::Authfile(f), Matching::Containers)],
                     &img("test.registry.io/x"),
                 )
@@ -1368,6 +1325,7 @@ mod tests {
         for (i, text) in cases.iter().enumerate() {
             let f = write(td.path(), &format!("s{i}"), text);
             let chosen = resolve(
+                &sys(Path::new("/")),
                 &[(Source::PullSecret(f), Matching::Kubelet)],
                 &img("reg.io/a/b"),
             )
@@ -1386,6 +1344,7 @@ mod tests {
         ] {
             let f = write(td.path(), "bad", &format!("{bad}\n# secret-marker"));
             let e = resolve(
+                &sys(Path::new("/")),
                 &[(Source::PullSecret(f), Matching::Kubelet)],
                 &img("reg.io/a"),
             )
@@ -1424,7 +1383,7 @@ mod tests {
             (Source::Authfile(a), Matching::Containers),
         ];
         let auths = |image: &str| -> Vec<String> {
-            resolve(&sources, &img(image))
+            resolve(&sys(Path::new("/")), &sources, &img(image))
                 .unwrap()
                 .into_iter()
                 .map(|c| c.auth)
@@ -1442,7 +1401,7 @@ mod tests {
         // Outside the token's path, only the authfile answers.
         assert_eq!(auths("reg.io/other/app"), [B64.encode("a:1")]);
         assert!(auths("other.io/x").is_empty());
-        let c = resolve(&sources, &img("reg.io/other/app")).unwrap();
+        let c = resolve(&sys(Path::new("/")), &sources, &img("reg.io/other/app")).unwrap();
         let file: Value = serde_json::from_slice(&minimal_authfile(&c)).unwrap();
         assert_eq!(
             file,

@@ -2,10 +2,13 @@
 
 pub mod auth;
 pub mod dns;
+pub mod host;
 pub mod imgref;
 pub mod policy;
 pub mod provider;
 pub mod registries;
+#[cfg(test)]
+pub mod testing;
 pub mod trust;
 
 use std::path::PathBuf;
@@ -15,6 +18,7 @@ use crate::error::{Failure, Kind, fail};
 use crate::manifest::Platform;
 use crate::options::{Options, SandboxMode};
 use crate::sandbox::{Limits, WorkerSpec, unit};
+use host::{FileKind, Host};
 use imgref::{Dest, ImageRef, OstreeDest};
 
 /// Why `--sandbox auto` fails where systemd does not run the host.
@@ -84,12 +88,6 @@ pub struct Request {
     /// does not depend on where it goes), and `--sandbox auto` on a host
     /// without systemd stays `auto`, shown with the error a pull would give.
     pub dry_run: bool,
-    /// Whether systemd runs this host (`/run/systemd/system` exists).
-    pub systemd_booted: bool,
-    /// Whether SELinux is enabled (`/sys/fs/selinux/enforce` exists).
-    pub selinux_enabled: bool,
-    /// Where certs.d directories are looked for (`/` but in tests).
-    pub root: PathBuf,
 }
 
 impl std::ops::Deref for Request {
@@ -107,7 +105,7 @@ impl std::ops::DerefMut for Request {
 
 /// An ostree destination needs a build with the `ostree` feature, and an
 /// existing repository: hostpull does not choose a repository's mode for it.
-fn check_ostree(d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
+fn check_ostree(host: &dyn Host, d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
     if !built_with_ostree {
         return fail(
             Kind::Usage,
@@ -115,7 +113,7 @@ fn check_ostree(d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
              --dest ostree: is not available",
         );
     }
-    if !d.repo.join("config").is_file() {
+    if host.kind(&d.repo.join("config")).ok() != Some(FileKind::File) {
         return fail(
             Kind::Usage,
             format!(
@@ -127,7 +125,15 @@ fn check_ostree(d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn plan(req: &Request) -> anyhow::Result<Plan> {
+/// The environment variable naming one more authfile, read after the
+/// `--authfile` ones, as containers/image reads it.
+pub const REGISTRY_AUTH_FILE: &str = "REGISTRY_AUTH_FILE";
+
+pub fn plan(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
+    let mut req = req.clone();
+    req.authfiles
+        .extend(host.env(REGISTRY_AUTH_FILE).map(PathBuf::from));
+    let req = &req;
     let image = ImageRef::parse(req.image.as_deref().unwrap_or_default())?;
     let dest = match req.dest.as_deref().unwrap_or_default() {
         "" if req.dry_run => Dest {
@@ -138,7 +144,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         d => Dest::parse(d)?,
     };
     if let Some(o) = &dest.ostree {
-        check_ostree(o, cfg!(feature = "ostree"))?;
+        check_ostree(host, o, cfg!(feature = "ostree"))?;
     }
     let tag = match (dest.tag, &image.tag) {
         (Some(t), _) => t,
@@ -159,7 +165,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
     let files = req.authfiles.iter().map(|f| ("--authfile", f));
     let files = files.chain(req.pull_secrets.iter().map(|f| ("--pull-secret", f)));
     for (what, p) in files.chain(req.cert_dir.iter().map(|d| ("--cert-dir", d))) {
-        if !p.exists() {
+        if !host.present(p) {
             return fail(
                 Kind::Usage,
                 format!("{what} {}: no such file or directory", p.display()),
@@ -167,13 +173,13 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
         }
     }
     let mode = match req.sandbox.unwrap_or(SandboxMode::Auto) {
-        SandboxMode::Auto if req.systemd_booted => SandboxMode::Systemd,
+        SandboxMode::Auto if host.systemd_booted() => SandboxMode::Systemd,
         SandboxMode::Auto if req.dry_run => SandboxMode::Auto,
         SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
         m => m,
     };
     let limits = limits(req)?;
-    let conf = registries::load(&req.root, req.registries_conf.as_deref())?;
+    let conf = registries::load(host, req.registries_conf.as_deref())?;
     registries::check_short_name(&conf.short_names, &image)?;
     let route = registries::route(&conf.tables, &image)?;
     let sources = route.hosts();
@@ -187,13 +193,13 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
     let mut credentials: Vec<auth::Chosen> = Vec::new();
     for r in &sources {
         if !credentials.iter().any(|c| c.host == r.domain) {
-            credentials.extend(credentials_for(req, r)?);
+            credentials.extend(credentials_for(req, host, r)?);
         }
     }
     let cas = req
         .cas
         .iter()
-        .map(|c| trust::parse_ca(c))
+        .map(|c| trust::parse_ca(host, c))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if req.cert_dir.is_some() && !cas.is_empty() {
         return fail(
@@ -201,7 +207,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             "--cert-dir trusts its CAs for every host; it cannot go with --ca",
         );
     }
-    let policy = signature_policy(req, &image)?;
+    let policy = signature_policy(req, host, &image)?;
     // The hosts this pull may contact: the mirrors, the primary, and an
     // https signature lookaside.
     let lookaside_host = policy
@@ -221,7 +227,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
     }
     let mut trust = match &req.cert_dir {
         Some(_) => Vec::new(),
-        None => trust::resolve(&hosts, &cas, &req.root)?,
+        None => trust::resolve(host, &hosts, &cas)?,
     };
     for t in &mut trust {
         t.lookaside_only = !sources.iter().any(|r| r.domain == t.host);
@@ -264,7 +270,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             trust,
             dns,
             registries_conf: registries::worker_conf(&route)?,
-            selinux_context: req.selinux_enabled.then(|| {
+            selinux_context: host.selinux_enabled().then(|| {
                 req.selinux_context
                     .clone()
                     .unwrap_or_else(|| WORKER_SELINUX_CONTEXT.to_owned())
@@ -281,12 +287,16 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
 
 /// The policy's requirements for `image`, and its lookaside. A missing policy
 /// file is an error, as in containers/image: no policy is not "accept anything".
-fn signature_policy(req: &Request, image: &ImageRef) -> anyhow::Result<policy::Applied> {
+fn signature_policy(
+    req: &Request,
+    host: &dyn Host,
+    image: &ImageRef,
+) -> anyhow::Result<policy::Applied> {
     let file = req
         .policy
         .clone()
-        .unwrap_or_else(|| req.root.join(policy::POLICY));
-    let text = std::fs::read_to_string(&file).map_err(|e| {
+        .unwrap_or_else(|| host.root().join(policy::POLICY));
+    let text = host.read_text(&file).map_err(|e| {
         Failure::new(
             Kind::Usage,
             format!(
@@ -300,12 +310,12 @@ fn signature_policy(req: &Request, image: &ImageRef) -> anyhow::Result<policy::A
             ),
         )
     })?;
-    let mut applied = policy::apply(&file, &text, image)?;
+    let mut applied = policy::apply(host, &file, &text, image)?;
     let dir = req
         .registries_d
         .clone()
-        .unwrap_or_else(|| req.root.join(policy::REGISTRIES_D));
-    policy::lookaside(&mut applied, &dir, image)?;
+        .unwrap_or_else(|| host.root().join(policy::REGISTRIES_D));
+    policy::lookaside(host, &mut applied, &dir, image)?;
     if req.require_signature && applied.accepts_anything() {
         return fail(
             Kind::Signature,
@@ -325,7 +335,11 @@ pub const PROVIDER_CACHE: &str = "var/cache/hostpull/credential-providers";
 /// sources first, in the order given (pull secrets as one keyring); then
 /// credential provider plugins (their answers as one keyring); then, if
 /// neither was given, the host's default files.
-fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::Chosen>> {
+fn credentials_for(
+    req: &Request,
+    host: &dyn Host,
+    image: &ImageRef,
+) -> anyhow::Result<Vec<auth::Chosen>> {
     use auth::{Matching, Source};
     let user = req.token_user.as_deref().unwrap_or("serviceaccount");
     let mut sources: Vec<(Source, Matching)> = Vec::new();
@@ -342,7 +356,7 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::
     for t in &req.tokens {
         sources.push((auth::parse_token(t, user)?, Matching::Containers));
     }
-    let mut found = auth::resolve(&sources, image)?;
+    let mut found = auth::resolve(host, &sources, image)?;
     if let Some(config) = &req.provider_config {
         let Some(bin_dir) = &req.provider_bin_dir else {
             return fail(
@@ -350,10 +364,8 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::
                 "--credential-provider-config needs --credential-provider-bin-dir",
             );
         };
-        let config = provider::load_config(config)?;
-        let cache = req.root.join(PROVIDER_CACHE);
-        for (name, key, username, password) in
-            provider::credentials(&config, bin_dir, &cache, image)?
+        let config = provider::load_config(host, config)?;
+        for (name, key, username, password) in provider::credentials(host, &config, bin_dir, image)?
         {
             let auth = auth::basic(&username, &password);
             if !found.iter().any(|c| c.auth == auth) {
@@ -371,13 +383,13 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::
     }
     let defaults: Vec<(Source, Matching)> = auth::DEFAULT_SOURCES
         .iter()
-        .map(|(path, matching)| (req.root.join(path), *matching))
-        .filter(|(path, _)| path.is_file())
+        .map(|(path, matching)| (host.root().join(path), *matching))
+        .filter(|(path, _)| host.regular_file(path))
         .filter(|(path, matching)| match matching {
             Matching::Containers => true,
             // kubelet logs a node config.json it cannot read and goes on
             // without it; the errors name keys, never values.
-            Matching::Kubelet => auth::read_kubelet(path)
+            Matching::Kubelet => auth::read_kubelet(host, path)
                 .inspect_err(|e| tracing::warn!("skipped: {e} (as kubelet skips it)"))
                 .is_ok(),
         })
@@ -386,7 +398,7 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::
             Matching::Kubelet => (Source::PullSecret(path), matching),
         })
         .collect();
-    auth::resolve(&defaults, image)
+    auth::resolve(host, &defaults, image)
 }
 
 /// What `hostpull plan` shows: everything the pull may use, per host, with
@@ -655,23 +667,32 @@ fn limits(req: &Request) -> anyhow::Result<Limits> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use testing::MemHost;
+
+    const ACCEPT_ANYTHING: &str = r#"{"default":[{"type":"insecureAcceptAnything"}]}"#;
+
+    /// A machine with nothing below its root and a policy that accepts
+    /// anything at `/policy.json`.
+    fn host() -> MemHost {
+        MemHost::new("/nonexistent-root").file("/policy.json", ACCEPT_ANYTHING)
+    }
 
     fn req(image: &str, dest: &str) -> Request {
-        let policy = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/accept-anything.json"
-        );
         Request {
             options: Options {
                 image: Some(image.into()),
                 dest: Some(dest.into()),
                 sandbox: Some(SandboxMode::None),
-                policy: Some(policy.into()),
+                policy: Some("/policy.json".into()),
                 ..Default::default()
             },
-            root: "/nonexistent-root".into(),
             ..Default::default()
         }
+    }
+
+    /// The plan on [`host`].
+    fn plan(r: &Request) -> anyhow::Result<Plan> {
+        super::plan(r, &host())
     }
 
     #[test]
@@ -695,20 +716,18 @@ mod tests {
 
     #[test]
     fn trust_and_dns_rules() {
-        let td = tempfile::tempdir().unwrap();
-        let ca = td.path().join("ca.crt");
-        std::fs::write(&ca, "pem").unwrap();
+        let h = host().file("/td/ca.crt", "pem");
         let mut r = req("reg.svc:5000/a:v1", "oci:/d");
         r.cas = vec![
-            format!("reg.svc:5000={}", ca.display()),
-            format!("other:1={}", ca.display()),
+            "reg.svc:5000=/td/ca.crt".to_owned(),
+            "other:1=/td/ca.crt".to_owned(),
         ];
-        let p = plan(&r).unwrap();
+        let p = super::plan(&r, &h).unwrap();
         assert_eq!(p.worker.trust.len(), 1, "only the hosts of this pull");
         assert_eq!(p.worker.trust[0].host, "reg.svc:5000");
-        r.cert_dir = Some(td.path().into());
+        r.cert_dir = Some("/td".into());
         assert_eq!(
-            crate::error::exit_code(&plan(&r).unwrap_err()),
+            crate::error::exit_code(&super::plan(&r, &h).unwrap_err()),
             2,
             "--cert-dir with --ca"
         );
@@ -728,14 +747,11 @@ mod tests {
     /// `--sandbox systemd`; without a unit nothing is denied.
     #[test]
     fn denied_addresses_are_refused_at_plan_time() {
-        let td = tempfile::tempdir().unwrap();
-        let conf = td.path().join("registries.conf");
-        std::fs::write(
-            &conf,
+        let h = host().file(
+            "/registries.conf",
             "[[registry]]\nlocation = \"reg.svc:5000\"\n\
              [[registry.mirror]]\nlocation = \"mirror.svc\"\n",
-        )
-        .unwrap();
+        );
         // (image, --add-host, refused naming)
         let cases = [
             (
@@ -766,9 +782,9 @@ mod tests {
         for (image, add_host, refused) in cases {
             let mut r = req(image, "oci:/d");
             r.sandbox = Some(SandboxMode::Systemd);
-            r.registries_conf = Some(conf.clone());
+            r.registries_conf = Some("/registries.conf".into());
             r.add_hosts = add_host.into_iter().map(Into::into).collect();
-            match (plan(&r), refused) {
+            match (super::plan(&r, &h), refused) {
                 (Ok(_), None) => {}
                 (Err(e), Some(naming)) => {
                     assert_eq!(crate::error::exit_code(&e), 2, "{e}");
@@ -779,7 +795,7 @@ mod tests {
             // Without a unit, nothing denies them.
             if add_host.is_none() {
                 r.sandbox = Some(SandboxMode::None);
-                plan(&r).unwrap();
+                super::plan(&r, &h).unwrap();
             }
         }
     }
@@ -839,26 +855,26 @@ mod tests {
 
     #[test]
     fn ostree_destinations() {
-        let td = tempfile::tempdir().unwrap();
         let d = OstreeDest {
-            repo: td.path().into(),
+            repo: "/repo".into(),
             ostree_ref: None,
         };
-        let e = check_ostree(&d, false).unwrap_err();
+        let e = check_ostree(&host(), &d, false).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(
             e.to_string().contains("built without ostree support"),
             "{e}"
         );
-        let e = check_ostree(&d, true).unwrap_err();
+        let e = check_ostree(&host(), &d, true).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("not an ostree repository"), "{e}");
-        std::fs::write(td.path().join("config"), "[core]\n").unwrap();
-        check_ostree(&d, true).unwrap();
-        let dest = format!("ostree:{}:os/stable", td.path().display());
+        let e = check_ostree(&host().dir("/repo/config"), &d, true).unwrap_err();
+        assert!(e.to_string().contains("not an ostree repository"), "{e}");
+        let h = host().file("/repo/config", "[core]\n");
+        check_ostree(&h, &d, true).unwrap();
         let pinned =
             "h.io/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-        match plan(&req(pinned, &dest)) {
+        match super::plan(&req(pinned, "ostree:/repo:os/stable"), &h) {
             Ok(p) if cfg!(feature = "ostree") => {
                 assert_eq!(p.ostree.unwrap().ostree_ref.as_deref(), Some("os/stable"));
                 assert_eq!(p.tag, "latest");
@@ -876,49 +892,34 @@ mod tests {
     #[test]
     fn kubelet_default_keyring() {
         use base64::Engine as _;
-        let td = tempfile::tempdir().unwrap();
-        let d = td.path();
-        let plugin = d.join("default");
-        std::fs::write(
-            &plugin,
-            "#!/bin/sh\ncat >/dev/null\necho '{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"kind\":\"CredentialProviderResponse\",\"cacheDuration\":\"0\",\"auth\":{\"test.registry.io\":{\"username\":\"default-user\",\"password\":\"default-password\"}}}'\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .unwrap();
-        let config = d.join("providers.yaml");
-        std::fs::write(
-            &config,
-            "kind: CredentialProviderConfig\nproviders:\n- name: default\n  matchImages: [\"test.registry.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
-        )
-        .unwrap();
-        let secret = |name: &str, host: &str| {
-            let p = d.join(name);
-            std::fs::write(
-                &p,
-                format!(r#"{{"auths": {{"{host}": {{"auth": "dXNlcjpwYXNzd29yZA=="}}}}}}"#),
-            )
-            .unwrap();
-            p
+        let secret = |host: &str| {
+            format!(r#"{{"auths": {{"{host}": {{"auth": "dXNlcjpwYXNzd29yZA=="}}}}}}"#)
         };
+        let h = host()
+            .plugin(
+                "/d/default",
+                Ok(r#"{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderResponse","cacheDuration":"0","auth":{"test.registry.io":{"username":"default-user","password":"default-password"}}}"#),
+            )
+            .file(
+                "/d/providers.yaml",
+                "kind: CredentialProviderConfig\nproviders:\n- name: default\n  matchImages: [\"test.registry.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+            )
+            .file("/d/other", secret("foobar.io"))
+            .file("/d/match", secret("test.registry.io"));
         let cases = [
-            (
-                vec![secret("other", "foobar.io")],
-                vec!["default-user:default-password"],
-            ),
+            (vec!["/d/other"], vec!["default-user:default-password"]),
             (vec![], vec!["default-user:default-password"]),
             (
-                vec![secret("match", "test.registry.io")],
+                vec!["/d/match"],
                 vec!["user:password", "default-user:default-password"],
             ),
         ];
         for (secrets, want) in cases {
             let mut r = req("test.registry.io/app:v1", "oci:/d");
-            r.root = d.into();
-            r.pull_secrets = secrets;
-            r.provider_config = Some(config.clone());
-            r.provider_bin_dir = Some(d.into());
-            let p = plan(&r).unwrap();
+            r.pull_secrets = secrets.iter().map(Into::into).collect();
+            r.provider_config = Some("/d/providers.yaml".into());
+            r.provider_bin_dir = Some("/d".into());
+            let p = super::plan(&r, &h).unwrap();
             let got: Vec<String> = p
                 .credentials
                 .iter()
@@ -934,16 +935,20 @@ mod tests {
             assert_eq!(got, want, "{:?}", r.pull_secrets);
             // The worker's first try has the first; the plan names them all.
             assert_eq!(p.worker.credentials, [p.credentials[0].clone()]);
-            let h = &p.summary().hosts[0];
-            assert_eq!(h.fallbacks.len(), want.len() - 1);
+            let s = p.summary();
+            let hs = &s.hosts[0];
+            assert_eq!(hs.fallbacks.len(), want.len() - 1);
             assert_eq!(
-                h.fallbacks
+                hs.fallbacks
                     .last()
                     .map(String::as_str)
-                    .or(h.credential.as_deref()),
+                    .or(hs.credential.as_deref()),
                 Some("credential provider default (key test.registry.io)")
             );
         }
+        // Asked each time: its answer is not to be cached.
+        assert_eq!(h.ran().len(), 3);
+        assert_eq!(h.cached(), Vec::<String>::new());
     }
 
     /// A node config.json kubelet cannot read is skipped with a warning when
@@ -952,38 +957,31 @@ mod tests {
     #[test]
     fn a_malformed_default_kubelet_config_is_skipped() {
         use base64::Engine as _;
-        let td = tempfile::tempdir().unwrap();
-        let d = td.path();
-        std::fs::create_dir_all(d.join("var/lib/kubelet")).unwrap();
-        std::fs::create_dir_all(d.join("etc/ostree")).unwrap();
-        let node = d.join("var/lib/kubelet/config.json");
-        std::fs::write(
-            &node,
-            r#"{"auths": {"other.io": {"auth": "pants"}, "h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#,
-        )
-        .unwrap();
         let ostree = base64::engine::general_purpose::STANDARD.encode("ostree:pw");
-        std::fs::write(
-            d.join("etc/ostree/auth.json"),
-            format!(r#"{{"auths": {{"h.io": {{"auth": "{ostree}"}}}}}}"#),
-        )
-        .unwrap();
-        let mut r = req("h.io/a:v1", "oci:/d");
-        r.root = d.into();
-        let p = plan(&r).unwrap();
+        let h = |node: &str| {
+            host().file("var/lib/kubelet/config.json", node).file(
+                "etc/ostree/auth.json",
+                format!(r#"{{"auths": {{"h.io": {{"auth": "{ostree}"}}}}}}"#),
+            )
+        };
+        let r = req("h.io/a:v1", "oci:/d");
+        let malformed = h(
+            r#"{"auths": {"other.io": {"auth": "pants"}, "h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#,
+        );
+        let p = super::plan(&r, &malformed).unwrap();
         let sources: Vec<&str> = p.credentials.iter().map(|c| c.source.as_str()).collect();
-        assert_eq!(sources, [d.join("etc/ostree/auth.json").to_str().unwrap()]);
+        assert_eq!(sources, ["/nonexistent-root/etc/ostree/auth.json"]);
         // Readable, it is a candidate after ostree's.
-        std::fs::write(
-            &node,
-            r#"{"auths": {"h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#,
-        )
-        .unwrap();
-        assert_eq!(plan(&r).unwrap().credentials.len(), 2);
-        std::fs::write(&node, "{").unwrap();
-        assert_eq!(plan(&r).unwrap().credentials.len(), 1);
-        r.pull_secrets = vec![node];
-        assert_eq!(crate::error::exit_code(&plan(&r).unwrap_err()), 2);
+        let good = h(r#"{"auths": {"h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#);
+        assert_eq!(super::plan(&r, &good).unwrap().credentials.len(), 2);
+        let broken = h("{");
+        assert_eq!(super::plan(&r, &broken).unwrap().credentials.len(), 1);
+        let mut r = r;
+        r.pull_secrets = vec!["/nonexistent-root/var/lib/kubelet/config.json".into()];
+        assert_eq!(
+            crate::error::exit_code(&super::plan(&r, &broken).unwrap_err()),
+            2
+        );
     }
 
     #[test]
@@ -1002,9 +1000,12 @@ mod tests {
     fn auto_needs_systemd() {
         let mut r = req("h.io/a:v1", "oci:/d");
         r.sandbox = Some(SandboxMode::Auto);
-        r.systemd_booted = true;
-        assert_eq!(plan(&r).unwrap().worker.mode, SandboxMode::Systemd);
-        r.systemd_booted = false;
+        let mut h = host();
+        h.systemd = true;
+        assert_eq!(
+            super::plan(&r, &h).unwrap().worker.mode,
+            SandboxMode::Systemd
+        );
         let e = plan(&r).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 8);
         assert!(e.to_string().contains("--sandbox none"));
@@ -1018,8 +1019,7 @@ mod tests {
             "{}",
             s.text()
         );
-        r.systemd_booted = true;
-        let s = plan(&r).unwrap().summary();
+        let s = super::plan(&r, &h).unwrap().summary();
         assert_eq!((s.sandbox, s.sandbox_error), (SandboxMode::Systemd, None));
     }
 
@@ -1027,17 +1027,25 @@ mod tests {
     fn selinux_context_only_where_selinux_is_on() {
         let mut r = req("h.io/a:v1", "oci:/d");
         assert_eq!(plan(&r).unwrap().worker.selinux_context, None);
-        r.selinux_enabled = true;
+        let mut h = host();
+        h.selinux = true;
         assert_eq!(
-            plan(&r).unwrap().worker.selinux_context.as_deref(),
+            super::plan(&r, &h)
+                .unwrap()
+                .worker
+                .selinux_context
+                .as_deref(),
             Some(WORKER_SELINUX_CONTEXT)
         );
         r.selinux_context = Some("system_u:system_r:other_t:s0".into());
         assert_eq!(
-            plan(&r).unwrap().worker.selinux_context.as_deref(),
+            super::plan(&r, &h)
+                .unwrap()
+                .worker
+                .selinux_context
+                .as_deref(),
             Some("system_u:system_r:other_t:s0")
         );
-        r.selinux_enabled = false;
         assert_eq!(plan(&r).unwrap().worker.selinux_context, None);
     }
 

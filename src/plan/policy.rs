@@ -10,6 +10,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use crate::error::{Failure, Kind, fail};
+use crate::plan::host::Host;
 use crate::plan::imgref::ImageRef;
 
 /// The default policy and registries.d, below the root.
@@ -756,7 +757,12 @@ fn bad_policy<T>(file: &Path, why: &str) -> anyhow::Result<T> {
 /// Parse a policy, check all of it, and pick the requirements for `image`.
 /// Keys are read and parsed now, so a broken policy fails before anything is
 /// fetched.
-pub fn apply(file: &Path, text: &str, image: &ImageRef) -> anyhow::Result<Applied> {
+pub fn apply(
+    host: &dyn Host,
+    file: &Path,
+    text: &str,
+    image: &ImageRef,
+) -> anyhow::Result<Applied> {
     let raw = parse_policy(text).or_else(|why| bad_policy(file, &why))?;
     let docker = raw.docker.as_ref();
     let (scope, reqs) = match docker.and_then(|d| most_specific(d, image)) {
@@ -768,7 +774,7 @@ pub fn apply(file: &Path, text: &str, image: &ImageRef) -> anyhow::Result<Applie
     };
     let requirements = reqs
         .iter()
-        .map(|r| requirement_for(file, r))
+        .map(|r| requirement_for(host, file, r))
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(Applied {
         file: file.to_owned(),
@@ -780,7 +786,7 @@ pub fn apply(file: &Path, text: &str, image: &ImageRef) -> anyhow::Result<Applie
 }
 
 /// Key files' bytes, with a name for messages.
-fn read_keys(file: &Path, keys: &Keys) -> anyhow::Result<(Vec<Vec<u8>>, String)> {
+fn read_keys(host: &dyn Host, file: &Path, keys: &Keys) -> anyhow::Result<(Vec<Vec<u8>>, String)> {
     let paths: Vec<&PathBuf> = match keys {
         Keys::Data(d) => return Ok((vec![d.clone()], "keyData".into())),
         Keys::Datas(d) => return Ok((d.clone(), "keyDatas".into())),
@@ -790,7 +796,7 @@ fn read_keys(file: &Path, keys: &Keys) -> anyhow::Result<(Vec<Vec<u8>>, String)>
     };
     let mut out = Vec::new();
     for p in &paths {
-        let bytes = std::fs::read(p).map_err(|e| {
+        let bytes = host.read(p).map_err(|e| {
             Failure::new(
                 Kind::Usage,
                 format!(
@@ -810,7 +816,7 @@ fn read_keys(file: &Path, keys: &Keys) -> anyhow::Result<(Vec<Vec<u8>>, String)>
 /// What containers/image does not implement either (`signedBaseLayer`,
 /// `keyType` other than `GPGKeys`) rejects the image, as there; what it
 /// implements and hostpull does not is a configuration error (exit 2).
-fn requirement_for(file: &Path, raw: &Raw) -> anyhow::Result<Requirement> {
+fn requirement_for(host: &dyn Host, file: &Path, raw: &Raw) -> anyhow::Result<Requirement> {
     Ok(match raw {
         Raw::InsecureAcceptAnything => Requirement::InsecureAcceptAnything,
         Raw::Reject => Requirement::Reject,
@@ -824,7 +830,7 @@ fn requirement_for(file: &Path, raw: &Raw) -> anyhow::Result<Requirement> {
         },
         Raw::SignedBy { keys, identity, .. } => {
             let identity = identity.clone();
-            let (files, names) = read_keys(file, keys)?;
+            let (files, names) = read_keys(host, file, keys)?;
             if files.is_empty() {
                 return Ok(Requirement::Unsatisfiable {
                     what: "signedBy with an empty keyPaths".into(),
@@ -858,7 +864,7 @@ fn requirement_for(file: &Path, raw: &Raw) -> anyhow::Result<Requirement> {
                 );
             }
             let identity = identity.clone();
-            let (files, names) = read_keys(file, keys)?;
+            let (files, names) = read_keys(host, file, keys)?;
             let keys = files
                 .iter()
                 .map(|k| {
@@ -942,11 +948,17 @@ impl Lookaside {
 /// Fill in the lookaside and `use-sigstore-attachments` for `image` from the
 /// `*.yaml` files in `dir`: for each, the most specific entry that sets it,
 /// then `default-docker`.
-pub fn lookaside(applied: &mut Applied, dir: &Path, image: &ImageRef) -> anyhow::Result<()> {
+pub fn lookaside(
+    host: &dyn Host,
+    applied: &mut Applied,
+    dir: &Path,
+    image: &ImageRef,
+) -> anyhow::Result<()> {
     let mut all = RegistriesD::default();
-    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
+    let mut files: Vec<PathBuf> = match host.list(dir) {
+        Ok(names) => names
+            .into_iter()
+            .map(|n| dir.join(n))
             .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
             .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -960,7 +972,7 @@ pub fn lookaside(applied: &mut Applied, dir: &Path, image: &ImageRef) -> anyhow:
                 format!("invalid registries.d file {}: {why}", f.display()),
             )
         };
-        let text = std::fs::read_to_string(&f).with_context_path(&f)?;
+        let text = host.read_text(&f).with_context_path(&f)?;
         let one: RegistriesD = match serde_yaml::from_str::<Option<RegistriesD>>(&text) {
             Ok(one) => one.unwrap_or_default(),
             Err(e) => return bad(crate::error::one_line(&e.to_string())),
@@ -1053,6 +1065,10 @@ pub fn dearmor(key: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sys() -> crate::host::System {
+        crate::host::System::open(Path::new("/")).unwrap()
+    }
 
     fn image(s: &str) -> ImageRef {
         ImageRef::parse(s).unwrap()
@@ -1203,7 +1219,7 @@ mod tests {
                 "*.very.deep.com",
             ),
         ] {
-            let a = apply(Path::new("p"), &text, &image(input)).unwrap();
+            let a = apply(&sys(), Path::new("p"), &text, &image(input)).unwrap();
             assert_eq!(a.scope, matched, "{input}");
         }
     }
@@ -1281,7 +1297,7 @@ mod tests {
                 "reading key /keys/public-key",
             ),
         ] {
-            match (apply(file, &text, &image(img)), want) {
+            match (apply(&sys(), file, &text, &image(img)), want) {
                 (Ok(a), "accept") => {
                     assert!(a.accepts_anything() && a.scope == scope, "{img}: {a:?}")
                 }
@@ -1534,7 +1550,7 @@ mod tests {
             files.push((text, why.to_owned()));
         }
         for (text, why) in files {
-            let Err(e) = apply(Path::new("p.json"), &text, &image("q.io/a:v1")) else {
+            let Err(e) = apply(&sys(), Path::new("p.json"), &text, &image("q.io/a:v1")) else {
                 panic!("accepted: {text}");
             };
             let msg = format!("{e:#}");
@@ -1612,7 +1628,7 @@ mod tests {
             b64(p256),
             b64(ed)
         );
-        let a = apply(Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
+        let a = apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
         let [Requirement::SigstoreSigned { keys, source, .. }] = &a.requirements[..] else {
             panic!("{a:?}")
         };
@@ -1638,14 +1654,14 @@ mod tests {
             let text = format!(
                 r#"{{"default":[{req}],"transports":{{"docker":{{"other.io":[{req}]}}}}}}"#
             );
-            let e = apply(Path::new("p"), &text, &image("q.io/a:v1")).unwrap_err();
+            let e = apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap_err();
             assert!(format!("{e:#}").contains(why), "{e:#}");
             assert_eq!(crate::error::exit_code(&e), 2);
             // In a scope the image does not use, the same requirement is fine.
             let text = format!(
                 r#"{{"default":[{{"type":"reject"}}],"transports":{{"docker":{{"other.io":[{req}]}}}}}}"#
             );
-            apply(Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
+            apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
         }
     }
 
@@ -1657,7 +1673,7 @@ mod tests {
         let text = r#"{"default":[{"type":"insecureAcceptAnything"}],"transports":{"docker":{
             "q.io/base":[{"type":"signedBaseLayer","baseLayerIdentity":{"type":"matchExact"}}],
             "q.io/x509":[{"type":"signedBy","keyType":"X509Certificates","keyPath":"/nonexistent"}]}}}"#;
-        let a = apply(Path::new("p"), text, &image("q.io/other:v1")).unwrap();
+        let a = apply(&sys(), Path::new("p"), text, &image("q.io/other:v1")).unwrap();
         assert!(a.accepts_anything());
         for (img, why) in [
             ("q.io/base/a:v1", "signedBaseLayer is not implemented"),
@@ -1666,7 +1682,7 @@ mod tests {
                 "keyType X509Certificates is not implemented",
             ),
         ] {
-            let a = apply(Path::new("p"), text, &image(img)).unwrap();
+            let a = apply(&sys(), Path::new("p"), text, &image(img)).unwrap();
             assert!(
                 !a.accepts_anything(),
                 "--require-signature must not accept it"
@@ -1702,11 +1718,17 @@ mod tests {
             ("q.io/x/y", "q.io", true),
             ("r.io/x/y", "docker", true),
         ] {
-            let a = apply(f, &p, &image(img)).unwrap();
+            let a = apply(&sys(), f, &p, &image(img)).unwrap();
             assert_eq!(a.scope, scope, "{img}");
             assert_eq!(a.accepts_anything(), accepts, "{img}");
         }
-        let a = apply(f, r#"{"default":[{"type":"reject"}]}"#, &image("q.io/a")).unwrap();
+        let a = apply(
+            &sys(),
+            f,
+            r#"{"default":[{"type":"reject"}]}"#,
+            &image("q.io/a"),
+        )
+        .unwrap();
         assert_eq!(
             (a.scope.as_str(), &a.requirements[..]),
             ("default", &[Requirement::Reject][..])
@@ -1732,7 +1754,7 @@ mod tests {
                 "not a PEM ECDSA P-256 or ed25519 public key",
             ),
         ] {
-            let e = apply(f, text, &img).unwrap_err();
+            let e = apply(&sys(), f, text, &img).unwrap_err();
             let msg = format!("{e:#}");
             assert!(msg.contains(want), "{text}: {msg}");
             assert_eq!(crate::error::exit_code(&e), 2, "{text}");
@@ -1751,7 +1773,7 @@ mod tests {
             b64(p256),
             b64(ed)
         );
-        let a = apply(Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
+        let a = apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
         let [
             Requirement::SigstoreSigned {
                 keys: k1,
@@ -1809,6 +1831,7 @@ mod tests {
         .unwrap();
         std::fs::write(d.path().join("ignored.conf"), "{{{").unwrap();
         let mut a = apply(
+            &sys(),
             Path::new("p"),
             r#"{"default":[{"type":"reject"}]}"#,
             &image("q.io/a:v1"),
@@ -1819,7 +1842,7 @@ mod tests {
             ("q.io/ns/other:v1", "file:///var/lib/sigs", true),
             ("r.io/x:v1", "file:///var/lib/sigs", false),
         ] {
-            lookaside(&mut a, d.path(), &image(img)).unwrap();
+            lookaside(&sys(), &mut a, d.path(), &image(img)).unwrap();
             assert_eq!(a.lookaside.as_deref(), Some(url), "{img}");
             assert_eq!(a.sigstore_attachments, attach, "{img}");
         }
@@ -1828,7 +1851,7 @@ mod tests {
             "docker:\n  q.io/ns:\n    lookaside: file:///x\n",
         )
         .unwrap();
-        let e = lookaside(&mut a, d.path(), &image("q.io/a")).unwrap_err();
+        let e = lookaside(&sys(), &mut a, d.path(), &image("q.io/a")).unwrap_err();
         assert!(format!("{e}").contains("defined in another file"), "{e}");
         std::fs::remove_file(d.path().join("c.yaml")).unwrap();
         std::fs::write(
@@ -1836,10 +1859,10 @@ mod tests {
             "docker:\n  z.io:\n    lookaside: ftp://x\n",
         )
         .unwrap();
-        let e = lookaside(&mut a, d.path(), &image("z.io/a")).unwrap_err();
+        let e = lookaside(&sys(), &mut a, d.path(), &image("z.io/a")).unwrap_err();
         assert!(format!("{e}").contains("must be a file://"), "{e}");
         // No directory: no lookaside.
-        lookaside(&mut a, &d.path().join("none"), &image("q.io/a")).unwrap();
+        lookaside(&sys(), &mut a, &d.path().join("none"), &image("q.io/a")).unwrap();
         assert_eq!(a.lookaside, None);
     }
 }

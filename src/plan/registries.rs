@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Failure, Kind, fail};
+use crate::plan::host::Host;
 use crate::plan::imgref::{self, ImageRef, Sha256Digest};
 
 /// One `[[registry]]` table, after containers/image's post-processing:
@@ -443,11 +444,13 @@ fn parse(text: &str, drop_in: bool) -> anyhow::Result<(Vec<Table>, FileShortName
 }
 
 /// `/etc/containers/registries.conf` and `registries.conf.d/*.conf` below
-/// `root`, or only `explicit`.
-pub fn load(root: &Path, explicit: Option<&Path>) -> anyhow::Result<Config> {
+/// the host's root, or only `explicit`.
+pub fn load(host: &dyn Host, explicit: Option<&Path>) -> anyhow::Result<Config> {
+    let root = host.root();
     match explicit {
-        Some(f) => load_files(f, true, None),
+        Some(f) => load_files(host, f, true, None),
         None => load_files(
+            host,
             &root.join("etc/containers/registries.conf"),
             false,
             Some(&root.join("etc/containers/registries.conf.d")),
@@ -457,17 +460,21 @@ pub fn load(root: &Path, explicit: Option<&Path>) -> anyhow::Result<Config> {
 
 /// `main` (an error if missing and `required`), then the drop-ins of `dir` in
 /// name order. A drop-in's table replaces the one with its prefix.
-fn load_files(main: &Path, required: bool, dir: Option<&Path>) -> anyhow::Result<Config> {
+fn load_files(
+    host: &dyn Host,
+    main: &Path,
+    required: bool,
+    dir: Option<&Path>,
+) -> anyhow::Result<Config> {
     let mut files: Vec<(PathBuf, bool)> = vec![(main.to_owned(), false)];
     if let Some(dir) = dir {
-        match std::fs::read_dir(dir) {
-            Ok(rd) => {
+        match host.list(dir) {
+            Ok(names) => {
                 let mut d: Vec<PathBuf> = Vec::new();
-                for e in rd {
-                    let e = e.map_err(|e| invalid(format!("reading {}: {e}", dir.display())))?;
-                    let is_dir = std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir());
-                    if !is_dir && e.file_name().to_string_lossy().ends_with(".conf") {
-                        d.push(e.path());
+                for name in names {
+                    let path = dir.join(&name);
+                    if !host.directory(&path) && name.to_string_lossy().ends_with(".conf") {
+                        d.push(path);
                     }
                 }
                 d.sort();
@@ -480,7 +487,7 @@ fn load_files(main: &Path, required: bool, dir: Option<&Path>) -> anyhow::Result
     let mut tables: BTreeMap<String, Table> = BTreeMap::new();
     let mut short_names = ShortNames::default();
     for (i, (f, drop_in)) in files.iter().enumerate() {
-        let text = match std::fs::read_to_string(f) {
+        let text = match host.read_text(f) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && (i > 0 || !required) => continue,
             Err(e) => return fail(Kind::Usage, format!("reading {}: {e}", f.display())),
@@ -755,6 +762,10 @@ pub fn worker_conf(route: &Route) -> anyhow::Result<String> {
 mod tests {
     use super::*;
 
+    fn sys(root: &Path) -> crate::host::System {
+        crate::host::System::open(root).unwrap()
+    }
+
     /// containers/image's `pkg/sysregistriesv2/testdata`, copied (see its README.md).
     const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/plan/testdata/registries");
     const NO_DIR: &str = "/nonexistent/registries.conf.d";
@@ -771,7 +782,13 @@ mod tests {
         } else {
             Path::new(TESTDATA).join(dir)
         };
-        load_files(&Path::new(TESTDATA).join(file), true, Some(&dir)).map(|c| c.tables)
+        load_files(
+            &sys(Path::new("/")),
+            &Path::new(TESTDATA).join(file),
+            true,
+            Some(&dir),
+        )
+        .map(|c| c.tables)
     }
 
     fn from_str(text: &str) -> anyhow::Result<Vec<Table>> {
@@ -810,7 +827,7 @@ mod tests {
         assert_eq!(testdata("empty.conf", NO_DIR).unwrap(), vec![]);
         // A missing default file is an empty one; a missing explicit file an error.
         assert_eq!(
-            load(Path::new("/nonexistent"), None).unwrap(),
+            load(&crate::plan::testing::MemHost::new("/nonexistent"), None).unwrap(),
             Config::default()
         );
         let e = testdata("this-does-not-exist.conf", NO_DIR).unwrap_err();
@@ -1668,13 +1685,13 @@ location = "second.example"
             "[[registry]]\nprefix = \"quay.io\"\nlocation = \"quay.io\"\nblocked = true\n",
         )
         .unwrap();
-        let tables = load(td.path(), None).unwrap().tables;
+        let tables = load(&sys(td.path()), None).unwrap().tables;
         assert_eq!(
             crate::error::exit_code(&route(&tables, &img("quay.io/a/b")).unwrap_err()),
             2
         );
         std::fs::write(dir.join("20-bad.conf"), "[[registry]\n").unwrap();
-        let e = load(td.path(), None).unwrap_err();
+        let e = load(&sys(td.path()), None).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("20-bad.conf"), "{e}");
     }
@@ -1811,9 +1828,14 @@ location = "second.example"
     fn upstream_aliases_with_drop_ins() {
         let load = |file: &str, dir: &str| {
             let dir = Path::new(TESTDATA).join(dir);
-            load_files(&Path::new(TESTDATA).join(file), true, Some(&dir))
-                .unwrap()
-                .short_names
+            load_files(
+                &sys(Path::new("/")),
+                &Path::new(TESTDATA).join(file),
+                true,
+                Some(&dir),
+            )
+            .unwrap()
+            .short_names
         };
         let short = load("aliases.conf", "this-does-not-exist");
         assert_eq!(short.aliases.len(), 4);
@@ -1999,7 +2021,7 @@ location = "second.example"
         let dir = td.path().join("etc/containers/registries.conf.d");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("shortnames.conf"), alias).unwrap();
-        let conf = load(td.path(), None).unwrap();
+        let conf = load(&sys(td.path()), None).unwrap();
         let e = check_short_name(&conf.short_names, &img("fedora")).unwrap_err();
         assert!(e.to_string().contains("shortnames.conf"), "{e}");
     }

@@ -26,7 +26,7 @@ use crate::options::SandboxMode;
 use crate::plan::auth::{self, Chosen};
 use crate::plan::dns::Dns;
 use crate::plan::imgref::ImageRef;
-use crate::plan::trust::{self, HostTrust};
+use crate::plan::trust::HostTrust;
 use monitor::{Observed, Systemd};
 use staging::Staging;
 pub use unit::Limits;
@@ -233,13 +233,15 @@ impl Worker {
                 if let Some(t) = spec.trust.iter().find(|t| !t.lookaside_only) {
                     let dir = format!("certs.d/{}", t.host);
                     for (j, ca) in t.cas.iter().enumerate() {
-                        staging
-                            .write_public(&format!("{dir}/ca-{j}.crt"), &trust::read_file(ca)?)?;
+                        staging.write_public(
+                            &format!("{dir}/ca-{j}.crt"),
+                            &crate::host::read_trust_file(ca)?,
+                        )?;
                     }
                     if let Some((cert, key)) = &t.client {
                         staging.write_public(
                             &format!("{dir}/client.cert"),
-                            &trust::read_file(cert)?,
+                            &crate::host::read_trust_file(cert)?,
                         )?;
                         staging.copy(&format!("{dir}/client.key"), key)?;
                     }
@@ -289,11 +291,17 @@ impl Worker {
         for (i, t) in self.spec.trust.iter().enumerate() {
             let dir = format!("{tree}/{}", t.host);
             for (j, ca) in t.cas.iter().enumerate() {
-                staging.write_public(&format!("{dir}/ca-{j}.crt"), &trust::read_file(ca)?)?;
+                staging.write_public(
+                    &format!("{dir}/ca-{j}.crt"),
+                    &crate::host::read_trust_file(ca)?,
+                )?;
             }
             stage_ca_bundle(staging, &dir, t)?;
             if let Some((cert, _)) = &t.client {
-                staging.write_public(&format!("{dir}/client.cert"), &trust::read_file(cert)?)?;
+                staging.write_public(
+                    &format!("{dir}/client.cert"),
+                    &crate::host::read_trust_file(cert)?,
+                )?;
                 let key = unit::credentials_dir(unit).join(client_key_name(i));
                 staging.symlink(&format!("{dir}/client.key"), &key)?;
             }
@@ -737,7 +745,7 @@ fn stage_ca_bundle(staging: &Staging, dir: &str, t: &HostTrust) -> anyhow::Resul
     let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
     for ca in &t.cas {
         bundle.push(b'\n');
-        bundle.extend(trust::read_file(ca)?);
+        bundle.extend(crate::host::read_trust_file(ca)?);
     }
     staging.write_public(&format!("{dir}/{CA_BUNDLE}"), &bundle)?;
     Ok(())
