@@ -14,7 +14,7 @@ use rustix::fd::{AsFd as _, OwnedFd};
 use rustix::fs::{OFlags, ResolveFlags};
 
 use crate::error::{Kind, fail};
-use crate::plan::host::{FileKind, Host, PLUGIN_ANSWER_MAX, PluginCall};
+use crate::plan::host::{FileKind, Host, PLUGIN_ANSWER_MAX, PROVIDER_CACHE, PluginCall};
 
 /// This machine, with its default files below `root`.
 #[derive(Debug)]
@@ -60,7 +60,7 @@ impl System {
     }
 
     fn cache_dir(&self) -> PathBuf {
-        self.root.join(crate::plan::PROVIDER_CACHE)
+        self.root.join(PROVIDER_CACHE)
     }
 }
 

@@ -1,8 +1,8 @@
 //! The planner's one window on the machine: a [`Host`] reads files, the
 //! environment and the clock, runs root plugins (credential helpers and
 //! credential provider plugins) and keeps their answers' cache. The planner
-//! itself only decides; `crate::host::System` is the real machine, and
-//! `plan::testing::MemHost` an in-memory one for table tests.
+//! itself only decides; `System` in the top-level `host` module is the real
+//! machine, and `plan::testing::MemHost` an in-memory one for table tests.
 
 use std::ffi::OsString;
 use std::io;
@@ -47,6 +47,9 @@ impl std::fmt::Debug for PluginCall<'_> {
             .finish_non_exhaustive()
     }
 }
+
+/// Where credential provider answers are cached, root-only, below the root.
+pub const PROVIDER_CACHE: &str = "var/cache/hostpull/credential-providers";
 
 /// The most a credential helper or provider plugin may answer: an answer is a
 /// few credentials, and a bigger one is refused rather than held in memory.
@@ -105,5 +108,72 @@ pub trait Host {
     /// Whether `path` names a directory (`Path::is_dir`).
     fn directory(&self, path: &Path) -> bool {
         matches!(self.kind(path), Ok(FileKind::Dir))
+    }
+}
+
+/// A [`Host`] that notes the label of every plugin run through it, so that a
+/// plan can say which ran (`Plan::plugins_run`): nothing runs unannounced.
+pub struct Recording<'a> {
+    inner: &'a dyn Host,
+    ran: std::cell::RefCell<Vec<String>>,
+}
+
+impl std::fmt::Debug for Recording<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recording")
+            .field("ran", &self.ran)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Recording<'a> {
+    /// `inner`, recording.
+    pub fn new(inner: &'a dyn Host) -> Self {
+        Self {
+            inner,
+            ran: Default::default(),
+        }
+    }
+
+    /// The labels of the plugins run, in order.
+    pub fn into_ran(self) -> Vec<String> {
+        self.ran.into_inner()
+    }
+}
+
+impl Host for Recording<'_> {
+    fn root(&self) -> &Path {
+        self.inner.root()
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.inner.read(path)
+    }
+    fn kind(&self, path: &Path) -> io::Result<FileKind> {
+        self.inner.kind(path)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<OsString>> {
+        self.inner.list(dir)
+    }
+    fn env(&self, name: &str) -> Option<OsString> {
+        self.inner.env(name)
+    }
+    fn now(&self) -> SystemTime {
+        self.inner.now()
+    }
+    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, String> {
+        self.ran.borrow_mut().push(call.label.clone());
+        self.inner.run(call)
+    }
+    fn cache_get(&self, name: &str) -> Option<Vec<u8>> {
+        self.inner.cache_get(name)
+    }
+    fn cache_put(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.inner.cache_put(name, bytes)
+    }
+    fn systemd_booted(&self) -> bool {
+        self.inner.systemd_booted()
+    }
+    fn selinux_enabled(&self) -> bool {
+        self.inner.selinux_enabled()
     }
 }

@@ -1,4 +1,16 @@
-//! Decides everything a pull may use. Pure data: no network, no spawning.
+//! Decides everything a pull may use. Pure data: no network, and no effect
+//! but through the [`Host`] it is given ([`plan`]): files, environment, clock,
+//! root plugins and their cache.
+//!
+//! `hostpull plan` plans as a pull would, so it runs what a pull runs to find
+//! its credentials: the credential helpers an authfile names for the image's
+//! registries (`credHelpers`) and the credential provider plugins whose
+//! `matchImages` cover the image (an answer still fresh in the provider cache
+//! runs none). It runs nothing else, and nothing unannounced: the plan names
+//! every plugin it ran ([`Plan::plugins_run`]), and `hostpull plan` shows them
+//! (`plugins   ran …` in its text, `plugins_run` in its JSON). To plan without
+//! running any, leave out the options that name them (`--no-default-creds`,
+//! no `--credential-provider-config`, an authfile without `credHelpers`).
 
 pub mod auth;
 pub mod dns;
@@ -7,6 +19,7 @@ pub mod imgref;
 pub mod policy;
 pub mod provider;
 pub mod registries;
+mod summary;
 #[cfg(test)]
 pub mod testing;
 pub mod trust;
@@ -20,6 +33,7 @@ use crate::options::{Options, SandboxMode};
 use crate::sandbox::{Limits, WorkerSpec, unit};
 use host::{FileKind, Host};
 use imgref::{Dest, ImageRef, OstreeDest};
+pub use summary::{HostSummary, Summary};
 
 /// Why `--sandbox auto` fails where systemd does not run the host.
 pub const NO_SYSTEMD: &str = "systemd is not running on this host, so the worker cannot be sandboxed; \
@@ -58,6 +72,10 @@ pub struct Plan {
     pub insecure_hosts: Vec<String>,
     /// The signature requirements for this image, and where its signatures are.
     pub policy: policy::Applied,
+    /// The root plugins (credential helpers, credential provider plugins)
+    /// run to make this plan, by label, in order; an answer from the cache
+    /// runs none. `hostpull plan` shows them.
+    pub plugins_run: Vec<String>,
 }
 
 /// How long a pull may take, and how long it may go without a byte.
@@ -129,55 +147,37 @@ fn check_ostree(host: &dyn Host, d: &OstreeDest, built_with_ostree: bool) -> any
 /// `--authfile` ones, as containers/image reads it.
 pub const REGISTRY_AUTH_FILE: &str = "REGISTRY_AUTH_FILE";
 
+/// Decide everything the pull `req` asks for may use, on `host`. Plugins it
+/// runs (credential helpers, provider plugins) are named in
+/// [`Plan::plugins_run`].
 pub fn plan(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
+    let recording = host::Recording::new(host);
+    let mut plan = decide(req, &recording)?;
+    plan.plugins_run = recording.into_ran();
+    Ok(plan)
+}
+
+/// What the worker is given besides the request: decided by [`decide`].
+struct WorkerParts {
+    mode: SandboxMode,
+    limits: Limits,
+    trust: Vec<trust::HostTrust>,
+    dns: dns::Dns,
+    route: registries::Route,
+}
+
+fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
     let mut req = req.clone();
     req.authfiles
         .extend(host.env(REGISTRY_AUTH_FILE).map(PathBuf::from));
     let req = &req;
-    let image = ImageRef::parse(req.image.as_deref().unwrap_or_default())?;
-    let dest = match req.dest.as_deref().unwrap_or_default() {
-        "" if req.dry_run => Dest {
-            dir: PathBuf::new(),
-            tag: image.tag.clone().or(Some(String::new())),
-            ostree: None,
-        },
-        d => Dest::parse(d)?,
-    };
-    if let Some(o) = &dest.ostree {
-        check_ostree(host, o, cfg!(feature = "ostree"))?;
-    }
-    let tag = match (dest.tag, &image.tag) {
-        (Some(t), _) => t,
-        (None, Some(t)) => t.clone(),
-        // The staging layout's tag, which nobody else sees.
-        (None, None) if dest.ostree.is_some() => "latest".to_owned(),
-        (None, None) => {
-            return fail(
-                Kind::Usage,
-                "the image is pinned by digest: name the tag to write with --dest oci:DIR:TAG",
-            );
-        }
-    };
+    let (image, dest, tag) = destination(req, host)?;
     let platform = match &req.platform {
         Some(p) => Platform::parse(p)?,
         None => Platform::host(),
     };
-    let files = req.authfiles.iter().map(|f| ("--authfile", f));
-    let files = files.chain(req.pull_secrets.iter().map(|f| ("--pull-secret", f)));
-    for (what, p) in files.chain(req.cert_dir.iter().map(|d| ("--cert-dir", d))) {
-        if !host.present(p) {
-            return fail(
-                Kind::Usage,
-                format!("{what} {}: no such file or directory", p.display()),
-            );
-        }
-    }
-    let mode = match req.sandbox.unwrap_or(SandboxMode::Auto) {
-        SandboxMode::Auto if host.systemd_booted() => SandboxMode::Systemd,
-        SandboxMode::Auto if req.dry_run => SandboxMode::Auto,
-        SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
-        m => m,
-    };
+    check_inputs(req, host)?;
+    let mode = sandbox_mode(req, host)?;
     let limits = limits(req)?;
     let conf = registries::load(host, req.registries_conf.as_deref())?;
     registries::check_short_name(&conf.short_names, &image)?;
@@ -196,6 +196,126 @@ pub fn plan(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
             credentials.extend(credentials_for(req, host, r)?);
         }
     }
+    let (policy, trust) = policy_and_trust(req, host, &image, &sources)?;
+    let hosts: Vec<String> = trust_hosts(&sources, &policy);
+    let dns = worker_dns(req, mode, &hosts)?;
+    let parts = WorkerParts {
+        mode,
+        limits,
+        trust,
+        dns,
+        route,
+    };
+    Ok(Plan {
+        image,
+        dest_dir: dest.dir,
+        tag,
+        ostree: dest.ostree,
+        platform,
+        worker: worker(req, host, &credentials, parts)?,
+        retry: retry(req)?,
+        credentials,
+        max_rate: max_rate(req)?,
+        sources,
+        insecure_hosts,
+        policy,
+        plugins_run: Vec::new(),
+    })
+}
+
+/// The worker for the first try.
+fn worker(
+    req: &Request,
+    host: &dyn Host,
+    credentials: &[auth::Chosen],
+    parts: WorkerParts,
+) -> anyhow::Result<WorkerSpec> {
+    let WorkerParts {
+        mode,
+        limits,
+        trust,
+        dns,
+        route,
+    } = parts;
+    Ok(WorkerSpec {
+        mode,
+        skopeo: req.skopeo.clone().unwrap_or_else(|| "skopeo".into()),
+        credentials: auth::attempt(credentials, 0),
+        cert_dir: req.cert_dir.clone(),
+        tls_verify: req.tls_verify.unwrap_or(true),
+        limits,
+        trust,
+        dns,
+        registries_conf: registries::worker_conf(&route)?,
+        selinux_context: host.selinux_enabled().then(|| {
+            req.selinux_context
+                .clone()
+                .unwrap_or_else(|| WORKER_SELINUX_CONTEXT.to_owned())
+        }),
+    })
+}
+
+/// The image, where it goes, and the tag it is written under.
+fn destination(req: &Request, host: &dyn Host) -> anyhow::Result<(ImageRef, Dest, String)> {
+    let image = ImageRef::parse(req.image.as_deref().unwrap_or_default())?;
+    let dest = match req.dest.as_deref().unwrap_or_default() {
+        "" if req.dry_run => Dest {
+            dir: PathBuf::new(),
+            tag: image.tag.clone().or(Some(String::new())),
+            ostree: None,
+        },
+        d => Dest::parse(d)?,
+    };
+    if let Some(o) = &dest.ostree {
+        check_ostree(host, o, cfg!(feature = "ostree"))?;
+    }
+    let tag = match (&dest.tag, &image.tag) {
+        (Some(t), _) => t.clone(),
+        (None, Some(t)) => t.clone(),
+        // The staging layout's tag, which nobody else sees.
+        (None, None) if dest.ostree.is_some() => "latest".to_owned(),
+        (None, None) => {
+            return fail(
+                Kind::Usage,
+                "the image is pinned by digest: name the tag to write with --dest oci:DIR:TAG",
+            );
+        }
+    };
+    Ok((image, dest, tag))
+}
+
+/// Every file and directory the request names exists.
+fn check_inputs(req: &Request, host: &dyn Host) -> anyhow::Result<()> {
+    let files = req.authfiles.iter().map(|f| ("--authfile", f));
+    let files = files.chain(req.pull_secrets.iter().map(|f| ("--pull-secret", f)));
+    for (what, p) in files.chain(req.cert_dir.iter().map(|d| ("--cert-dir", d))) {
+        if !host.present(p) {
+            return fail(
+                Kind::Usage,
+                format!("{what} {}: no such file or directory", p.display()),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `--sandbox`, with `auto` decided for this host.
+fn sandbox_mode(req: &Request, host: &dyn Host) -> anyhow::Result<SandboxMode> {
+    Ok(match req.sandbox.unwrap_or(SandboxMode::Auto) {
+        SandboxMode::Auto if host.systemd_booted() => SandboxMode::Systemd,
+        SandboxMode::Auto if req.dry_run => SandboxMode::Auto,
+        SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
+        m => m,
+    })
+}
+
+/// The signature policy, and the trust of every host the pull may contact.
+fn policy_and_trust(
+    req: &Request,
+    host: &dyn Host,
+    image: &ImageRef,
+    sources: &[ImageRef],
+) -> anyhow::Result<(policy::Applied, Vec<trust::HostTrust>)> {
     let cas = req
         .cas
         .iter()
@@ -207,9 +327,21 @@ pub fn plan(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
             "--cert-dir trusts its CAs for every host; it cannot go with --ca",
         );
     }
-    let policy = signature_policy(req, host, &image)?;
-    // The hosts this pull may contact: the mirrors, the primary, and an
-    // https signature lookaside.
+    let policy = signature_policy(req, host, image)?;
+    let hosts = trust_hosts(sources, &policy);
+    let mut trust = match &req.cert_dir {
+        Some(_) => Vec::new(),
+        None => trust::resolve(host, &hosts, &cas)?,
+    };
+    for t in &mut trust {
+        t.lookaside_only = !sources.iter().any(|r| r.domain == t.host);
+    }
+    Ok((policy, trust))
+}
+
+/// The hosts this pull may contact: the mirrors, the primary, and an https
+/// signature lookaside.
+fn trust_hosts(sources: &[ImageRef], policy: &policy::Applied) -> Vec<String> {
     let lookaside_host = policy
         .lookaside
         .as_deref()
@@ -225,13 +357,12 @@ pub fn plan(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
             hosts.push(h.to_owned());
         }
     }
-    let mut trust = match &req.cert_dir {
-        Some(_) => Vec::new(),
-        None => trust::resolve(host, &hosts, &cas)?,
-    };
-    for t in &mut trust {
-        t.lookaside_only = !sources.iter().any(|r| r.domain == t.host);
-    }
+    hosts
+}
+
+/// The worker's resolver settings, which only a unit can have, and none that
+/// sends a host of this pull where the unit may not go.
+fn worker_dns(req: &Request, mode: SandboxMode, hosts: &[String]) -> anyhow::Result<dns::Dns> {
     let dns = dns::Dns::parse(&req.dns, &req.dns_search, &req.add_hosts)?;
     if mode == SandboxMode::None && !dns.is_empty() {
         return fail(
@@ -243,7 +374,7 @@ pub fn plan(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
     // a registry there would fail only once its unit ran, and obscurely.
     if mode == SandboxMode::Systemd
         && let Some((host, ip)) = dns
-            .known_addresses(&hosts)
+            .known_addresses(hosts)
             .into_iter()
             .find(|(_, ip)| unit::ip_denied(*ip))
     {
@@ -254,35 +385,7 @@ pub fn plan(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
             ),
         );
     }
-    Ok(Plan {
-        image,
-        dest_dir: dest.dir,
-        tag,
-        ostree: dest.ostree,
-        platform,
-        worker: WorkerSpec {
-            mode,
-            skopeo: req.skopeo.clone().unwrap_or_else(|| "skopeo".into()),
-            credentials: auth::attempt(&credentials, 0),
-            cert_dir: req.cert_dir.clone(),
-            tls_verify: req.tls_verify.unwrap_or(true),
-            limits,
-            trust,
-            dns,
-            registries_conf: registries::worker_conf(&route)?,
-            selinux_context: host.selinux_enabled().then(|| {
-                req.selinux_context
-                    .clone()
-                    .unwrap_or_else(|| WORKER_SELINUX_CONTEXT.to_owned())
-            }),
-        },
-        retry: retry(req)?,
-        credentials,
-        max_rate: max_rate(req)?,
-        sources,
-        insecure_hosts,
-        policy,
-    })
+    Ok(dns)
 }
 
 /// The policy's requirements for `image`, and its lookaside. A missing policy
@@ -327,9 +430,6 @@ fn signature_policy(
     }
     Ok(applied)
 }
-
-/// Where credential provider answers are cached, root-only, below the root.
-pub const PROVIDER_CACHE: &str = "var/cache/hostpull/credential-providers";
 
 /// Every credential for the image's registry, in the order tried: explicit
 /// sources first, in the order given (pull secrets as one keyring); then
@@ -399,198 +499,6 @@ fn credentials_for(
         })
         .collect();
     auth::resolve(host, &defaults, image)
-}
-
-/// What `hostpull plan` shows: everything the pull may use, per host, with
-/// the credential's source and key but never the secret.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Summary {
-    pub image: String,
-    pub platform: String,
-    /// None in a plan made without `--dest`.
-    pub dest: Option<String>,
-    pub tag: Option<String>,
-    /// `auto` only in `hostpull plan` on a host without systemd, where a pull
-    /// fails with `sandbox_error` (exit 8).
-    pub sandbox: SandboxMode,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sandbox_error: Option<String>,
-    pub memory_max: String,
-    pub tasks_max: u32,
-    /// `--max-rate`, bytes a second; none: no limit.
-    pub max_rate: Option<u64>,
-    pub hosts: Vec<HostSummary>,
-    pub dns: Vec<String>,
-    pub dns_search: Vec<String>,
-    pub add_hosts: Vec<String>,
-    /// The signature requirements that apply, with their scope and file.
-    pub signature: String,
-    /// The signature lookaside from registries.d, if any.
-    pub lookaside: Option<String>,
-    /// `--dest ostree:`: `dest` is then the repository.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ostree: Option<OstreeDest>,
-}
-
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct HostSummary {
-    pub host: String,
-    /// `primary`; mirrors will be `mirror`.
-    pub role: &'static str,
-    /// `SOURCE (key KEY)` of the first candidate, or none.
-    pub credential: Option<String>,
-    /// The other candidates, tried in this order when the registry refuses
-    /// the one before.
-    pub fallbacks: Vec<String>,
-    pub cas: Vec<String>,
-    pub client_cert: Option<String>,
-    /// False under `--tls-verify=false` or for an `insecure` registries.conf endpoint.
-    pub tls_verify: bool,
-    /// registries.conf `insecure`: no TLS verification, plain HTTP allowed.
-    pub insecure: bool,
-}
-
-impl Plan {
-    pub fn summary(&self) -> Summary {
-        let w = &self.worker;
-        Summary {
-            image: self.image.to_string(),
-            platform: self.platform.to_string(),
-            dest: match &self.ostree {
-                Some(o) => Some(o.repo.display().to_string()),
-                None if self.dest_dir.as_os_str().is_empty() => None,
-                None => Some(self.dest_dir.display().to_string()),
-            },
-            tag: Some(self.tag.clone())
-                .filter(|_| self.ostree.is_some() || !self.dest_dir.as_os_str().is_empty()),
-            sandbox: w.mode,
-            sandbox_error: (w.mode == SandboxMode::Auto).then(|| NO_SYSTEMD.to_owned()),
-            memory_max: w.limits.memory_max.clone(),
-            tasks_max: w.limits.tasks_max,
-            max_rate: self.max_rate,
-            hosts: self
-                .sources
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    let host = &r.domain;
-                    let trust = w.trust.iter().find(|t| &t.host == host);
-                    let candidates: Vec<String> = self
-                        .credentials
-                        .iter()
-                        .filter(|c| &c.host == host)
-                        .map(|c| format!("{} (key {})", c.source, c.key))
-                        .collect();
-                    let cas = match &w.cert_dir {
-                        Some(d) => vec![format!("{} (--cert-dir, every host)", d.display())],
-                        None => trust
-                            .map(|t| t.cas.iter().map(|c| c.display().to_string()).collect())
-                            .unwrap_or_default(),
-                    };
-                    let insecure = self.insecure_hosts.contains(host);
-                    HostSummary {
-                        host: host.clone(),
-                        role: if i + 1 == self.sources.len() {
-                            "primary"
-                        } else {
-                            "mirror"
-                        },
-                        credential: candidates.first().cloned(),
-                        fallbacks: candidates.iter().skip(1).cloned().collect(),
-                        cas,
-                        client_cert: trust
-                            .and_then(|t| t.client.as_ref())
-                            .map(|(c, _)| c.display().to_string()),
-                        tls_verify: w.tls_verify && !insecure,
-                        insecure,
-                    }
-                })
-                .collect(),
-            dns: w.dns.servers.iter().map(|s| s.to_string()).collect(),
-            dns_search: w.dns.search.clone(),
-            add_hosts: w
-                .dns
-                .hosts
-                .iter()
-                .map(|(n, ip)| format!("{n}:{ip}"))
-                .collect(),
-            signature: self.policy.describe(),
-            lookaside: self.policy.lookaside.clone(),
-            ostree: self.ostree.clone(),
-        }
-    }
-}
-
-impl Summary {
-    /// The summary for a terminal.
-    pub fn text(&self) -> String {
-        let (d, t) = (
-            self.dest.as_deref().unwrap_or_default(),
-            self.tag.as_deref().unwrap_or_default(),
-        );
-        let dest = match (&self.ostree, &self.dest) {
-            (Some(o), _) => match &o.ostree_ref {
-                Some(r) => format!("ostree:{d}:{r}"),
-                None => format!("ostree:{d}"),
-            },
-            (None, Some(_)) => format!("oci:{d}:{t}"),
-            (None, None) => "none (no --dest given)".to_owned(),
-        };
-        let mut t = format!(
-            "image     {} ({})\ndest      {dest}\nsandbox   {:?}, MemoryMax={}, TasksMax={}\n",
-            self.image, self.platform, self.sandbox, self.memory_max, self.tasks_max
-        );
-        if let Some(e) = &self.sandbox_error {
-            t += &format!("  a pull fails (exit 8): {e}\n");
-        }
-        t += &format!(
-            "max rate  {}\n",
-            match self.max_rate {
-                Some(r) => format!("{} (all blobs together)", crate::rate::human(r)),
-                None => "no limit".to_owned(),
-            }
-        );
-        for h in &self.hosts {
-            t += &format!("host      {} ({})\n", h.host, h.role);
-            t += &format!(
-                "  credential  {}\n",
-                h.credential.as_deref().unwrap_or("none (--no-creds)")
-            );
-            for f in &h.fallbacks {
-                t += &format!("  then        {f}\n");
-            }
-            let cas = if h.cas.is_empty() {
-                "the system's".to_owned()
-            } else {
-                h.cas.join(", ")
-            };
-            t += &format!(
-                "  CAs         {cas}{}\n",
-                match (h.insecure, h.tls_verify) {
-                    (true, _) =>
-                        " (insecure in registries.conf: no TLS verification, HTTP allowed)",
-                    (false, true) => "",
-                    (false, false) => " (TLS verification off)",
-                }
-            );
-            if let Some(c) = &h.client_cert {
-                t += &format!("  client cert {c}\n");
-            }
-        }
-        t += &format!("signature {}\n", self.signature);
-        if let Some(l) = &self.lookaside {
-            t += &format!("  lookaside   {l}\n");
-        }
-        if !(self.dns.is_empty() && self.dns_search.is_empty() && self.add_hosts.is_empty()) {
-            t += &format!(
-                "worker DNS  servers [{}] search [{}] hosts [{}]\n",
-                self.dns.join(" "),
-                self.dns_search.join(" "),
-                self.add_hosts.join(" ")
-            );
-        }
-        t
-    }
 }
 
 fn retry(req: &Request) -> anyhow::Result<RetryPolicy> {
@@ -948,7 +856,59 @@ mod tests {
         }
         // Asked each time: its answer is not to be cached.
         assert_eq!(h.ran().len(), 3);
+        assert_eq!(
+            super::plan(&req("test.registry.io/app:v1", "oci:/d"), &h)
+                .map(|p| p.plugins_run)
+                .unwrap(),
+            Vec::<String>::new()
+        );
         assert_eq!(h.cached(), Vec::<String>::new());
+    }
+
+    /// `hostpull plan` names every root plugin run to make the plan, in its
+    /// text and its JSON; an answer from the provider cache runs none.
+    #[test]
+    fn plans_name_the_plugins_they_ran() {
+        let answer = r#"{"kind":"CredentialProviderResponse","cacheKeyType":"Registry","cacheDuration":"1h","auth":{"h.io":{"username":"u","password":"p"}}}"#;
+        let h = host()
+            .file("/auth.json", r#"{"credHelpers": {"h.io": "pass"}}"#)
+            .plugin(
+                "docker-credential-pass",
+                Ok(r#"{"Username":"hu","Secret":"hs"}"#),
+            )
+            .plugin("/bin/ecr", Ok(answer))
+            .file(
+                "/providers.yaml",
+                "kind: CredentialProviderConfig\nproviders:\n- name: ecr\n  matchImages: [\"h.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+            );
+        let mut r = req("h.io/a:v1", "");
+        r.dry_run = true;
+        r.authfiles = vec!["/auth.json".into()];
+        r.provider_config = Some("/providers.yaml".into());
+        r.provider_bin_dir = Some("/bin".into());
+        let p = super::plan(&r, &h).unwrap();
+        let both = [
+            "credential helper docker-credential-pass",
+            "credential provider ecr",
+        ];
+        assert_eq!(p.plugins_run, both);
+        let s = p.summary();
+        assert!(
+            s.text()
+                .contains(&format!("plugins   ran {}\n", both.join(", "))),
+            "{}",
+            s.text()
+        );
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["plugins_run"], serde_json::json!(both));
+        // Again: the provider's answer comes from its cache; the helper runs.
+        let p = super::plan(&r, &h).unwrap();
+        assert_eq!(p.plugins_run, [both[0]]);
+        assert_eq!(h.cached().len(), 1);
+        assert_eq!(h.ran().len(), 3);
+        // Nothing run, nothing shown.
+        let s = plan(&req("h.io/a:v1", "oci:/d")).unwrap().summary();
+        assert!(s.plugins_run.is_empty() && !s.text().contains("plugins"));
     }
 
     /// A node config.json kubelet cannot read is skipped with a warning when
