@@ -56,13 +56,55 @@ pub enum Source {
     },
 }
 
-/// The credential chosen for a host, and where it came from (never the secret).
+/// A secret: a credential's `auth`, a password, a token, a plugin's answer.
+/// Its `Debug` and `Display` print `<redacted>`, so no derived `Debug`, log
+/// line or error can show it; [`Secret::expose`] is the one way to the value.
+#[derive(Clone, PartialEq, Eq, Hash, Default, serde::Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret value, for the one place that must write it (the worker's
+    /// authfile) or compare or decode it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Self {
+        Self(s)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Self {
+        Self(s.to_owned())
+    }
+}
+
+/// The credential chosen for a host, and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chosen {
+    /// The registry host (`host[:port]`) it is for.
     pub host: String,
     /// base64 of `user:password`, as auth.json holds it.
-    pub auth: String,
+    pub auth: Secret,
+    /// Where it came from: a file, `credential provider NAME`.
     pub source: String,
+    /// The key it matched in its source.
     pub key: String,
 }
 
@@ -93,9 +135,9 @@ pub fn parse_token(arg: &str, username: &str) -> anyhow::Result<Source> {
 /// that `"email": false` fails the file as it fails kubelet.
 #[derive(Debug, Default, Deserialize)]
 struct Entry {
-    auth: Option<String>,
+    auth: Option<Secret>,
     username: Option<String>,
-    password: Option<String>,
+    password: Option<Secret>,
     #[allow(dead_code)]
     email: Option<String>,
 }
@@ -123,16 +165,16 @@ fn go_decode(engine: &base64::engine::GeneralPurpose, s: &str) -> Option<Vec<u8>
 }
 
 /// `user:password`, re-encoded the one way skopeo reads it.
-fn user_colon_password(decoded: &[u8]) -> Option<String> {
-    decoded.contains(&b':').then(|| B64.encode(decoded))
+fn user_colon_password(decoded: &[u8]) -> Option<Secret> {
+    decoded.contains(&b':').then(|| Secret(B64.encode(decoded)))
 }
 
 impl Entry {
     /// kubelet's `decodeDockerConfigFieldAuth`: padded base64 when it ends in
     /// `=`, else unpadded, and it must hold a `:`. `auth` overrides
     /// `username`/`password`. `Ok(None)`: the entry holds no credential.
-    fn kubelet_auth(&self) -> Result<Option<String>, &'static str> {
-        match &self.auth {
+    fn kubelet_auth(&self) -> Result<Option<Secret>, &'static str> {
+        match self.auth.as_ref().map(Secret::expose) {
             Some(a) if !a.is_empty() => {
                 let engine = if a.trim().ends_with('=') {
                     &GO_STD
@@ -150,8 +192,8 @@ impl Entry {
 
     /// containers/image's `decodeDockerAuth`: padded base64; without a `:`
     /// the entry holds no credential, with a warning, as docker does.
-    fn containers_auth(&self) -> Result<Option<String>, &'static str> {
-        match &self.auth {
+    fn containers_auth(&self) -> Result<Option<Secret>, &'static str> {
+        match self.auth.as_ref().map(Secret::expose) {
             Some(a) if !a.is_empty() => {
                 let decoded = go_decode(&GO_STD, a).ok_or("auth is not base64")?;
                 Ok(user_colon_password(&decoded))
@@ -160,12 +202,12 @@ impl Entry {
         }
     }
 
-    fn basic(&self) -> Option<String> {
+    fn basic(&self) -> Option<Secret> {
         match (&self.username, &self.password) {
             (None, None) => None,
             (u, p) => Some(basic(
                 u.as_deref().unwrap_or_default(),
-                p.as_deref().unwrap_or_default(),
+                p.as_ref().map(Secret::expose).unwrap_or_default(),
             )),
         }
     }
@@ -279,7 +321,7 @@ const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Run `docker-credential-<helper> get` as root for `host`, as containers/image
 /// does, with a timeout. Its answer is `{"Username": …, "Secret": …}`.
-fn run_helper(h: &dyn Host, helper: &str, host: &str) -> anyhow::Result<String> {
+fn run_helper(h: &dyn Host, helper: &str, host: &str) -> anyhow::Result<Secret> {
     let program = format!("docker-credential-{helper}");
     let call = PluginCall {
         label: format!("credential helper {program}"),
@@ -299,7 +341,7 @@ fn run_helper(h: &dyn Host, helper: &str, host: &str) -> anyhow::Result<String> 
     #[serde(rename_all = "PascalCase")]
     struct Answer {
         username: String,
-        secret: String,
+        secret: Secret,
     }
     // Never echo the answer: it is the secret.
     let a: Answer = serde_json::from_slice(&stdout).map_err(|_| {
@@ -308,7 +350,7 @@ fn run_helper(h: &dyn Host, helper: &str, host: &str) -> anyhow::Result<String> 
             format!("credential helper {program}: malformed answer"),
         )
     })?;
-    Ok(B64.encode(format!("{}:{}", a.username, a.secret)))
+    Ok(basic(&a.username, a.secret.expose()))
 }
 
 /// `docker.io`'s other spellings, as containers/image normalizes them.
@@ -585,7 +627,7 @@ pub fn resolve(
     sources: &[(Source, Matching)],
     image: &ImageRef,
 ) -> anyhow::Result<Vec<Chosen>> {
-    let chosen = |auth: String, source: &Path, key: String| Chosen {
+    let chosen = |auth: Secret, source: &Path, key: String| Chosen {
         host: image.domain.clone(),
         auth,
         source: source.display().to_string(),
@@ -628,7 +670,7 @@ pub fn resolve(
                         .containers_auth()
                         .map_err(|why| bad(path, format!("entry {key:?}: {why}")))?;
                     // `{}` is docker's marker for a helper; anything else is a mistake.
-                    if auth.is_none() && e.auth.as_deref().is_some_and(|a| !a.is_empty()) {
+                    if auth.is_none() && e.auth.as_ref().is_some_and(|a| !a.expose().is_empty()) {
                         tracing::warn!(
                             "{}: entry {key:?} holds no user:password; no credential",
                             path.display()
@@ -665,7 +707,7 @@ pub fn resolve(
 /// A pull secret or kubelet's config.json, as kubelet reads it: every
 /// `(key, auth)` that holds a credential. Any malformed entry, whatever its
 /// host, fails the whole file, as in kubelet.
-pub fn read_kubelet(host: &dyn Host, path: &Path) -> anyhow::Result<Vec<(String, String)>> {
+pub fn read_kubelet(host: &dyn Host, path: &Path) -> anyhow::Result<Vec<(String, Secret)>> {
     let mut out = Vec::new();
     for (key, e) in read_creds(path, &read(host, path)?, false)?.entries {
         let auth = e
@@ -708,15 +750,15 @@ pub fn attempt(all: &[Chosen], n: usize) -> Vec<Chosen> {
 }
 
 /// `user:password` as auth.json's `auth` holds it.
-pub fn basic(user: &str, password: &str) -> String {
-    B64.encode(format!("{user}:{password}"))
+pub fn basic(user: &str, password: &str) -> Secret {
+    Secret(B64.encode(format!("{user}:{password}")))
 }
 
 /// The worker's authfile: exact keys for exactly the chosen hosts.
 pub fn minimal_authfile(chosen: &[Chosen]) -> Vec<u8> {
     let auths: serde_json::Map<String, Value> = chosen
         .iter()
-        .map(|c| (c.host.clone(), json!({ "auth": c.auth })))
+        .map(|c| (c.host.clone(), json!({ "auth": c.auth.expose() })))
         .collect();
     serde_json::to_vec_pretty(&json!({ "auths": auths })).expect("JSON of strings")
 }
@@ -724,6 +766,29 @@ pub fn minimal_authfile(chosen: &[Chosen]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A secret prints as `<redacted>` wherever it sits: in a credential, a
+    /// provider's answer or its configuration's env.
+    #[test]
+    fn secrets_never_print() {
+        let c = Chosen {
+            host: "h.io".into(),
+            auth: basic("u", "s3cr3t"),
+            source: "/auth.json".into(),
+            key: "h.io".into(),
+        };
+        let shown = format!("{c:?} {} {:?}", c.auth, [&c]);
+        assert!(!shown.contains(c.auth.expose()), "{shown}");
+        assert!(shown.contains("auth: <redacted>"), "{shown}");
+        let r = crate::plan::provider::parse_answer(
+            "p",
+            br#"{"kind":"CredentialProviderResponse","auth":{"h.io":{"username":"u","password":"s3cr3t"}}}"#,
+        )
+        .unwrap();
+        assert!(!format!("{r:?}").contains("s3cr3t"), "{r:?}");
+        let e: Entry = serde_json::from_str(r#"{"auth": "s3cr3t", "password": "s3cr3t"}"#).unwrap();
+        assert!(!format!("{e:?}").contains("s3cr3t"), "{e:?}");
+    }
 
     fn sys(root: &Path) -> crate::host::System {
         crate::host::System::open(root).unwrap()
@@ -1000,7 +1065,7 @@ mod tests {
             let got = serde_json::from_str::<Entry>(input)
                 .ok()
                 .and_then(|e| e.kubelet_auth().ok().flatten());
-            assert_eq!(got, want.map(|w| B64.encode(w)), "{input}");
+            assert_eq!(got, want.map(|w| Secret(B64.encode(w))), "{input}");
         }
         // containers/image: padded only; no `:` is no credential, not an error.
         let containers = |a: &str| {
@@ -1010,7 +1075,10 @@ mod tests {
             }
             .containers_auth()
         };
-        assert_eq!(containers("Zm9vOmJhcg=="), Ok(Some(B64.encode("foo:bar"))));
+        assert_eq!(
+            containers("Zm9vOmJhcg=="),
+            Ok(Some(Secret(B64.encode("foo:bar"))))
+        );
         assert_eq!(containers("cGFudHM="), Ok(None));
         assert!(containers("Zm9vOmJhcg").is_err());
     }
@@ -1079,7 +1147,7 @@ mod tests {
             .collect();
         Ok(resolve(&sys(Path::new("/")), &sources, &img(image))?
             .into_iter()
-            .map(|c| String::from_utf8(B64.decode(c.auth).unwrap()).unwrap())
+            .map(|c| String::from_utf8(B64.decode(c.auth.expose()).unwrap()).unwrap())
             .collect())
     }
 
@@ -1220,7 +1288,12 @@ mod tests {
             let f = write(td.path(), &format!("c{i}"), text);
             let got = read_kubelet(&sys(Path::new("/")), &f).map(|v| {
                 v.into_iter()
-                    .map(|(k, a)| (k, String::from_utf8(B64.decode(a).unwrap()).unwrap()))
+                    .map(|(k, a)| {
+                        (
+                            k,
+                            String::from_utf8(B64.decode(a.expose()).unwrap()).unwrap(),
+                        )
+                    })
                     .collect::<Vec<_>>()
             });
             match (got, want) {
@@ -1331,7 +1404,10 @@ mod tests {
             )
             .unwrap();
             assert_eq!(
-                chosen.into_iter().map(|c| c.auth).collect::<Vec<_>>(),
+                chosen
+                    .into_iter()
+                    .map(|c| c.auth.expose().to_owned())
+                    .collect::<Vec<_>>(),
                 std::slice::from_ref(&auth),
                 "{text}"
             );
@@ -1386,7 +1462,7 @@ mod tests {
             resolve(&sys(Path::new("/")), &sources, &img(image))
                 .unwrap()
                 .into_iter()
-                .map(|c| c.auth)
+                .map(|c| c.auth.expose().to_owned())
                 .collect()
         };
         assert_eq!(
@@ -1428,7 +1504,7 @@ mod tests {
         let auths = |n| {
             attempt(&all, n)
                 .into_iter()
-                .map(|c| c.auth)
+                .map(|c| c.auth.expose().to_owned())
                 .collect::<Vec<_>>()
         };
         assert_eq!(auths(0), ["m1", "p1"]);

@@ -467,7 +467,7 @@ fn credentials_for(
         let config = provider::load_config(host, config)?;
         for (name, key, username, password) in provider::credentials(host, &config, bin_dir, image)?
         {
-            let auth = auth::basic(&username, &password);
+            let auth = auth::basic(&username, password.expose());
             if !found.iter().any(|c| c.auth == auth) {
                 found.push(auth::Chosen {
                     host: image.domain.clone(),
@@ -834,7 +834,7 @@ mod tests {
                 .map(|c| {
                     String::from_utf8(
                         base64::engine::general_purpose::STANDARD
-                            .decode(&c.auth)
+                            .decode(c.auth.expose())
                             .unwrap(),
                     )
                     .unwrap()

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::error::{Failure, Kind};
-use crate::plan::auth::{Keyring, urls_match};
+use crate::plan::auth::{Keyring, Secret, urls_match};
 use crate::plan::host::{Host, PluginCall};
 use crate::plan::imgref::ImageRef;
 
@@ -36,8 +36,10 @@ pub struct Provider {
     #[serde(default)]
     pub default_cache_duration: Option<String>,
     pub api_version: String,
+    /// Its arguments (they may hold secrets).
     #[serde(default)]
-    pub args: Vec<String>,
+    pub args: Vec<Secret>,
+    /// Variables added to its environment.
     #[serde(default)]
     pub env: Vec<EnvVar>,
     /// KEP-4412: the plugin wants the pod's service-account token. A host
@@ -47,10 +49,13 @@ pub struct Provider {
     pub token_attributes: Option<serde_json::Value>,
 }
 
+/// One variable of a provider's environment.
 #[derive(Debug, Clone, Deserialize)]
 pub struct EnvVar {
+    /// Its name.
     pub name: String,
-    pub value: String,
+    /// Its value (it may hold a secret).
+    pub value: Secret,
 }
 
 /// A plugin's answer (fields private: they hold the secret).
@@ -68,7 +73,7 @@ pub struct Response {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct AuthConfig {
     username: String,
-    password: String,
+    password: Secret,
 }
 
 fn bad(name: &Path, why: impl std::fmt::Display) -> anyhow::Error {
@@ -160,7 +165,7 @@ pub fn credentials(
     config: &ProviderConfig,
     bin_dir: &Path,
     image: &ImageRef,
-) -> anyhow::Result<Vec<(String, String, String, String)>> {
+) -> anyhow::Result<Vec<(String, String, String, Secret)>> {
     // kubelet matches and asks with the repository, without tag or digest.
     let target = image.repository();
     let mut keyring = Keyring::default();
@@ -209,15 +214,16 @@ fn exec(host: &dyn Host, p: &Provider, bin_dir: &Path, image: &str) -> anyhow::R
     let env: Vec<(String, String)> = p
         .env
         .iter()
-        .map(|e| (e.name.clone(), e.value.clone()))
+        .map(|e| (e.name.clone(), e.value.expose().to_owned()))
         .collect();
+    let args: Vec<String> = p.args.iter().map(|a| a.expose().to_owned()).collect();
     let request =
         json!({"apiVersion": REQUEST_API, "kind": "CredentialProviderRequest", "image": image})
             .to_string();
     let call = PluginCall {
         label: format!("credential provider {}", p.name),
         program: &program,
-        args: &p.args,
+        args: &args,
         env: &env,
         input: request.as_bytes(),
         timeout: TIMEOUT,
