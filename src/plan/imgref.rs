@@ -97,6 +97,17 @@ impl PartialEq for ImageRef {
 
 impl Eq for ImageRef {}
 
+/// `input` without `docker://`; `Err(transport)` for another transport.
+fn without_transport(input: &str) -> Result<&str, &str> {
+    match input.split_once(':') {
+        _ if input.starts_with("docker://") => Ok(&input["docker://".len()..]),
+        Some((t, _)) if OTHER_TRANSPORTS.contains(&t) || input[t.len()..].starts_with("://") => {
+            Err(t)
+        }
+        _ => Ok(input),
+    }
+}
+
 impl ImageRef {
     /// Parse `docker://NAME[:TAG|@DIGEST]` or the same without `docker://`.
     pub fn parse(input: &str) -> anyhow::Result<Self> {
@@ -106,14 +117,9 @@ impl ImageRef {
                 format!("invalid image reference {input:?}: {why}"),
             )
         };
-        let s = match input.split_once(':') {
-            _ if input.starts_with("docker://") => &input["docker://".len()..],
-            Some((t, _))
-                if OTHER_TRANSPORTS.contains(&t) || input[t.len()..].starts_with("://") =>
-            {
-                return bad(&format!("unsupported transport {t:?}, only docker://"));
-            }
-            _ => input,
+        let s = match without_transport(input) {
+            Ok(s) => s,
+            Err(t) => return bad(&format!("unsupported transport {t:?}, only docker://")),
         };
         if s.is_empty() {
             return bad("empty");
