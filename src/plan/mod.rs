@@ -911,6 +911,136 @@ mod tests {
         assert!(s.plugins_run.is_empty() && !s.text().contains("plugins"));
     }
 
+    /// Which credentials, mirrors and CAs a pull gets from the host's own
+    /// files (ostree's and kubelet's credential files, `REGISTRY_AUTH_FILE`,
+    /// registries.conf and its drop-ins, certs.d): a table on an in-memory
+    /// host, where each case once needed a root on disk.
+    #[test]
+    fn host_files_table() {
+        use base64::Engine as _;
+        let auth = |user: &str| {
+            let b = base64::engine::general_purpose::STANDARD.encode(format!("{user}:pw"));
+            format!(r#"{{"auths": {{"h.io": {{"auth": "{b}"}}}}}}"#)
+        };
+        let root = |p: &str| format!("/nonexistent-root/{p}");
+        let conf = "[[registry]]\nlocation = \"h.io\"\n[[registry.mirror]]\nlocation = \"m1.io\"\n";
+        let base = || {
+            host()
+                .file("etc/containers/registries.conf", conf)
+                .file("run/ostree/auth.json", auth("run"))
+                .file("usr/lib/ostree/auth.json", auth("usr"))
+                .file("var/lib/kubelet/config.json", auth("kubelet"))
+                .file("/env.json", auth("env"))
+        };
+        type Case = (
+            &'static str,
+            MemHost,
+            fn(&mut Request),
+            // (host, credential sources in order, CAs, client cert)
+            Vec<(&'static str, Vec<String>, Vec<String>, Option<String>)>,
+        );
+        let defaults = vec![
+            root("run/ostree/auth.json"),
+            root("usr/lib/ostree/auth.json"),
+            root("var/lib/kubelet/config.json"),
+        ];
+        let cases: Vec<Case> = vec![
+            (
+                "the host's credential files, in order; the mirror has none",
+                base(),
+                |_| {},
+                vec![
+                    ("m1.io", vec![], vec![], None),
+                    ("h.io", defaults.clone(), vec![], None),
+                ],
+            ),
+            (
+                "--no-default-creds",
+                base(),
+                |r| r.no_default_creds = true,
+                vec![("m1.io", vec![], vec![], None), ("h.io", vec![], vec![], None)],
+            ),
+            (
+                "REGISTRY_AUTH_FILE is a given source: no defaults",
+                base().var("REGISTRY_AUTH_FILE", "/env.json"),
+                |_| {},
+                vec![
+                    ("m1.io", vec![], vec![], None),
+                    ("h.io", vec!["/env.json".into()], vec![], None),
+                ],
+            ),
+            (
+                "a drop-in replaces the table of its prefix; a directory or \
+                 another suffix in registries.conf.d is no drop-in",
+                base()
+                    .file(
+                        "etc/containers/registries.conf.d/50-m2.conf",
+                        "[[registry]]\nlocation = \"h.io\"\n[[registry.mirror]]\nlocation = \"m2.io\"\n",
+                    )
+                    .file("etc/containers/registries.conf.d/60-x.conf/a", "")
+                    .file("etc/containers/registries.conf.d/README", "[[[")
+                    .file("etc/containers/certs.d/m2.io/ca.crt", "pem"),
+                |r| r.no_default_creds = true,
+                vec![
+                    (
+                        "m2.io",
+                        vec![],
+                        vec![root("etc/containers/certs.d/m2.io/ca.crt")],
+                        None,
+                    ),
+                    ("h.io", vec![], vec![], None),
+                ],
+            ),
+            (
+                "certs.d: containers' directory wins over docker's; a client cert \
+                 with its key",
+                base()
+                    .file("etc/containers/certs.d/m1.io/ca.crt", "pem")
+                    .file("etc/docker/certs.d/m1.io/other.crt", "pem")
+                    .file("etc/docker/certs.d/h.io/ca.crt", "pem")
+                    .file("etc/docker/certs.d/h.io/client.cert", "pem")
+                    .file("etc/docker/certs.d/h.io/client.key", "pem"),
+                |r| r.no_default_creds = true,
+                vec![
+                    (
+                        "m1.io",
+                        vec![],
+                        vec![root("etc/containers/certs.d/m1.io/ca.crt")],
+                        None,
+                    ),
+                    (
+                        "h.io",
+                        vec![],
+                        vec![root("etc/docker/certs.d/h.io/ca.crt")],
+                        Some(root("etc/docker/certs.d/h.io/client.cert")),
+                    ),
+                ],
+            ),
+        ];
+        for (name, h, edit, want) in cases {
+            let mut r = req("h.io/a:v1", "oci:/d");
+            edit(&mut r);
+            let s = super::plan(&r, &h).unwrap().summary();
+            let got: Vec<_> = s
+                .hosts
+                .iter()
+                .map(|hs| {
+                    let creds = hs.credential.iter().chain(&hs.fallbacks);
+                    let sources = creds
+                        .map(|c| c.split(" (key ").next().unwrap_or_default().to_owned())
+                        .collect::<Vec<_>>();
+                    (
+                        hs.host.as_str(),
+                        sources,
+                        hs.cas.clone(),
+                        hs.client_cert.clone(),
+                    )
+                })
+                .collect();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
     /// A node config.json kubelet cannot read is skipped with a warning when
     /// it comes from the host's default files, as kubelet goes on without it;
     /// given with --pull-secret, it is an error.
