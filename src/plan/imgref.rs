@@ -79,7 +79,9 @@ pub struct ImageRef {
     pub domain: String,
     /// The repository path below the domain, e.g. `fedora/fedora-bootc`.
     pub path: String,
+    /// The tag; `latest` when neither tag nor digest is given.
     pub tag: Option<String>,
+    /// The digest it is pinned by, if any.
     pub digest: Option<Sha256Digest>,
     /// The name as given, without tag or digest, when it named no registry
     /// (`fedora` for `fedora:40`, `library/fedora`): docker.io's here, but
@@ -296,16 +298,21 @@ pub fn valid_hostname(h: &str) -> bool {
 /// an ostree repository (the pull is staged in a layout, then imported).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dest {
+    /// The layout directory (`oci:DIR`).
     pub dir: PathBuf,
+    /// The tag written, if given (`oci:DIR:TAG`).
     pub tag: Option<String>,
+    /// `ostree:REPO[:REF]`: the repository to import into.
     pub ostree: Option<OstreeDest>,
 }
 
 /// `ostree:REPO[:REF]`: the repository, and the ref to point at the imported commit.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct OstreeDest {
+    /// The existing ostree repository.
     pub repo: PathBuf,
     #[serde(rename = "ref")]
+    /// A ref to point at the imported commit.
     pub ostree_ref: Option<String>,
 }
 

@@ -45,15 +45,18 @@ pub const WORKER_SELINUX_CONTEXT: &str = "system_u:system_r:hostpull_worker_t:s0
 /// One pull, fully decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// The image, as given (before any registries.conf rewrite).
     pub image: ImageRef,
     /// The layout the pull writes; for an ostree destination, the staging
     /// layout, chosen when the pull starts (`store::ostree::Staging`). Empty
     /// only in a plan made without a destination (`Request::dry_run`),
     /// which is shown and never pulled.
     pub dest_dir: PathBuf,
+    /// The tag the layout gets.
     pub tag: String,
     /// `ostree:REPO[:REF]`: import the verified layout into REPO afterwards.
     pub ostree: Option<OstreeDest>,
+    /// The platform an index resolves to.
     pub platform: Platform,
     /// The worker for the first try; its `credentials` are
     /// `auth::attempt(&credentials, 0)`.
@@ -61,6 +64,7 @@ pub struct Plan {
     /// Per host, every matching credential in the order tried: a try refused
     /// by the registry moves on to `auth::attempt(&credentials, n + 1)`.
     pub credentials: Vec<auth::Chosen>,
+    /// How long the pull may take.
     pub retry: RetryPolicy,
     /// `--max-rate`: the most bytes a second the whole pull reads.
     pub max_rate: Option<u64>,
@@ -100,6 +104,7 @@ impl Default for RetryPolicy {
 /// profile and the drop-ins), and how the verb asks it.
 #[derive(Debug, Clone, Default)]
 pub struct Request {
+    /// What the pull is asked for.
     pub options: Options,
     /// `hostpull plan`: what a pull would use, never pulled. An empty `dest`
     /// is allowed (the plan then has no destination: what a pull would use

@@ -21,7 +21,9 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
+/// kubelet's `CredentialProviderConfig`.
 pub struct ProviderConfig {
+    /// Its providers, in order.
     pub providers: Vec<Provider>,
     /// The file it was read from, for errors.
     #[serde(skip)]
@@ -30,11 +32,16 @@ pub struct ProviderConfig {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
+/// One provider: an exec plugin in the bin dir and the images it answers for.
 pub struct Provider {
+    /// The plugin's file name in the bin dir.
     pub name: String,
+    /// The images it answers for (kubelet's URL globs).
     pub match_images: Vec<String>,
     #[serde(default)]
+    /// How long its answers are cached when they do not say.
     pub default_cache_duration: Option<String>,
+    /// The protocol version it speaks.
     pub api_version: String,
     /// Its arguments (they may hold secrets).
     #[serde(default)]
@@ -87,6 +94,7 @@ fn bad(name: &Path, why: impl std::fmt::Display) -> anyhow::Error {
     .into()
 }
 
+/// Read and check a `CredentialProviderConfig` (YAML or JSON); no error quotes its values.
 pub fn load_config(host: &dyn Host, path: &Path) -> anyhow::Result<ProviderConfig> {
     let text = host.read_text(path).map_err(|e| bad(path, e))?;
     let v = crate::plan::auth::parse_json_or_yaml(&text)

@@ -10,23 +10,33 @@ use crate::plan::{NO_SYSTEMD, Plan};
 /// the credential's source and key but never the secret.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Summary {
+    /// The image as given.
     pub image: String,
+    /// The platform an index resolves to.
     pub platform: String,
     /// None in a plan made without `--dest`.
     pub dest: Option<String>,
+    /// The tag written; none without `--dest`.
     pub tag: Option<String>,
     /// `auto` only in `hostpull plan` on a host without systemd, where a pull
     /// fails with `sandbox_error` (exit 8).
     pub sandbox: SandboxMode,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why a pull would fail with `auto` (exit 8).
     pub sandbox_error: Option<String>,
+    /// The worker's MemoryMax=.
     pub memory_max: String,
+    /// The worker's TasksMax=.
     pub tasks_max: u32,
     /// `--max-rate`, bytes a second; none: no limit.
     pub max_rate: Option<u64>,
+    /// Every host the image may come from, mirrors first.
     pub hosts: Vec<HostSummary>,
+    /// The worker's name servers.
     pub dns: Vec<String>,
+    /// The worker's search domains.
     pub dns_search: Vec<String>,
+    /// The worker's extra hosts entries (`NAME:IP`).
     pub add_hosts: Vec<String>,
     /// The signature requirements that apply, with their scope and file.
     pub signature: String,
@@ -40,7 +50,9 @@ pub struct Summary {
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
+/// What one host of the pull gets.
 pub struct HostSummary {
+    /// `host[:port]`.
     pub host: String,
     /// `primary`; mirrors will be `mirror`.
     pub role: &'static str,
@@ -49,7 +61,9 @@ pub struct HostSummary {
     /// The other candidates, tried in this order when the registry refuses
     /// the one before.
     pub fallbacks: Vec<String>,
+    /// The CA files trusted for it.
     pub cas: Vec<String>,
+    /// The client certificate it gets, if any.
     pub client_cert: Option<String>,
     /// False under `--tls-verify=false` or for an `insecure` registries.conf endpoint.
     pub tls_verify: bool,
@@ -58,6 +72,7 @@ pub struct HostSummary {
 }
 
 impl Plan {
+    /// What `hostpull plan` shows of this plan.
     pub fn summary(&self) -> Summary {
         let w = &self.worker;
         Summary {

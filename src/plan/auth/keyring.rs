@@ -27,6 +27,7 @@ impl<T> Default for Keyring<T> {
 const DEFAULT_REGISTRY_KEY: &str = "index.docker.io";
 
 impl<T> Keyring<T> {
+    /// Add `value` under `key`, normalized as kubelet's `Add` does.
     pub fn add(&mut self, key: &str, value: T) {
         let rest = key
             .strip_prefix("https://")

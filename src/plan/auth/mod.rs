@@ -55,8 +55,11 @@ pub enum Source {
     PullSecret(PathBuf),
     /// A service-account token for `HOST[:PORT][/PATH]`, re-read on every pull.
     Token {
+        /// The `HOST[:PORT][/PATH]` it is for, matched as an authfile key.
         prefix: String,
+        /// The file holding the token.
         file: PathBuf,
+        /// The user name sent with it (`--registry-token-user`).
         username: String,
     },
 }

@@ -18,6 +18,7 @@ use parse::*;
 
 /// The default policy and registries.d, below the root.
 pub const POLICY: &str = "etc/containers/policy.json";
+/// The default registries.d directory, below the root.
 pub const REGISTRIES_D: &str = "etc/containers/registries.d";
 
 /// What the policy says about one image.
@@ -57,26 +58,37 @@ impl Applied {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// One requirement of the policy, ready to check.
 pub enum Requirement {
+    /// Any image, signed or not.
     InsecureAcceptAnything,
+    /// No image.
     Reject,
     /// GPG simple signing: a binary (dearmored) keyring for gpgv.
     SignedBy {
+        /// The keys, dearmored into one keyring.
         keyring: Vec<u8>,
+        /// Where the keys came from, for messages.
         keys: String,
+        /// How the signed reference must match the image.
         identity: Identity,
     },
     /// Sigstore (cosign) attachments checked with public keys.
     SigstoreSigned {
+        /// The keys a signature may be made with.
         keys: Vec<PublicKey>,
+        /// Where the keys came from, for messages.
         source: String,
+        /// How the signed reference must match the image.
         identity: Identity,
     },
     /// A requirement that no image satisfies, and why: what containers/image
     /// parses but does not implement either (`signedBaseLayer`, `keyType`
     /// other than `GPGKeys`). The image is rejected when it is evaluated.
     Unsatisfiable {
+        /// The requirement, as the policy names it.
         what: String,
+        /// Why nothing satisfies it.
         why: String,
     },
 }
@@ -101,20 +113,29 @@ impl fmt::Display for Requirement {
 /// image. Parsed by `identity` below.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identity {
+    /// The same repository, and the same tag unless pulled by digest.
     MatchRepoDigestOrExact,
+    /// The same repository and tag (or digest).
     MatchExact,
+    /// The same repository, any tag.
     MatchRepository,
+    /// Exactly this reference.
     ExactReference {
+        /// The reference the signature must name.
         docker_reference: String,
     },
+    /// Exactly this repository.
     ExactRepository {
+        /// The repository the signature must name.
         docker_repository: String,
     },
     /// An image under `prefix` is checked as if it were under `signed_prefix`
     /// (with `matchRepoDigestOrExact`): for mirrors that serve signed images
     /// under another name.
     RemapIdentity {
+        /// The image's prefix.
         prefix: String,
+        /// The prefix the signature names instead.
         signed_prefix: String,
     },
 }
@@ -142,7 +163,9 @@ impl fmt::Display for Identity {
 /// A sigstore public key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PublicKey {
+    /// ECDSA P-256.
     P256(p256::ecdsa::VerifyingKey),
+    /// ed25519.
     Ed25519(ed25519_dalek::VerifyingKey),
 }
 

@@ -37,16 +37,22 @@ use parse::parse;
 #[serde(rename_all = "kebab-case")]
 pub struct Table {
     #[serde(default)]
+    /// The name prefix the table covers (`*.domain` for subdomains).
     pub prefix: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    /// Where its images are (empty only under a `*.domain` prefix).
     pub location: String,
     #[serde(default)]
+    /// No TLS verification, plain HTTP allowed.
     pub insecure: bool,
     #[serde(default)]
+    /// Pulls from it are refused.
     pub blocked: bool,
     #[serde(default)]
+    /// Its mirrors are used only for pulls by digest.
     pub mirror_by_digest_only: bool,
     #[serde(default)]
+    /// Its mirrors, in order.
     pub mirror: Vec<Mirror>,
     /// Only for mirrors: refused here, as in containers/image.
     #[serde(default, skip_serializing)]
@@ -55,10 +61,13 @@ pub struct Table {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
+/// One `[[registry.mirror]]`.
 pub struct Mirror {
     #[serde(default)]
+    /// Where the mirror is.
     pub location: String,
     #[serde(default)]
+    /// No TLS verification, plain HTTP allowed.
     pub insecure: bool,
     /// `all` (the default), `digest-only` or `tag-only`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,8 +133,11 @@ impl File {
 /// `short-name-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShortNameMode {
+    /// Short names resolve without a prompt, by aliases and search order.
     Disabled,
+    /// An ambiguous short name fails without a terminal.
     Enforcing,
+    /// An ambiguous short name is tried in search order without a terminal.
     Permissive,
 }
 
@@ -179,7 +191,9 @@ impl ShortNames {
 /// prefix) and the short-name settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Config {
+    /// The `[[registry]]` tables, one per prefix.
     pub tables: Vec<Table>,
+    /// The short-name settings, merged.
     pub short_names: ShortNames,
 }
 
@@ -492,6 +506,7 @@ fn rewrite(image: &ImageRef, prefix: &str, location: &str) -> anyhow::Result<Ima
 /// One place the image may be pulled from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
+    /// The reference to pull from it.
     pub reference: ImageRef,
     /// The endpoint's `insecure`: no TLS verification, and plain HTTP allowed.
     pub insecure: bool,
