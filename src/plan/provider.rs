@@ -351,34 +351,25 @@ mod tests {
     /// other images.
     #[test]
     fn token_attributes_refused_only_where_asked() {
-        let td = tempfile::tempdir().unwrap();
-        let d = td.path();
-        let ran = d.join("ran");
-        for name in ["plain", "wants-token"] {
-            let p = d.join(name);
-            std::fs::write(
-                &p,
-                format!(
-                    "#!/bin/sh\ncat >/dev/null\necho {name} >>{}\necho '{{\"kind\":\"CredentialProviderResponse\",\"cacheDuration\":\"0\",\"auth\":{{\"*.io\":{{\"username\":\"{name}\",\"password\":\"pw\"}}}}}}'\n",
-                    ran.display()
-                ),
+        let answer = |name: &str| {
+            format!(
+                "{{\"kind\":\"CredentialProviderResponse\",\"cacheDuration\":\"0\",\"auth\":{{\"*.io\":{{\"username\":\"{name}\",\"password\":\"pw\"}}}}}}"
             )
-            .unwrap();
-            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-                .unwrap();
-        }
-        let f = d.join("c.yaml");
-        std::fs::write(
-            &f,
-            "kind: CredentialProviderConfig\nproviders:\n\
-             - name: wants-token\n  matchImages: [\"*.token.io\", \"both.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  tokenAttributes:\n    serviceAccountTokenAudience: s3cr3t-aud\n    requireServiceAccount: true\n\
-             - name: plain\n  matchImages: [\"*.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
-        )
-        .unwrap();
-        let config = load_config(&sys(Path::new("/")), &f).unwrap();
+        };
+        let (plain, wants_token) = (answer("plain"), answer("wants-token"));
+        let h = crate::plan::testing::MemHost::new("/")
+            .plugin("/bin/plain", Ok(&plain))
+            .plugin("/bin/wants-token", Ok(&wants_token))
+            .file(
+                "/c.yaml",
+                "kind: CredentialProviderConfig\nproviders:\n\
+                 - name: wants-token\n  matchImages: [\"*.token.io\", \"both.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  tokenAttributes:\n    serviceAccountTokenAudience: s3cr3t-aud\n    requireServiceAccount: true\n\
+                 - name: plain\n  matchImages: [\"*.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+            );
+        let config = load_config(&h, Path::new("/c.yaml")).unwrap();
         let creds = |image: &str| {
             let image = ImageRef::parse(image).unwrap();
-            credentials(&sys(d), &config, d, &image)
+            credentials(&h, &config, Path::new("/bin"), &image)
         };
         let got = creds("reg.io/app").unwrap();
         assert_eq!(got.len(), 1);
@@ -391,19 +382,54 @@ mod tests {
                 e.contains("providers[0] matches") && e.contains("tokenAttributes"),
                 "{e}"
             );
-            assert!(
-                e.contains(&f.display().to_string()) && !e.contains("s3cr3t"),
-                "{e}"
-            );
+            assert!(e.contains("/c.yaml") && !e.contains("s3cr3t"), "{e}");
         }
-        assert_eq!(std::fs::read_to_string(&ran).unwrap(), "plain\n");
+        let ran = |h: &crate::plan::testing::MemHost| -> Vec<String> {
+            h.ran().into_iter().map(|(label, _)| label).collect()
+        };
+        assert_eq!(ran(&h), ["credential provider plain"]);
         // kubernetes pkg/credentialprovider/keyring_test.go,
         // TestProvidersDockerKeyring: every lookup asks the provider again
         // (here: its answer is not to be cached, cacheDuration 0).
         for _ in 0..2 {
             assert_eq!(creds("reg.io/app").unwrap().len(), 1);
         }
-        assert_eq!(std::fs::read_to_string(&ran).unwrap(), "plain\n".repeat(3));
+        assert_eq!(ran(&h), ["credential provider plain"; 3]);
+        // It is asked with the repository, no tag, as kubelet asks.
+        let (_, input) = &h.ran()[0];
+        let request: serde_json::Value = serde_json::from_slice(input).unwrap();
+        assert_eq!(request["image"], "reg.io/app");
+        assert_eq!(request["kind"], "CredentialProviderRequest");
+    }
+
+    /// An answer is cached for as long as it says, under its `cacheKeyType`,
+    /// and the plugin asked again once the clock has passed it.
+    #[test]
+    fn answers_are_cached_until_they_expire() {
+        use crate::plan::testing::MemHost;
+        let answer = r#"{"kind":"CredentialProviderResponse","cacheKeyType":"Registry","cacheDuration":"10m","auth":{"reg.io":{"username":"u","password":"p"}}}"#;
+        let mut h = MemHost::new("/").plugin("/bin/p", Ok(answer)).file(
+            "/c.yaml",
+            "kind: CredentialProviderConfig\nproviders:\n- name: p\n  matchImages: [\"reg.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+        );
+        let config = load_config(&h, Path::new("/c.yaml")).unwrap();
+        let ask = |h: &MemHost, image: &str| {
+            let image = ImageRef::parse(image).unwrap();
+            credentials(h, &config, Path::new("/bin"), &image)
+                .unwrap()
+                .len()
+        };
+        assert_eq!(ask(&h, "reg.io/a"), 1);
+        // The same registry: from the cache.
+        assert_eq!(ask(&h, "reg.io/b"), 1);
+        assert_eq!(h.ran().len(), 1);
+        assert_eq!(
+            h.cached(),
+            [format!("p-{}.json", hex::encode("registry:reg.io"))]
+        );
+        h.now += Duration::from_secs(601);
+        assert_eq!(ask(&h, "reg.io/a"), 1);
+        assert_eq!(h.ran().len(), 2);
     }
 
     #[test]
