@@ -160,18 +160,14 @@ fn plan_blocking(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
             ),
         )
     };
-    let root = cap_std_ext::cap_std::fs::Dir::open_ambient_dir(
-        &opts.config_root,
-        cap_std_ext::cap_std::ambient_authority(),
-    )
-    .map_err(cannot_open)?;
     let host = crate::host::System::open(&opts.config_root).map_err(cannot_open)?;
+    let root = host.dir();
     let mut req = opts.request(&host);
     req.dry_run = dry_run;
     if let Some(name) = &opts.profile {
-        crate::config::load_profile(&root, name)?.fill(&mut req.options);
+        crate::config::load_profile(root, name)?.fill(&mut req.options);
     }
-    crate::config::load(&root)?.fill(&mut req.options);
+    crate::config::load(root)?.fill(&mut req.options);
     plan::plan(&req, &host)
 }
 

@@ -33,6 +33,11 @@ impl System {
         })
     }
 
+    /// The root, for readers that take a cap-std `Dir` (`config::load`).
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
     /// `path` relative to the root, if it is below it.
     fn below_root<'a>(&self, path: &'a Path) -> Option<&'a Path> {
         let rel = path.strip_prefix(&self.root).ok()?;
