@@ -139,40 +139,37 @@ pub struct PullOpts {
 }
 
 impl PullOpts {
-    fn request(&self) -> plan::Request {
+    fn request(&self, host: &dyn plan::host::Host) -> plan::Request {
         let mut options = self.options.clone();
-        options
-            .authfiles
-            .extend(std::env::var_os("REGISTRY_AUTH_FILE").map(PathBuf::from));
+        // Before the configuration files: HOSTPULL_SKOPEO comes between
+        // --skopeo and `[worker] skopeo`.
         if options.skopeo.is_none() {
-            options.skopeo = std::env::var_os(crate::sandbox::SKOPEO_ENV).map(PathBuf::from);
+            options.skopeo = host.env(crate::sandbox::SKOPEO_ENV).map(PathBuf::from);
         }
         plan::Request {
             options,
             dry_run: false,
-            systemd_booted: std::path::Path::new("/run/systemd/system").is_dir(),
-            selinux_enabled: std::path::Path::new("/sys/fs/selinux/enforce").exists(),
-            root: self.config_root.clone(),
         }
     }
 }
 
 /// The plan for these options, with the hostpull.d configuration applied.
 /// `hostpull plan` is a dry run (`dry_run`): it needs no destination; a pull does.
-fn plan_for(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
+/// Planning reads files and may run credential plugins: it runs once, on a
+/// blocking thread, never on the async workers.
+async fn plan_for(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
+    let opts = opts.clone();
+    tokio::task::spawn_blocking(move || plan_blocking(&opts, dry_run)).await?
+}
+
+fn plan_blocking(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
     if !dry_run && opts.options.dest.is_none() && opts.profile.is_none() {
         return error::fail(
             Kind::Usage,
             "--dest oci:DIR[:TAG] is required (or --profile NAME)",
         );
     }
-    let mut req = opts.request();
-    req.dry_run = dry_run;
-    let root = cap_std_ext::cap_std::fs::Dir::open_ambient_dir(
-        &opts.config_root,
-        cap_std_ext::cap_std::ambient_authority(),
-    )
-    .map_err(|e| {
+    let cannot_open = |e: std::io::Error| {
         error::Failure::new(
             Kind::Usage,
             format!(
@@ -180,16 +177,20 @@ fn plan_for(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
                 opts.config_root.display()
             ),
         )
-    })?;
+    };
+    let host = crate::host::System::open(&opts.config_root).map_err(cannot_open)?;
+    let root = host.dir();
+    let mut req = opts.request(&host);
+    req.dry_run = dry_run;
     let profile = (opts.profile.as_deref())
-        .map(|name| crate::config::load_profile(&root, name))
+        .map(|name| crate::config::load_profile(root, name))
         .transpose()?;
-    let dropins = crate::config::load(&root)?;
+    let dropins = crate::config::load(root)?;
     // Lowest precedence first: the command line wins over the profile, which
     // wins over the drop-ins.
     let cli = std::mem::take(&mut req.options);
     req.options = crate::config::merge(std::iter::once(dropins).chain(profile).chain([cli]));
-    plan::plan(&req)
+    plan::plan(&req, &host)
 }
 
 fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
@@ -200,7 +201,7 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
 }
 
 async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
-    let plan = plan_for(opts, false)?;
+    let plan = plan_for(opts, false).await?;
     if !plan.worker.tls_verify {
         tracing::warn!("TLS verification is off for {}", plan.image.domain);
     }
@@ -280,7 +281,7 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
             });
             o.options.dest = Some(format!("oci:{}", dir.display()));
         }
-        plan_for(&o, false)?
+        plan_for(&o, false).await?
     };
     if plan.ostree.is_some() {
         return error::fail(
@@ -303,8 +304,8 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
     crate::handoff::run(opts.consumer, &plan.dest_dir, &plan.tag, opts.reboot)
 }
 
-fn run_plan(opts: &PullOpts) -> anyhow::Result<()> {
-    let summary = plan_for(opts, true)?.summary();
+async fn run_plan(opts: &PullOpts) -> anyhow::Result<()> {
+    let summary = plan_for(opts, true).await?.summary();
     if opts.json {
         print_json(&summary)
     } else {
@@ -437,7 +438,7 @@ pub fn run_main() -> i32 {
     let r = rt.block_on(async {
         match &cli.cmd {
             Cmd::Pull(o) => run_pull(o, &screen).await,
-            Cmd::Plan(o) => run_plan(o),
+            Cmd::Plan(o) => run_plan(o).await,
             Cmd::Rebase(o) => run_rebase(o, &screen).await,
             Cmd::Prune(o) => tokio::task::block_in_place(|| run_prune(o)),
             Cmd::Man => {

@@ -9,6 +9,7 @@ pub mod digest;
 pub mod error;
 pub mod fetch;
 pub mod handoff;
+pub mod host;
 pub mod manifest;
 pub mod options;
 pub mod plan;

@@ -205,6 +205,12 @@ pub fn imgref_target(data: &[u8]) {
     }
 }
 
+/// The real machine, its default files below `root`: the targets write
+/// their input to files, and hostpull reads them as it would on a host.
+fn system(root: &Path) -> hostpull::host::System {
+    hostpull::host::System::open(root).unwrap()
+}
+
 fn creds_target(data: &[u8], rel: &str, source: fn(PathBuf) -> hostpull::plan::auth::Source) {
     use hostpull::plan::auth::{Matching, Source, resolve};
     let path = write(rel, data);
@@ -219,7 +225,11 @@ fn creds_target(data: &[u8], rel: &str, source: fn(PathBuf) -> hostpull::plan::a
         ImageRef::parse(&format!("127.0.0.1:5000/a/b@sha256:{}", "0".repeat(64))).unwrap(),
         ImageRef::parse(&format!("{long}.example/x:1")).unwrap(),
     ] {
-        match resolve(&[(source(path.clone()), matching)], &image) {
+        match resolve(
+            &system(Path::new("/")),
+            &[(source(path.clone()), matching)],
+            &image,
+        ) {
             // 2: a bad file; 3: a credential helper it names failed.
             Err(e) => {
                 expect_code(rel, &e, &[2, 3]);
@@ -283,7 +293,7 @@ pub fn registries_conf_target(data: &[u8]) {
     write("regroot/etc/containers/registries.conf", main);
     write("regroot/etc/containers/registries.conf.d/50-x.conf", dropin);
     for explicit in [None, Some(root.join("etc/containers/registries.conf"))] {
-        let conf = match registries::load(&root, explicit.as_deref()) {
+        let conf = match registries::load(&system(&root), explicit.as_deref()) {
             Err(e) => return expect_code("registries::load", &e, &[2]),
             Ok(c) => c,
         };
@@ -322,7 +332,12 @@ pub fn policy_target(data: &[u8]) {
         image(),
         ImageRef::parse(&format!("localhost:5000/a@sha256:{}", "1".repeat(64))).unwrap(),
     ] {
-        match policy::apply(Path::new("/etc/containers/policy.json"), text, &image) {
+        match policy::apply(
+            &system(Path::new("/")),
+            Path::new("/etc/containers/policy.json"),
+            text,
+            &image,
+        ) {
             Err(e) => expect_code("policy::apply", &e, &[2]),
             Ok(applied) => {
                 let _ = applied.describe();
@@ -341,8 +356,9 @@ pub fn registries_d_target(data: &[u8]) {
     write("registries.d/a.yaml", one);
     write("registries.d/b.yaml", two);
     let text = r#"{"default":[{"type":"insecureAcceptAnything"}]}"#;
-    let mut applied = policy::apply(Path::new("policy.json"), text, &image()).unwrap();
-    if let Err(e) = policy::lookaside(&mut applied, &dir, &image()) {
+    let host = system(Path::new("/"));
+    let mut applied = policy::apply(&host, Path::new("policy.json"), text, &image()).unwrap();
+    if let Err(e) = policy::lookaside(&host, &mut applied, &dir, &image()) {
         expect_code("policy::lookaside", &e, &[2]);
     }
 }
@@ -351,7 +367,7 @@ pub fn registries_d_target(data: &[u8]) {
 pub fn provider_config_target(data: &[u8]) {
     use hostpull::plan::provider;
     let path = write("provider.yaml", data);
-    match provider::load_config(&path) {
+    match provider::load_config(&system(Path::new("/")), &path) {
         Err(e) => {
             expect_code("provider::load_config", &e, &[2]);
             no_secret("provider::load_config", &e);

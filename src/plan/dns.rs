@@ -10,7 +10,9 @@ use crate::plan::imgref::valid_hostname;
 /// The worker's resolver settings for one pull.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Dns {
+    /// Name servers (`--dns`).
     pub servers: Vec<IpAddr>,
+    /// Search domains (`--dns-search`).
     pub search: Vec<String>,
     /// Extra `/etc/hosts` entries, in order.
     pub hosts: Vec<(String, IpAddr)>,
@@ -107,6 +109,7 @@ impl Dns {
             .collect()
     }
 
+    /// Whether nothing is set: the worker uses the host's resolver.
     pub fn is_empty(&self) -> bool {
         self.servers.is_empty() && self.search.is_empty() && self.hosts.is_empty()
     }

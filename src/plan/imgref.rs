@@ -35,7 +35,9 @@ pub struct ImageRef {
     pub domain: String,
     /// The repository path below the domain, e.g. `fedora/fedora-bootc`.
     pub path: String,
+    /// The tag; `latest` when neither tag nor digest is given.
     pub tag: Option<String>,
+    /// The digest it is pinned by, if any.
     pub digest: Option<Sha256Digest>,
     /// The name as given, without tag or digest, when it named no registry
     /// (`fedora` for `fedora:40`, `library/fedora`): docker.io's here, but
@@ -53,6 +55,17 @@ impl PartialEq for ImageRef {
 
 impl Eq for ImageRef {}
 
+/// `input` without `docker://`; `Err(transport)` for another transport.
+fn without_transport(input: &str) -> Result<&str, &str> {
+    match input.split_once(':') {
+        _ if input.starts_with("docker://") => Ok(&input["docker://".len()..]),
+        Some((t, _)) if OTHER_TRANSPORTS.contains(&t) || input[t.len()..].starts_with("://") => {
+            Err(t)
+        }
+        _ => Ok(input),
+    }
+}
+
 impl ImageRef {
     /// Parse `docker://NAME[:TAG|@DIGEST]` or the same without `docker://`.
     pub fn parse(input: &str) -> anyhow::Result<Self> {
@@ -62,14 +75,9 @@ impl ImageRef {
                 format!("invalid image reference {input:?}: {why}"),
             )
         };
-        let s = match input.split_once(':') {
-            _ if input.starts_with("docker://") => &input["docker://".len()..],
-            Some((t, _))
-                if OTHER_TRANSPORTS.contains(&t) || input[t.len()..].starts_with("://") =>
-            {
-                return bad(&format!("unsupported transport {t:?}, only docker://"));
-            }
-            _ => input,
+        let s = match without_transport(input) {
+            Ok(s) => s,
+            Err(t) => return bad(&format!("unsupported transport {t:?}, only docker://")),
         };
         if s.is_empty() {
             return bad("empty");
@@ -246,16 +254,21 @@ pub fn valid_hostname(h: &str) -> bool {
 /// an ostree repository (the pull is staged in a layout, then imported).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dest {
+    /// The layout directory (`oci:DIR`).
     pub dir: PathBuf,
+    /// The tag written, if given (`oci:DIR:TAG`).
     pub tag: Option<String>,
+    /// `ostree:REPO[:REF]`: the repository to import into.
     pub ostree: Option<OstreeDest>,
 }
 
 /// `ostree:REPO[:REF]`: the repository, and the ref to point at the imported commit.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct OstreeDest {
+    /// The existing ostree repository.
     pub repo: PathBuf,
     #[serde(rename = "ref")]
+    /// A ref to point at the imported commit.
     pub ostree_ref: Option<String>,
 }
 

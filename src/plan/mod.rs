@@ -1,11 +1,27 @@
-//! Decides everything a pull may use. Pure data: no network, no spawning.
+//! Decides everything a pull may use. Pure data: no network, and no effect
+//! but through the [`Host`] it is given ([`plan`]): files, environment, clock,
+//! root plugins and their cache.
+//!
+//! `hostpull plan` plans as a pull would, so it runs what a pull runs to find
+//! its credentials: the credential helpers an authfile names for the image's
+//! registries (`credHelpers`) and the credential provider plugins whose
+//! `matchImages` cover the image (an answer still fresh in the provider cache
+//! runs none). It runs nothing else, and nothing unannounced: the plan names
+//! every plugin it ran ([`Plan::plugins_run`]), and `hostpull plan` shows them
+//! (`plugins   ran …` in its text, `plugins_run` in its JSON). To plan without
+//! running any, leave out the options that name them (`--no-default-creds`,
+//! no `--credential-provider-config`, an authfile without `credHelpers`).
 
 pub mod auth;
 pub mod dns;
+pub mod host;
 pub mod imgref;
 pub mod policy;
 pub mod provider;
 pub mod registries;
+mod summary;
+#[cfg(test)]
+pub mod testing;
 pub mod trust;
 pub mod worker;
 
@@ -16,7 +32,9 @@ use crate::error::{Failure, Kind, fail};
 use crate::manifest::Platform;
 use crate::options::{Options, SandboxMode};
 // `unit::` names the plan-time checks that used to live in sandbox::unit.
+use host::{FileKind, Host};
 use imgref::{Dest, ImageRef, OstreeDest};
+pub use summary::{HostSummary, Summary};
 use worker::{self as unit, Limits, WorkerSpec};
 
 /// Why `--sandbox auto` fails where systemd does not run the host.
@@ -29,15 +47,18 @@ pub const WORKER_SELINUX_CONTEXT: &str = "system_u:system_r:hostpull_worker_t:s0
 /// One pull, fully decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// The image, as given (before any registries.conf rewrite).
     pub image: ImageRef,
     /// The layout the pull writes; for an ostree destination, the staging
     /// layout, chosen when the pull starts (`store::ostree::Staging`). Empty
     /// only in a plan made without a destination (`Request::dry_run`),
     /// which is shown and never pulled.
     pub dest_dir: PathBuf,
+    /// The tag the layout gets.
     pub tag: String,
     /// `ostree:REPO[:REF]`: import the verified layout into REPO afterwards.
     pub ostree: Option<OstreeDest>,
+    /// The platform an index resolves to.
     pub platform: Platform,
     /// The worker for the first try; its `credentials` are
     /// `auth::attempt(&credentials, 0)`.
@@ -45,6 +66,7 @@ pub struct Plan {
     /// Per host, every matching credential in the order tried: a try refused
     /// by the registry moves on to `auth::attempt(&credentials, n + 1)`.
     pub credentials: Vec<auth::Chosen>,
+    /// How long the pull may take.
     pub retry: RetryPolicy,
     /// `--max-rate`: the most bytes a second the whole pull reads.
     pub max_rate: Option<u64>,
@@ -56,6 +78,10 @@ pub struct Plan {
     pub insecure_hosts: Vec<String>,
     /// The signature requirements for this image, and where its signatures are.
     pub policy: policy::Applied,
+    /// The root plugins (credential helpers, credential provider plugins)
+    /// run to make this plan, by label, in order; an answer from the cache
+    /// runs none. `hostpull plan` shows them.
+    pub plugins_run: Vec<String>,
 }
 
 /// How long a pull may take, and how long it may go without a byte.
@@ -80,18 +106,13 @@ impl Default for RetryPolicy {
 /// profile and the drop-ins), and how the verb asks it.
 #[derive(Debug, Clone, Default)]
 pub struct Request {
+    /// What the pull is asked for.
     pub options: Options,
     /// `hostpull plan`: what a pull would use, never pulled. An empty `dest`
     /// is allowed (the plan then has no destination: what a pull would use
     /// does not depend on where it goes), and `--sandbox auto` on a host
     /// without systemd stays `auto`, shown with the error a pull would give.
     pub dry_run: bool,
-    /// Whether systemd runs this host (`/run/systemd/system` exists).
-    pub systemd_booted: bool,
-    /// Whether SELinux is enabled (`/sys/fs/selinux/enforce` exists).
-    pub selinux_enabled: bool,
-    /// Where certs.d directories are looked for (`/` but in tests).
-    pub root: PathBuf,
 }
 
 impl std::ops::Deref for Request {
@@ -109,7 +130,7 @@ impl std::ops::DerefMut for Request {
 
 /// An ostree destination needs a build with the `ostree` feature, and an
 /// existing repository: hostpull does not choose a repository's mode for it.
-fn check_ostree(d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
+fn check_ostree(host: &dyn Host, d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
     if !built_with_ostree {
         return fail(
             Kind::Usage,
@@ -117,7 +138,7 @@ fn check_ostree(d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
              --dest ostree: is not available",
         );
     }
-    if !d.repo.join("config").is_file() {
+    if host.kind(&d.repo.join("config")).ok() != Some(FileKind::File) {
         return fail(
             Kind::Usage,
             format!(
@@ -129,53 +150,43 @@ fn check_ostree(d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn plan(req: &Request) -> anyhow::Result<Plan> {
-    let image = ImageRef::parse(req.image.as_deref().unwrap_or_default())?;
-    let dest = match req.dest.as_deref().unwrap_or_default() {
-        "" if req.dry_run => Dest {
-            dir: PathBuf::new(),
-            tag: image.tag.clone().or(Some(String::new())),
-            ostree: None,
-        },
-        d => Dest::parse(d)?,
-    };
-    if let Some(o) = &dest.ostree {
-        check_ostree(o, cfg!(feature = "ostree"))?;
-    }
-    let tag = match (dest.tag, &image.tag) {
-        (Some(t), _) => t,
-        (None, Some(t)) => t.clone(),
-        // The staging layout's tag, which nobody else sees.
-        (None, None) if dest.ostree.is_some() => "latest".to_owned(),
-        (None, None) => {
-            return fail(
-                Kind::Usage,
-                "the image is pinned by digest: name the tag to write with --dest oci:DIR:TAG",
-            );
-        }
-    };
+/// The environment variable naming one more authfile, read after the
+/// `--authfile` ones, as containers/image reads it.
+pub const REGISTRY_AUTH_FILE: &str = "REGISTRY_AUTH_FILE";
+
+/// Decide everything the pull `req` asks for may use, on `host`. Plugins it
+/// runs (credential helpers, provider plugins) are named in
+/// [`Plan::plugins_run`].
+pub fn plan(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
+    let recording = host::Recording::new(host);
+    let mut plan = decide(req, &recording)?;
+    plan.plugins_run = recording.into_ran();
+    Ok(plan)
+}
+
+/// What the worker is given besides the request: decided by [`decide`].
+struct WorkerParts {
+    mode: SandboxMode,
+    limits: Limits,
+    trust: Vec<trust::HostTrust>,
+    dns: dns::Dns,
+    route: registries::Route,
+}
+
+fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
+    let mut req = req.clone();
+    req.authfiles
+        .extend(host.env(REGISTRY_AUTH_FILE).map(PathBuf::from));
+    let req = &req;
+    let (image, dest, tag) = destination(req, host)?;
     let platform = match &req.platform {
         Some(p) => Platform::parse(p)?,
         None => Platform::host(),
     };
-    let files = req.authfiles.iter().map(|f| ("--authfile", f));
-    let files = files.chain(req.pull_secrets.iter().map(|f| ("--pull-secret", f)));
-    for (what, p) in files.chain(req.cert_dir.iter().map(|d| ("--cert-dir", d))) {
-        if !p.exists() {
-            return fail(
-                Kind::Usage,
-                format!("{what} {}: no such file or directory", p.display()),
-            );
-        }
-    }
-    let mode = match req.sandbox.unwrap_or(SandboxMode::Auto) {
-        SandboxMode::Auto if req.systemd_booted => SandboxMode::Systemd,
-        SandboxMode::Auto if req.dry_run => SandboxMode::Auto,
-        SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
-        m => m,
-    };
+    check_inputs(req, host)?;
+    let mode = sandbox_mode(req, host)?;
     let limits = limits(req)?;
-    let conf = registries::load(&req.root, req.registries_conf.as_deref())?;
+    let conf = registries::load(host, req.registries_conf.as_deref())?;
     registries::check_short_name(&conf.short_names, &image)?;
     let route = registries::route(&conf.tables, &image)?;
     let sources = route.hosts();
@@ -189,13 +200,133 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
     let mut credentials: Vec<auth::Chosen> = Vec::new();
     for r in &sources {
         if !credentials.iter().any(|c| c.host == r.domain) {
-            credentials.extend(credentials_for(req, r)?);
+            credentials.extend(credentials_for(req, host, r)?);
         }
     }
+    let (policy, trust) = policy_and_trust(req, host, &image, &sources)?;
+    let hosts: Vec<String> = trust_hosts(&sources, &policy);
+    let dns = worker_dns(req, mode, &hosts)?;
+    let parts = WorkerParts {
+        mode,
+        limits,
+        trust,
+        dns,
+        route,
+    };
+    Ok(Plan {
+        image,
+        dest_dir: dest.dir,
+        tag,
+        ostree: dest.ostree,
+        platform,
+        worker: worker(req, host, &credentials, parts)?,
+        retry: retry(req)?,
+        credentials,
+        max_rate: max_rate(req)?,
+        sources,
+        insecure_hosts,
+        policy,
+        plugins_run: Vec::new(),
+    })
+}
+
+/// The worker for the first try.
+fn worker(
+    req: &Request,
+    host: &dyn Host,
+    credentials: &[auth::Chosen],
+    parts: WorkerParts,
+) -> anyhow::Result<WorkerSpec> {
+    let WorkerParts {
+        mode,
+        limits,
+        trust,
+        dns,
+        route,
+    } = parts;
+    Ok(WorkerSpec {
+        mode,
+        skopeo: req.skopeo.clone().unwrap_or_else(|| "skopeo".into()),
+        credentials: auth::attempt(credentials, 0),
+        cert_dir: req.cert_dir.clone(),
+        tls_verify: req.tls_verify.unwrap_or(true),
+        limits,
+        trust,
+        dns,
+        registries_conf: registries::worker_conf(&route)?,
+        selinux_context: host.selinux_enabled().then(|| {
+            req.selinux_context
+                .clone()
+                .unwrap_or_else(|| WORKER_SELINUX_CONTEXT.to_owned())
+        }),
+    })
+}
+
+/// The image, where it goes, and the tag it is written under.
+fn destination(req: &Request, host: &dyn Host) -> anyhow::Result<(ImageRef, Dest, String)> {
+    let image = ImageRef::parse(req.image.as_deref().unwrap_or_default())?;
+    let dest = match req.dest.as_deref().unwrap_or_default() {
+        "" if req.dry_run => Dest {
+            dir: PathBuf::new(),
+            tag: image.tag.clone().or(Some(String::new())),
+            ostree: None,
+        },
+        d => Dest::parse(d)?,
+    };
+    if let Some(o) = &dest.ostree {
+        check_ostree(host, o, cfg!(feature = "ostree"))?;
+    }
+    let tag = match (&dest.tag, &image.tag) {
+        (Some(t), _) => t.clone(),
+        (None, Some(t)) => t.clone(),
+        // The staging layout's tag, which nobody else sees.
+        (None, None) if dest.ostree.is_some() => "latest".to_owned(),
+        (None, None) => {
+            return fail(
+                Kind::Usage,
+                "the image is pinned by digest: name the tag to write with --dest oci:DIR:TAG",
+            );
+        }
+    };
+    Ok((image, dest, tag))
+}
+
+/// Every file and directory the request names exists.
+fn check_inputs(req: &Request, host: &dyn Host) -> anyhow::Result<()> {
+    let files = req.authfiles.iter().map(|f| ("--authfile", f));
+    let files = files.chain(req.pull_secrets.iter().map(|f| ("--pull-secret", f)));
+    for (what, p) in files.chain(req.cert_dir.iter().map(|d| ("--cert-dir", d))) {
+        if !host.present(p) {
+            return fail(
+                Kind::Usage,
+                format!("{what} {}: no such file or directory", p.display()),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `--sandbox`, with `auto` decided for this host.
+fn sandbox_mode(req: &Request, host: &dyn Host) -> anyhow::Result<SandboxMode> {
+    Ok(match req.sandbox.unwrap_or(SandboxMode::Auto) {
+        SandboxMode::Auto if host.systemd_booted() => SandboxMode::Systemd,
+        SandboxMode::Auto if req.dry_run => SandboxMode::Auto,
+        SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
+        m => m,
+    })
+}
+
+/// The signature policy, and the trust of every host the pull may contact.
+fn policy_and_trust(
+    req: &Request,
+    host: &dyn Host,
+    image: &ImageRef,
+    sources: &[ImageRef],
+) -> anyhow::Result<(policy::Applied, Vec<trust::HostTrust>)> {
     let cas = req
         .cas
         .iter()
-        .map(|c| trust::parse_ca(c))
+        .map(|c| trust::parse_ca(host, c))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if req.cert_dir.is_some() && !cas.is_empty() {
         return fail(
@@ -203,9 +334,21 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             "--cert-dir trusts its CAs for every host; it cannot go with --ca",
         );
     }
-    let policy = signature_policy(req, &image)?;
-    // The hosts this pull may contact: the mirrors, the primary, and an
-    // https signature lookaside.
+    let policy = signature_policy(req, host, image)?;
+    let hosts = trust_hosts(sources, &policy);
+    let mut trust = match &req.cert_dir {
+        Some(_) => Vec::new(),
+        None => trust::resolve(host, &hosts, &cas)?,
+    };
+    for t in &mut trust {
+        t.lookaside_only = !sources.iter().any(|r| r.domain == t.host);
+    }
+    Ok((policy, trust))
+}
+
+/// The hosts this pull may contact: the mirrors, the primary, and an https
+/// signature lookaside.
+fn trust_hosts(sources: &[ImageRef], policy: &policy::Applied) -> Vec<String> {
     let lookaside_host = policy
         .lookaside
         .as_deref()
@@ -221,13 +364,12 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             hosts.push(h.to_owned());
         }
     }
-    let mut trust = match &req.cert_dir {
-        Some(_) => Vec::new(),
-        None => trust::resolve(&hosts, &cas, &req.root)?,
-    };
-    for t in &mut trust {
-        t.lookaside_only = !sources.iter().any(|r| r.domain == t.host);
-    }
+    hosts
+}
+
+/// The worker's resolver settings, which only a unit can have, and none that
+/// sends a host of this pull where the unit may not go.
+fn worker_dns(req: &Request, mode: SandboxMode, hosts: &[String]) -> anyhow::Result<dns::Dns> {
     let dns = dns::Dns::parse(&req.dns, &req.dns_search, &req.add_hosts)?;
     if mode == SandboxMode::None && !dns.is_empty() {
         return fail(
@@ -239,7 +381,7 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
     // a registry there would fail only once its unit ran, and obscurely.
     if mode == SandboxMode::Systemd
         && let Some((host, ip)) = dns
-            .known_addresses(&hosts)
+            .known_addresses(hosts)
             .into_iter()
             .find(|(_, ip)| unit::ip_denied(*ip))
     {
@@ -250,45 +392,21 @@ pub fn plan(req: &Request) -> anyhow::Result<Plan> {
             ),
         );
     }
-    Ok(Plan {
-        image,
-        dest_dir: dest.dir,
-        tag,
-        ostree: dest.ostree,
-        platform,
-        worker: WorkerSpec {
-            mode,
-            skopeo: req.skopeo.clone().unwrap_or_else(|| "skopeo".into()),
-            credentials: auth::attempt(&credentials, 0),
-            cert_dir: req.cert_dir.clone(),
-            tls_verify: req.tls_verify.unwrap_or(true),
-            limits,
-            trust,
-            dns,
-            registries_conf: registries::worker_conf(&route)?,
-            selinux_context: req.selinux_enabled.then(|| {
-                req.selinux_context
-                    .clone()
-                    .unwrap_or_else(|| WORKER_SELINUX_CONTEXT.to_owned())
-            }),
-        },
-        retry: retry(req)?,
-        credentials,
-        max_rate: max_rate(req)?,
-        sources,
-        insecure_hosts,
-        policy,
-    })
+    Ok(dns)
 }
 
 /// The policy's requirements for `image`, and its lookaside. A missing policy
 /// file is an error, as in containers/image: no policy is not "accept anything".
-fn signature_policy(req: &Request, image: &ImageRef) -> anyhow::Result<policy::Applied> {
+fn signature_policy(
+    req: &Request,
+    host: &dyn Host,
+    image: &ImageRef,
+) -> anyhow::Result<policy::Applied> {
     let file = req
         .policy
         .clone()
-        .unwrap_or_else(|| req.root.join(policy::POLICY));
-    let text = std::fs::read_to_string(&file).map_err(|e| {
+        .unwrap_or_else(|| host.root().join(policy::POLICY));
+    let text = host.read_text(&file).map_err(|e| {
         Failure::new(
             Kind::Usage,
             format!(
@@ -302,12 +420,12 @@ fn signature_policy(req: &Request, image: &ImageRef) -> anyhow::Result<policy::A
             ),
         )
     })?;
-    let mut applied = policy::apply(&file, &text, image)?;
+    let mut applied = policy::apply(host, &file, &text, image)?;
     let dir = req
         .registries_d
         .clone()
-        .unwrap_or_else(|| req.root.join(policy::REGISTRIES_D));
-    policy::lookaside(&mut applied, &dir, image)?;
+        .unwrap_or_else(|| host.root().join(policy::REGISTRIES_D));
+    policy::lookaside(host, &mut applied, &dir, image)?;
     if req.require_signature && applied.accepts_anything() {
         return fail(
             Kind::Signature,
@@ -320,14 +438,15 @@ fn signature_policy(req: &Request, image: &ImageRef) -> anyhow::Result<policy::A
     Ok(applied)
 }
 
-/// Where credential provider answers are cached, root-only, below the root.
-pub const PROVIDER_CACHE: &str = "var/cache/hostpull/credential-providers";
-
 /// Every credential for the image's registry, in the order tried: explicit
 /// sources first, in the order given (pull secrets as one keyring); then
 /// credential provider plugins (their answers as one keyring); then, if
 /// neither was given, the host's default files.
-fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::Chosen>> {
+fn credentials_for(
+    req: &Request,
+    host: &dyn Host,
+    image: &ImageRef,
+) -> anyhow::Result<Vec<auth::Chosen>> {
     use auth::{Matching, Source};
     let user = req.token_user.as_deref().unwrap_or("serviceaccount");
     let mut sources: Vec<(Source, Matching)> = Vec::new();
@@ -344,7 +463,7 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::
     for t in &req.tokens {
         sources.push((auth::parse_token(t, user)?, Matching::Containers));
     }
-    let mut found = auth::resolve(&sources, image)?;
+    let mut found = auth::resolve(host, &sources, image)?;
     if let Some(config) = &req.provider_config {
         let Some(bin_dir) = &req.provider_bin_dir else {
             return fail(
@@ -352,12 +471,10 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::
                 "--credential-provider-config needs --credential-provider-bin-dir",
             );
         };
-        let config = provider::load_config(config)?;
-        let cache = req.root.join(PROVIDER_CACHE);
-        for (name, key, username, password) in
-            provider::credentials(&config, bin_dir, &cache, image)?
+        let config = provider::load_config(host, config)?;
+        for (name, key, username, password) in provider::credentials(host, &config, bin_dir, image)?
         {
-            let auth = auth::basic(&username, &password);
+            let auth = auth::basic(&username, password.expose());
             if !found.iter().any(|c| c.auth == auth) {
                 found.push(auth::Chosen {
                     host: image.domain.clone(),
@@ -373,13 +490,13 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::
     }
     let defaults: Vec<(Source, Matching)> = auth::DEFAULT_SOURCES
         .iter()
-        .map(|(path, matching)| (req.root.join(path), *matching))
-        .filter(|(path, _)| path.is_file())
+        .map(|(path, matching)| (host.root().join(path), *matching))
+        .filter(|(path, _)| host.regular_file(path))
         .filter(|(path, matching)| match matching {
             Matching::Containers => true,
             // kubelet logs a node config.json it cannot read and goes on
             // without it; the errors name keys, never values.
-            Matching::Kubelet => auth::read_kubelet(path)
+            Matching::Kubelet => auth::read_kubelet(host, path)
                 .inspect_err(|e| tracing::warn!("skipped: {e} (as kubelet skips it)"))
                 .is_ok(),
         })
@@ -388,199 +505,7 @@ fn credentials_for(req: &Request, image: &ImageRef) -> anyhow::Result<Vec<auth::
             Matching::Kubelet => (Source::PullSecret(path), matching),
         })
         .collect();
-    auth::resolve(&defaults, image)
-}
-
-/// What `hostpull plan` shows: everything the pull may use, per host, with
-/// the credential's source and key but never the secret.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Summary {
-    pub image: String,
-    pub platform: String,
-    /// None in a plan made without `--dest`.
-    pub dest: Option<String>,
-    pub tag: Option<String>,
-    /// `auto` only in `hostpull plan` on a host without systemd, where a pull
-    /// fails with `sandbox_error` (exit 8).
-    pub sandbox: SandboxMode,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sandbox_error: Option<String>,
-    pub memory_max: String,
-    pub tasks_max: u32,
-    /// `--max-rate`, bytes a second; none: no limit.
-    pub max_rate: Option<u64>,
-    pub hosts: Vec<HostSummary>,
-    pub dns: Vec<String>,
-    pub dns_search: Vec<String>,
-    pub add_hosts: Vec<String>,
-    /// The signature requirements that apply, with their scope and file.
-    pub signature: String,
-    /// The signature lookaside from registries.d, if any.
-    pub lookaside: Option<String>,
-    /// `--dest ostree:`: `dest` is then the repository.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ostree: Option<OstreeDest>,
-}
-
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct HostSummary {
-    pub host: String,
-    /// `primary`; mirrors will be `mirror`.
-    pub role: &'static str,
-    /// `SOURCE (key KEY)` of the first candidate, or none.
-    pub credential: Option<String>,
-    /// The other candidates, tried in this order when the registry refuses
-    /// the one before.
-    pub fallbacks: Vec<String>,
-    pub cas: Vec<String>,
-    pub client_cert: Option<String>,
-    /// False under `--tls-verify=false` or for an `insecure` registries.conf endpoint.
-    pub tls_verify: bool,
-    /// registries.conf `insecure`: no TLS verification, plain HTTP allowed.
-    pub insecure: bool,
-}
-
-impl Plan {
-    pub fn summary(&self) -> Summary {
-        let w = &self.worker;
-        Summary {
-            image: self.image.to_string(),
-            platform: self.platform.to_string(),
-            dest: match &self.ostree {
-                Some(o) => Some(o.repo.display().to_string()),
-                None if self.dest_dir.as_os_str().is_empty() => None,
-                None => Some(self.dest_dir.display().to_string()),
-            },
-            tag: Some(self.tag.clone())
-                .filter(|_| self.ostree.is_some() || !self.dest_dir.as_os_str().is_empty()),
-            sandbox: w.mode,
-            sandbox_error: (w.mode == SandboxMode::Auto).then(|| NO_SYSTEMD.to_owned()),
-            memory_max: w.limits.memory_max.clone(),
-            tasks_max: w.limits.tasks_max,
-            max_rate: self.max_rate,
-            hosts: self
-                .sources
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    let host = &r.domain;
-                    let trust = w.trust.iter().find(|t| &t.host == host);
-                    let candidates: Vec<String> = self
-                        .credentials
-                        .iter()
-                        .filter(|c| &c.host == host)
-                        .map(|c| format!("{} (key {})", c.source, c.key))
-                        .collect();
-                    let cas = match &w.cert_dir {
-                        Some(d) => vec![format!("{} (--cert-dir, every host)", d.display())],
-                        None => trust
-                            .map(|t| t.cas.iter().map(|c| c.display().to_string()).collect())
-                            .unwrap_or_default(),
-                    };
-                    let insecure = self.insecure_hosts.contains(host);
-                    HostSummary {
-                        host: host.clone(),
-                        role: if i + 1 == self.sources.len() {
-                            "primary"
-                        } else {
-                            "mirror"
-                        },
-                        credential: candidates.first().cloned(),
-                        fallbacks: candidates.iter().skip(1).cloned().collect(),
-                        cas,
-                        client_cert: trust
-                            .and_then(|t| t.client.as_ref())
-                            .map(|(c, _)| c.display().to_string()),
-                        tls_verify: w.tls_verify && !insecure,
-                        insecure,
-                    }
-                })
-                .collect(),
-            dns: w.dns.servers.iter().map(|s| s.to_string()).collect(),
-            dns_search: w.dns.search.clone(),
-            add_hosts: w
-                .dns
-                .hosts
-                .iter()
-                .map(|(n, ip)| format!("{n}:{ip}"))
-                .collect(),
-            signature: self.policy.describe(),
-            lookaside: self.policy.lookaside.clone(),
-            ostree: self.ostree.clone(),
-        }
-    }
-}
-
-impl Summary {
-    /// The summary for a terminal.
-    pub fn text(&self) -> String {
-        let (d, t) = (
-            self.dest.as_deref().unwrap_or_default(),
-            self.tag.as_deref().unwrap_or_default(),
-        );
-        let dest = match (&self.ostree, &self.dest) {
-            (Some(o), _) => match &o.ostree_ref {
-                Some(r) => format!("ostree:{d}:{r}"),
-                None => format!("ostree:{d}"),
-            },
-            (None, Some(_)) => format!("oci:{d}:{t}"),
-            (None, None) => "none (no --dest given)".to_owned(),
-        };
-        let mut t = format!(
-            "image     {} ({})\ndest      {dest}\nsandbox   {:?}, MemoryMax={}, TasksMax={}\n",
-            self.image, self.platform, self.sandbox, self.memory_max, self.tasks_max
-        );
-        if let Some(e) = &self.sandbox_error {
-            t += &format!("  a pull fails (exit 8): {e}\n");
-        }
-        t += &format!(
-            "max rate  {}\n",
-            match self.max_rate {
-                Some(r) => format!("{} (all blobs together)", crate::rate::human(r)),
-                None => "no limit".to_owned(),
-            }
-        );
-        for h in &self.hosts {
-            t += &format!("host      {} ({})\n", h.host, h.role);
-            t += &format!(
-                "  credential  {}\n",
-                h.credential.as_deref().unwrap_or("none (--no-creds)")
-            );
-            for f in &h.fallbacks {
-                t += &format!("  then        {f}\n");
-            }
-            let cas = if h.cas.is_empty() {
-                "the system's".to_owned()
-            } else {
-                h.cas.join(", ")
-            };
-            t += &format!(
-                "  CAs         {cas}{}\n",
-                match (h.insecure, h.tls_verify) {
-                    (true, _) =>
-                        " (insecure in registries.conf: no TLS verification, HTTP allowed)",
-                    (false, true) => "",
-                    (false, false) => " (TLS verification off)",
-                }
-            );
-            if let Some(c) = &h.client_cert {
-                t += &format!("  client cert {c}\n");
-            }
-        }
-        t += &format!("signature {}\n", self.signature);
-        if let Some(l) = &self.lookaside {
-            t += &format!("  lookaside   {l}\n");
-        }
-        if !(self.dns.is_empty() && self.dns_search.is_empty() && self.add_hosts.is_empty()) {
-            t += &format!(
-                "worker DNS  servers [{}] search [{}] hosts [{}]\n",
-                self.dns.join(" "),
-                self.dns_search.join(" "),
-                self.add_hosts.join(" ")
-            );
-        }
-        t
-    }
+    auth::resolve(host, &defaults, image)
 }
 
 fn retry(req: &Request) -> anyhow::Result<RetryPolicy> {
@@ -657,23 +582,32 @@ fn limits(req: &Request) -> anyhow::Result<Limits> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use testing::MemHost;
+
+    const ACCEPT_ANYTHING: &str = r#"{"default":[{"type":"insecureAcceptAnything"}]}"#;
+
+    /// A machine with nothing below its root and a policy that accepts
+    /// anything at `/policy.json`.
+    fn host() -> MemHost {
+        MemHost::new("/nonexistent-root").file("/policy.json", ACCEPT_ANYTHING)
+    }
 
     fn req(image: &str, dest: &str) -> Request {
-        let policy = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/accept-anything.json"
-        );
         Request {
             options: Options {
                 image: Some(image.into()),
                 dest: Some(dest.into()),
                 sandbox: Some(SandboxMode::None),
-                policy: Some(policy.into()),
+                policy: Some("/policy.json".into()),
                 ..Default::default()
             },
-            root: "/nonexistent-root".into(),
             ..Default::default()
         }
+    }
+
+    /// The plan on [`host`].
+    fn plan(r: &Request) -> anyhow::Result<Plan> {
+        super::plan(r, &host())
     }
 
     #[test]
@@ -697,20 +631,18 @@ mod tests {
 
     #[test]
     fn trust_and_dns_rules() {
-        let td = tempfile::tempdir().unwrap();
-        let ca = td.path().join("ca.crt");
-        std::fs::write(&ca, "pem").unwrap();
+        let h = host().file("/td/ca.crt", "pem");
         let mut r = req("reg.svc:5000/a:v1", "oci:/d");
         r.cas = vec![
-            format!("reg.svc:5000={}", ca.display()),
-            format!("other:1={}", ca.display()),
+            "reg.svc:5000=/td/ca.crt".to_owned(),
+            "other:1=/td/ca.crt".to_owned(),
         ];
-        let p = plan(&r).unwrap();
+        let p = super::plan(&r, &h).unwrap();
         assert_eq!(p.worker.trust.len(), 1, "only the hosts of this pull");
         assert_eq!(p.worker.trust[0].host, "reg.svc:5000");
-        r.cert_dir = Some(td.path().into());
+        r.cert_dir = Some("/td".into());
         assert_eq!(
-            crate::error::exit_code(&plan(&r).unwrap_err()),
+            crate::error::exit_code(&super::plan(&r, &h).unwrap_err()),
             2,
             "--cert-dir with --ca"
         );
@@ -730,14 +662,11 @@ mod tests {
     /// `--sandbox systemd`; without a unit nothing is denied.
     #[test]
     fn denied_addresses_are_refused_at_plan_time() {
-        let td = tempfile::tempdir().unwrap();
-        let conf = td.path().join("registries.conf");
-        std::fs::write(
-            &conf,
+        let h = host().file(
+            "/registries.conf",
             "[[registry]]\nlocation = \"reg.svc:5000\"\n\
              [[registry.mirror]]\nlocation = \"mirror.svc\"\n",
-        )
-        .unwrap();
+        );
         // (image, --add-host, refused naming)
         let cases = [
             (
@@ -768,9 +697,9 @@ mod tests {
         for (image, add_host, refused) in cases {
             let mut r = req(image, "oci:/d");
             r.sandbox = Some(SandboxMode::Systemd);
-            r.registries_conf = Some(conf.clone());
+            r.registries_conf = Some("/registries.conf".into());
             r.add_hosts = add_host.into_iter().map(Into::into).collect();
-            match (plan(&r), refused) {
+            match (super::plan(&r, &h), refused) {
                 (Ok(_), None) => {}
                 (Err(e), Some(naming)) => {
                     assert_eq!(crate::error::exit_code(&e), 2, "{e}");
@@ -781,7 +710,7 @@ mod tests {
             // Without a unit, nothing denies them.
             if add_host.is_none() {
                 r.sandbox = Some(SandboxMode::None);
-                plan(&r).unwrap();
+                super::plan(&r, &h).unwrap();
             }
         }
     }
@@ -841,26 +770,26 @@ mod tests {
 
     #[test]
     fn ostree_destinations() {
-        let td = tempfile::tempdir().unwrap();
         let d = OstreeDest {
-            repo: td.path().into(),
+            repo: "/repo".into(),
             ostree_ref: None,
         };
-        let e = check_ostree(&d, false).unwrap_err();
+        let e = check_ostree(&host(), &d, false).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(
             e.to_string().contains("built without ostree support"),
             "{e}"
         );
-        let e = check_ostree(&d, true).unwrap_err();
+        let e = check_ostree(&host(), &d, true).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("not an ostree repository"), "{e}");
-        std::fs::write(td.path().join("config"), "[core]\n").unwrap();
-        check_ostree(&d, true).unwrap();
-        let dest = format!("ostree:{}:os/stable", td.path().display());
+        let e = check_ostree(&host().dir("/repo/config"), &d, true).unwrap_err();
+        assert!(e.to_string().contains("not an ostree repository"), "{e}");
+        let h = host().file("/repo/config", "[core]\n");
+        check_ostree(&h, &d, true).unwrap();
         let pinned =
             "h.io/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-        match plan(&req(pinned, &dest)) {
+        match super::plan(&req(pinned, "ostree:/repo:os/stable"), &h) {
             Ok(p) if cfg!(feature = "ostree") => {
                 assert_eq!(p.ostree.unwrap().ostree_ref.as_deref(), Some("os/stable"));
                 assert_eq!(p.tag, "latest");
@@ -878,56 +807,41 @@ mod tests {
     #[test]
     fn kubelet_default_keyring() {
         use base64::Engine as _;
-        let td = tempfile::tempdir().unwrap();
-        let d = td.path();
-        let plugin = d.join("default");
-        std::fs::write(
-            &plugin,
-            "#!/bin/sh\ncat >/dev/null\necho '{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"kind\":\"CredentialProviderResponse\",\"cacheDuration\":\"0\",\"auth\":{\"test.registry.io\":{\"username\":\"default-user\",\"password\":\"default-password\"}}}'\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .unwrap();
-        let config = d.join("providers.yaml");
-        std::fs::write(
-            &config,
-            "kind: CredentialProviderConfig\nproviders:\n- name: default\n  matchImages: [\"test.registry.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
-        )
-        .unwrap();
-        let secret = |name: &str, host: &str| {
-            let p = d.join(name);
-            std::fs::write(
-                &p,
-                format!(r#"{{"auths": {{"{host}": {{"auth": "dXNlcjpwYXNzd29yZA=="}}}}}}"#),
-            )
-            .unwrap();
-            p
+        let secret = |host: &str| {
+            format!(r#"{{"auths": {{"{host}": {{"auth": "dXNlcjpwYXNzd29yZA=="}}}}}}"#)
         };
+        let h = host()
+            .plugin(
+                "/d/default",
+                Ok(r#"{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderResponse","cacheDuration":"0","auth":{"test.registry.io":{"username":"default-user","password":"default-password"}}}"#),
+            )
+            .file(
+                "/d/providers.yaml",
+                "kind: CredentialProviderConfig\nproviders:\n- name: default\n  matchImages: [\"test.registry.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+            )
+            .file("/d/other", secret("foobar.io"))
+            .file("/d/match", secret("test.registry.io"));
         let cases = [
-            (
-                vec![secret("other", "foobar.io")],
-                vec!["default-user:default-password"],
-            ),
+            (vec!["/d/other"], vec!["default-user:default-password"]),
             (vec![], vec!["default-user:default-password"]),
             (
-                vec![secret("match", "test.registry.io")],
+                vec!["/d/match"],
                 vec!["user:password", "default-user:default-password"],
             ),
         ];
         for (secrets, want) in cases {
             let mut r = req("test.registry.io/app:v1", "oci:/d");
-            r.root = d.into();
-            r.pull_secrets = secrets;
-            r.provider_config = Some(config.clone());
-            r.provider_bin_dir = Some(d.into());
-            let p = plan(&r).unwrap();
+            r.pull_secrets = secrets.iter().map(Into::into).collect();
+            r.provider_config = Some("/d/providers.yaml".into());
+            r.provider_bin_dir = Some("/d".into());
+            let p = super::plan(&r, &h).unwrap();
             let got: Vec<String> = p
                 .credentials
                 .iter()
                 .map(|c| {
                     String::from_utf8(
                         base64::engine::general_purpose::STANDARD
-                            .decode(&c.auth)
+                            .decode(c.auth.expose())
                             .unwrap(),
                     )
                     .unwrap()
@@ -936,15 +850,201 @@ mod tests {
             assert_eq!(got, want, "{:?}", r.pull_secrets);
             // The worker's first try has the first; the plan names them all.
             assert_eq!(p.worker.credentials, [p.credentials[0].clone()]);
-            let h = &p.summary().hosts[0];
-            assert_eq!(h.fallbacks.len(), want.len() - 1);
+            let s = p.summary();
+            let hs = &s.hosts[0];
+            assert_eq!(hs.fallbacks.len(), want.len() - 1);
             assert_eq!(
-                h.fallbacks
+                hs.fallbacks
                     .last()
                     .map(String::as_str)
-                    .or(h.credential.as_deref()),
+                    .or(hs.credential.as_deref()),
                 Some("credential provider default (key test.registry.io)")
             );
+        }
+        // Asked each time: its answer is not to be cached.
+        assert_eq!(h.ran().len(), 3);
+        assert_eq!(
+            super::plan(&req("test.registry.io/app:v1", "oci:/d"), &h)
+                .map(|p| p.plugins_run)
+                .unwrap(),
+            Vec::<String>::new()
+        );
+        assert_eq!(h.cached(), Vec::<String>::new());
+    }
+
+    /// `hostpull plan` names every root plugin run to make the plan, in its
+    /// text and its JSON; an answer from the provider cache runs none.
+    #[test]
+    fn plans_name_the_plugins_they_ran() {
+        let answer = r#"{"kind":"CredentialProviderResponse","cacheKeyType":"Registry","cacheDuration":"1h","auth":{"h.io":{"username":"u","password":"p"}}}"#;
+        let h = host()
+            .file("/auth.json", r#"{"credHelpers": {"h.io": "pass"}}"#)
+            .plugin(
+                "docker-credential-pass",
+                Ok(r#"{"Username":"hu","Secret":"hs"}"#),
+            )
+            .plugin("/bin/ecr", Ok(answer))
+            .file(
+                "/providers.yaml",
+                "kind: CredentialProviderConfig\nproviders:\n- name: ecr\n  matchImages: [\"h.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+            );
+        let mut r = req("h.io/a:v1", "");
+        r.dry_run = true;
+        r.authfiles = vec!["/auth.json".into()];
+        r.provider_config = Some("/providers.yaml".into());
+        r.provider_bin_dir = Some("/bin".into());
+        let p = super::plan(&r, &h).unwrap();
+        let both = [
+            "credential helper docker-credential-pass",
+            "credential provider ecr",
+        ];
+        assert_eq!(p.plugins_run, both);
+        let s = p.summary();
+        assert!(
+            s.text()
+                .contains(&format!("plugins   ran {}\n", both.join(", "))),
+            "{}",
+            s.text()
+        );
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["plugins_run"], serde_json::json!(both));
+        // Again: the provider's answer comes from its cache; the helper runs.
+        let p = super::plan(&r, &h).unwrap();
+        assert_eq!(p.plugins_run, [both[0]]);
+        assert_eq!(h.cached().len(), 1);
+        assert_eq!(h.ran().len(), 3);
+        // Nothing run, nothing shown.
+        let s = plan(&req("h.io/a:v1", "oci:/d")).unwrap().summary();
+        assert!(s.plugins_run.is_empty() && !s.text().contains("plugins"));
+    }
+
+    /// Which credentials, mirrors and CAs a pull gets from the host's own
+    /// files (ostree's and kubelet's credential files, `REGISTRY_AUTH_FILE`,
+    /// registries.conf and its drop-ins, certs.d): a table on an in-memory
+    /// host, where each case once needed a root on disk.
+    #[test]
+    fn host_files_table() {
+        use base64::Engine as _;
+        let auth = |user: &str| {
+            let b = base64::engine::general_purpose::STANDARD.encode(format!("{user}:pw"));
+            format!(r#"{{"auths": {{"h.io": {{"auth": "{b}"}}}}}}"#)
+        };
+        let root = |p: &str| format!("/nonexistent-root/{p}");
+        let conf = "[[registry]]\nlocation = \"h.io\"\n[[registry.mirror]]\nlocation = \"m1.io\"\n";
+        let base = || {
+            host()
+                .file("etc/containers/registries.conf", conf)
+                .file("run/ostree/auth.json", auth("run"))
+                .file("usr/lib/ostree/auth.json", auth("usr"))
+                .file("var/lib/kubelet/config.json", auth("kubelet"))
+                .file("/env.json", auth("env"))
+        };
+        type Case = (
+            &'static str,
+            MemHost,
+            fn(&mut Request),
+            // (host, credential sources in order, CAs, client cert)
+            Vec<(&'static str, Vec<String>, Vec<String>, Option<String>)>,
+        );
+        let defaults = vec![
+            root("run/ostree/auth.json"),
+            root("usr/lib/ostree/auth.json"),
+            root("var/lib/kubelet/config.json"),
+        ];
+        let cases: Vec<Case> = vec![
+            (
+                "the host's credential files, in order; the mirror has none",
+                base(),
+                |_| {},
+                vec![
+                    ("m1.io", vec![], vec![], None),
+                    ("h.io", defaults.clone(), vec![], None),
+                ],
+            ),
+            (
+                "--no-default-creds",
+                base(),
+                |r| r.no_default_creds = true,
+                vec![("m1.io", vec![], vec![], None), ("h.io", vec![], vec![], None)],
+            ),
+            (
+                "REGISTRY_AUTH_FILE is a given source: no defaults",
+                base().var("REGISTRY_AUTH_FILE", "/env.json"),
+                |_| {},
+                vec![
+                    ("m1.io", vec![], vec![], None),
+                    ("h.io", vec!["/env.json".into()], vec![], None),
+                ],
+            ),
+            (
+                "a drop-in replaces the table of its prefix; a directory or \
+                 another suffix in registries.conf.d is no drop-in",
+                base()
+                    .file(
+                        "etc/containers/registries.conf.d/50-m2.conf",
+                        "[[registry]]\nlocation = \"h.io\"\n[[registry.mirror]]\nlocation = \"m2.io\"\n",
+                    )
+                    .file("etc/containers/registries.conf.d/60-x.conf/a", "")
+                    .file("etc/containers/registries.conf.d/README", "[[[")
+                    .file("etc/containers/certs.d/m2.io/ca.crt", "pem"),
+                |r| r.no_default_creds = true,
+                vec![
+                    (
+                        "m2.io",
+                        vec![],
+                        vec![root("etc/containers/certs.d/m2.io/ca.crt")],
+                        None,
+                    ),
+                    ("h.io", vec![], vec![], None),
+                ],
+            ),
+            (
+                "certs.d: containers' directory wins over docker's; a client cert \
+                 with its key",
+                base()
+                    .file("etc/containers/certs.d/m1.io/ca.crt", "pem")
+                    .file("etc/docker/certs.d/m1.io/other.crt", "pem")
+                    .file("etc/docker/certs.d/h.io/ca.crt", "pem")
+                    .file("etc/docker/certs.d/h.io/client.cert", "pem")
+                    .file("etc/docker/certs.d/h.io/client.key", "pem"),
+                |r| r.no_default_creds = true,
+                vec![
+                    (
+                        "m1.io",
+                        vec![],
+                        vec![root("etc/containers/certs.d/m1.io/ca.crt")],
+                        None,
+                    ),
+                    (
+                        "h.io",
+                        vec![],
+                        vec![root("etc/docker/certs.d/h.io/ca.crt")],
+                        Some(root("etc/docker/certs.d/h.io/client.cert")),
+                    ),
+                ],
+            ),
+        ];
+        for (name, h, edit, want) in cases {
+            let mut r = req("h.io/a:v1", "oci:/d");
+            edit(&mut r);
+            let s = super::plan(&r, &h).unwrap().summary();
+            let got: Vec<_> = s
+                .hosts
+                .iter()
+                .map(|hs| {
+                    let creds = hs.credential.iter().chain(&hs.fallbacks);
+                    let sources = creds
+                        .map(|c| c.split(" (key ").next().unwrap_or_default().to_owned())
+                        .collect::<Vec<_>>();
+                    (
+                        hs.host.as_str(),
+                        sources,
+                        hs.cas.clone(),
+                        hs.client_cert.clone(),
+                    )
+                })
+                .collect();
+            assert_eq!(got, want, "{name}");
         }
     }
 
@@ -954,38 +1054,31 @@ mod tests {
     #[test]
     fn a_malformed_default_kubelet_config_is_skipped() {
         use base64::Engine as _;
-        let td = tempfile::tempdir().unwrap();
-        let d = td.path();
-        std::fs::create_dir_all(d.join("var/lib/kubelet")).unwrap();
-        std::fs::create_dir_all(d.join("etc/ostree")).unwrap();
-        let node = d.join("var/lib/kubelet/config.json");
-        std::fs::write(
-            &node,
-            r#"{"auths": {"other.io": {"auth": "pants"}, "h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#,
-        )
-        .unwrap();
         let ostree = base64::engine::general_purpose::STANDARD.encode("ostree:pw");
-        std::fs::write(
-            d.join("etc/ostree/auth.json"),
-            format!(r#"{{"auths": {{"h.io": {{"auth": "{ostree}"}}}}}}"#),
-        )
-        .unwrap();
-        let mut r = req("h.io/a:v1", "oci:/d");
-        r.root = d.into();
-        let p = plan(&r).unwrap();
+        let h = |node: &str| {
+            host().file("var/lib/kubelet/config.json", node).file(
+                "etc/ostree/auth.json",
+                format!(r#"{{"auths": {{"h.io": {{"auth": "{ostree}"}}}}}}"#),
+            )
+        };
+        let r = req("h.io/a:v1", "oci:/d");
+        let malformed = h(
+            r#"{"auths": {"other.io": {"auth": "pants"}, "h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#,
+        );
+        let p = super::plan(&r, &malformed).unwrap();
         let sources: Vec<&str> = p.credentials.iter().map(|c| c.source.as_str()).collect();
-        assert_eq!(sources, [d.join("etc/ostree/auth.json").to_str().unwrap()]);
+        assert_eq!(sources, ["/nonexistent-root/etc/ostree/auth.json"]);
         // Readable, it is a candidate after ostree's.
-        std::fs::write(
-            &node,
-            r#"{"auths": {"h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#,
-        )
-        .unwrap();
-        assert_eq!(plan(&r).unwrap().credentials.len(), 2);
-        std::fs::write(&node, "{").unwrap();
-        assert_eq!(plan(&r).unwrap().credentials.len(), 1);
-        r.pull_secrets = vec![node];
-        assert_eq!(crate::error::exit_code(&plan(&r).unwrap_err()), 2);
+        let good = h(r#"{"auths": {"h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#);
+        assert_eq!(super::plan(&r, &good).unwrap().credentials.len(), 2);
+        let broken = h("{");
+        assert_eq!(super::plan(&r, &broken).unwrap().credentials.len(), 1);
+        let mut r = r;
+        r.pull_secrets = vec!["/nonexistent-root/var/lib/kubelet/config.json".into()];
+        assert_eq!(
+            crate::error::exit_code(&super::plan(&r, &broken).unwrap_err()),
+            2
+        );
     }
 
     #[test]
@@ -1004,9 +1097,12 @@ mod tests {
     fn auto_needs_systemd() {
         let mut r = req("h.io/a:v1", "oci:/d");
         r.sandbox = Some(SandboxMode::Auto);
-        r.systemd_booted = true;
-        assert_eq!(plan(&r).unwrap().worker.mode, SandboxMode::Systemd);
-        r.systemd_booted = false;
+        let mut h = host();
+        h.systemd = true;
+        assert_eq!(
+            super::plan(&r, &h).unwrap().worker.mode,
+            SandboxMode::Systemd
+        );
         let e = plan(&r).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 8);
         assert!(e.to_string().contains("--sandbox none"));
@@ -1020,8 +1116,7 @@ mod tests {
             "{}",
             s.text()
         );
-        r.systemd_booted = true;
-        let s = plan(&r).unwrap().summary();
+        let s = super::plan(&r, &h).unwrap().summary();
         assert_eq!((s.sandbox, s.sandbox_error), (SandboxMode::Systemd, None));
     }
 
@@ -1029,17 +1124,25 @@ mod tests {
     fn selinux_context_only_where_selinux_is_on() {
         let mut r = req("h.io/a:v1", "oci:/d");
         assert_eq!(plan(&r).unwrap().worker.selinux_context, None);
-        r.selinux_enabled = true;
+        let mut h = host();
+        h.selinux = true;
         assert_eq!(
-            plan(&r).unwrap().worker.selinux_context.as_deref(),
+            super::plan(&r, &h)
+                .unwrap()
+                .worker
+                .selinux_context
+                .as_deref(),
             Some(WORKER_SELINUX_CONTEXT)
         );
         r.selinux_context = Some("system_u:system_r:other_t:s0".into());
         assert_eq!(
-            plan(&r).unwrap().worker.selinux_context.as_deref(),
+            super::plan(&r, &h)
+                .unwrap()
+                .worker
+                .selinux_context
+                .as_deref(),
             Some("system_u:system_r:other_t:s0")
         );
-        r.selinux_enabled = false;
         assert_eq!(plan(&r).unwrap().worker.selinux_context, None);
     }
 

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::error::{Failure, Kind};
-use crate::plan::auth::{Keyring, urls_match};
+use crate::plan::auth::{Keyring, Secret, urls_match};
+use crate::plan::host::{Host, PluginCall};
 use crate::plan::imgref::ImageRef;
 
 const REQUEST_API: &str = "credentialprovider.kubelet.k8s.io/v1";
@@ -20,7 +21,9 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
+/// kubelet's `CredentialProviderConfig`.
 pub struct ProviderConfig {
+    /// Its providers, in order.
     pub providers: Vec<Provider>,
     /// The file it was read from, for errors.
     #[serde(skip)]
@@ -29,14 +32,21 @@ pub struct ProviderConfig {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
+/// One provider: an exec plugin in the bin dir and the images it answers for.
 pub struct Provider {
+    /// The plugin's file name in the bin dir.
     pub name: String,
+    /// The images it answers for (kubelet's URL globs).
     pub match_images: Vec<String>,
     #[serde(default)]
+    /// How long its answers are cached when they do not say.
     pub default_cache_duration: Option<String>,
+    /// The protocol version it speaks.
     pub api_version: String,
+    /// Its arguments (they may hold secrets).
     #[serde(default)]
-    pub args: Vec<String>,
+    pub args: Vec<Secret>,
+    /// Variables added to its environment.
     #[serde(default)]
     pub env: Vec<EnvVar>,
     /// KEP-4412: the plugin wants the pod's service-account token. A host
@@ -46,10 +56,13 @@ pub struct Provider {
     pub token_attributes: Option<serde_json::Value>,
 }
 
+/// One variable of a provider's environment.
 #[derive(Debug, Clone, Deserialize)]
 pub struct EnvVar {
+    /// Its name.
     pub name: String,
-    pub value: String,
+    /// Its value (it may hold a secret).
+    pub value: Secret,
 }
 
 /// A plugin's answer (fields private: they hold the secret).
@@ -67,7 +80,7 @@ pub struct Response {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct AuthConfig {
     username: String,
-    password: String,
+    password: Secret,
 }
 
 fn bad(name: &Path, why: impl std::fmt::Display) -> anyhow::Error {
@@ -81,8 +94,9 @@ fn bad(name: &Path, why: impl std::fmt::Display) -> anyhow::Error {
     .into()
 }
 
-pub fn load_config(path: &Path) -> anyhow::Result<ProviderConfig> {
-    let text = std::fs::read_to_string(path).map_err(|e| bad(path, e))?;
+/// Read and check a `CredentialProviderConfig` (YAML or JSON); no error quotes its values.
+pub fn load_config(host: &dyn Host, path: &Path) -> anyhow::Result<ProviderConfig> {
+    let text = host.read_text(path).map_err(|e| bad(path, e))?;
     let v = crate::plan::auth::parse_json_or_yaml(&text)
         .ok_or_else(|| bad(path, "not JSON or YAML"))?;
     if v["kind"] != "CredentialProviderConfig" {
@@ -155,11 +169,11 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 /// answer from the cache while it is fresh), and all answers form one keyring,
 /// as kubelet's `providersDockerKeyring` does.
 pub fn credentials(
+    host: &dyn Host,
     config: &ProviderConfig,
     bin_dir: &Path,
-    cache_dir: &Path,
     image: &ImageRef,
-) -> anyhow::Result<Vec<(String, String, String, String)>> {
+) -> anyhow::Result<Vec<(String, String, String, Secret)>> {
     // kubelet matches and asks with the repository, without tag or digest.
     let target = image.repository();
     let mut keyring = Keyring::default();
@@ -177,11 +191,11 @@ pub fn credentials(
                 ),
             ));
         }
-        let response = match cached(cache_dir, p, image) {
+        let response = match cached(host, p, image) {
             Some(r) => r,
             None => {
-                let r = exec(p, bin_dir, &target)?;
-                store(cache_dir, p, image, &r)?;
+                let r = exec(host, p, bin_dir, &target)?;
+                store(host, p, image, &r)?;
                 r
             }
         };
@@ -203,18 +217,28 @@ pub fn credentials(
         .collect())
 }
 
-fn exec(p: &Provider, bin_dir: &Path, image: &str) -> anyhow::Result<Response> {
-    let mut c = std::process::Command::new(bin_dir.join(&p.name));
-    c.args(&p.args);
-    for e in &p.env {
-        c.env(&e.name, &e.value);
-    }
+fn exec(host: &dyn Host, p: &Provider, bin_dir: &Path, image: &str) -> anyhow::Result<Response> {
+    let program = bin_dir.join(&p.name);
+    let env: Vec<(String, String)> = p
+        .env
+        .iter()
+        .map(|e| (e.name.clone(), e.value.expose().to_owned()))
+        .collect();
+    let args: Vec<String> = p.args.iter().map(|a| a.expose().to_owned()).collect();
     let request =
-        json!({"apiVersion": REQUEST_API, "kind": "CredentialProviderRequest", "image": image});
-    let stdout = crate::plan::auth::run_root_plugin(c, request.to_string().as_bytes(), TIMEOUT)
-        .map_err(|why| {
-            Failure::new(Kind::Auth, format!("credential provider {}: {why}", p.name))
-        })?;
+        json!({"apiVersion": REQUEST_API, "kind": "CredentialProviderRequest", "image": image})
+            .to_string();
+    let call = PluginCall {
+        label: format!("credential provider {}", p.name),
+        program: &program,
+        args: &args,
+        env: &env,
+        input: request.as_bytes(),
+        timeout: TIMEOUT,
+    };
+    let stdout = host.run(&call).map_err(|why| {
+        Failure::new(Kind::Auth, format!("credential provider {}: {why}", p.name))
+    })?;
     parse_answer(&p.name, &stdout)
 }
 
@@ -238,10 +262,10 @@ pub fn parse_answer(provider: &str, stdout: &[u8]) -> anyhow::Result<Response> {
     Ok(serde_json::from_value(v).map_err(|_| malformed())?)
 }
 
-/// The cache entry's file: per provider and per key (the image, its registry,
+/// The cache entry's name: per provider and per key (the image, its registry,
 /// or one for all, as the provider's `cacheKeyType` said).
-fn cache_files(cache_dir: &Path, p: &Provider, image: &ImageRef) -> [(PathBuf, &'static str); 3] {
-    let name = |key: &str| cache_dir.join(format!("{}-{}.json", p.name, hex::encode(key)));
+fn cache_files(p: &Provider, image: &ImageRef) -> [(String, &'static str); 3] {
+    let name = |key: &str| format!("{}-{}.json", p.name, hex::encode(key));
     [
         (name(&format!("image:{}", image.repository())), "Image"),
         (name(&format!("registry:{}", image.domain)), "Registry"),
@@ -255,23 +279,20 @@ struct CacheEntry {
     response: Response,
 }
 
-fn now() -> u64 {
-    SystemTime::now()
+fn now(host: &dyn Host) -> u64 {
+    host.now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-fn cached(cache_dir: &Path, p: &Provider, image: &ImageRef) -> Option<Response> {
-    cache_files(cache_dir, p, image)
-        .into_iter()
-        .find_map(|(f, _)| {
-            let e: CacheEntry = serde_json::from_slice(&std::fs::read(f).ok()?).ok()?;
-            (e.expires > now()).then_some(e.response)
-        })
+fn cached(host: &dyn Host, p: &Provider, image: &ImageRef) -> Option<Response> {
+    cache_files(p, image).into_iter().find_map(|(f, _)| {
+        let e: CacheEntry = serde_json::from_slice(&host.cache_get(&f)?).ok()?;
+        (e.expires > now(host)).then_some(e.response)
+    })
 }
 
-fn store(cache_dir: &Path, p: &Provider, image: &ImageRef, r: &Response) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+fn store(host: &dyn Host, p: &Provider, image: &ImageRef, r: &Response) -> anyhow::Result<()> {
     let ttl = r
         .cache_duration
         .as_deref()
@@ -282,35 +303,24 @@ fn store(cache_dir: &Path, p: &Provider, image: &ImageRef, r: &Response) -> anyh
         return Ok(());
     }
     let kind = r.cache_key_type.as_deref().unwrap_or("Image");
-    let Some((file, _)) = cache_files(cache_dir, p, image)
-        .into_iter()
-        .find(|(_, k)| *k == kind)
-    else {
+    let Some((file, _)) = cache_files(p, image).into_iter().find(|(_, k)| *k == kind) else {
         return Ok(());
     };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(cache_dir)?;
     let entry = CacheEntry {
-        expires: now().saturating_add(ttl.as_secs()),
+        expires: now(host).saturating_add(ttl.as_secs()),
         response: r.clone(),
     };
-    let tmp = file.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    std::io::Write::write_all(&mut f, &serde_json::to_vec(&entry)?)?;
-    std::fs::rename(tmp, file)?;
+    host.cache_put(&file, &serde_json::to_vec(&entry)?)?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sys(root: &Path) -> crate::host::System {
+        crate::host::System::open(root).unwrap()
+    }
 
     #[test]
     fn durations() {
@@ -335,66 +345,31 @@ mod tests {
         }
     }
 
-    /// A plugin's answer is read while it runs: over a pipe's 64 KiB it used to
-    /// block until the timeout. Over the limit it is refused, at once.
-    #[test]
-    fn plugin_answers_big_and_huge() {
-        use crate::plan::auth::{PLUGIN_ANSWER_MAX, run_root_plugin};
-        let sh = |script: &str| {
-            let mut c = std::process::Command::new("sh");
-            c.args(["-c", script]);
-            c
-        };
-        let t = std::time::Instant::now();
-        let out = run_root_plugin(sh("head -c 300000 /dev/zero"), b"{}", TIMEOUT).unwrap();
-        assert_eq!(out.len(), 300000);
-        let huge = format!("head -c {} /dev/zero", PLUGIN_ANSWER_MAX + 1);
-        let e = run_root_plugin(sh(&huge), b"{}", TIMEOUT).unwrap_err();
-        assert!(e.contains("larger than 1024 KiB"), "{e}");
-        // Endless output is cut at the limit too, and the plugin killed.
-        let e = run_root_plugin(sh("cat /dev/zero"), b"{}", TIMEOUT).unwrap_err();
-        assert!(e.contains("larger than"), "{e}");
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-        let e = run_root_plugin(sh("exec sleep 30"), b"{}", Duration::from_millis(300));
-        assert_eq!(e.unwrap_err(), "no answer in 0s");
-        let e = run_root_plugin(sh("echo {}; exit 3"), b"{}", TIMEOUT).unwrap_err();
-        assert!(e.contains("exit status: 3"), "{e}");
-    }
-
     /// KEP-4412: a provider with `tokenAttributes` is refused when an image
     /// matches it, by its place (the file may hold secrets), and never run
     /// (it would get an empty token); it does not stop the providers of
     /// other images.
     #[test]
     fn token_attributes_refused_only_where_asked() {
-        let td = tempfile::tempdir().unwrap();
-        let d = td.path();
-        let ran = d.join("ran");
-        for name in ["plain", "wants-token"] {
-            let p = d.join(name);
-            std::fs::write(
-                &p,
-                format!(
-                    "#!/bin/sh\ncat >/dev/null\necho {name} >>{}\necho '{{\"kind\":\"CredentialProviderResponse\",\"cacheDuration\":\"0\",\"auth\":{{\"*.io\":{{\"username\":\"{name}\",\"password\":\"pw\"}}}}}}'\n",
-                    ran.display()
-                ),
+        let answer = |name: &str| {
+            format!(
+                "{{\"kind\":\"CredentialProviderResponse\",\"cacheDuration\":\"0\",\"auth\":{{\"*.io\":{{\"username\":\"{name}\",\"password\":\"pw\"}}}}}}"
             )
-            .unwrap();
-            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-                .unwrap();
-        }
-        let f = d.join("c.yaml");
-        std::fs::write(
-            &f,
-            "kind: CredentialProviderConfig\nproviders:\n\
-             - name: wants-token\n  matchImages: [\"*.token.io\", \"both.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  tokenAttributes:\n    serviceAccountTokenAudience: s3cr3t-aud\n    requireServiceAccount: true\n\
-             - name: plain\n  matchImages: [\"*.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
-        )
-        .unwrap();
-        let config = load_config(&f).unwrap();
+        };
+        let (plain, wants_token) = (answer("plain"), answer("wants-token"));
+        let h = crate::plan::testing::MemHost::new("/")
+            .plugin("/bin/plain", Ok(&plain))
+            .plugin("/bin/wants-token", Ok(&wants_token))
+            .file(
+                "/c.yaml",
+                "kind: CredentialProviderConfig\nproviders:\n\
+                 - name: wants-token\n  matchImages: [\"*.token.io\", \"both.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  tokenAttributes:\n    serviceAccountTokenAudience: s3cr3t-aud\n    requireServiceAccount: true\n\
+                 - name: plain\n  matchImages: [\"*.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+            );
+        let config = load_config(&h, Path::new("/c.yaml")).unwrap();
         let creds = |image: &str| {
             let image = ImageRef::parse(image).unwrap();
-            credentials(&config, d, &d.join("cache"), &image)
+            credentials(&h, &config, Path::new("/bin"), &image)
         };
         let got = creds("reg.io/app").unwrap();
         assert_eq!(got.len(), 1);
@@ -407,19 +382,54 @@ mod tests {
                 e.contains("providers[0] matches") && e.contains("tokenAttributes"),
                 "{e}"
             );
-            assert!(
-                e.contains(&f.display().to_string()) && !e.contains("s3cr3t"),
-                "{e}"
-            );
+            assert!(e.contains("/c.yaml") && !e.contains("s3cr3t"), "{e}");
         }
-        assert_eq!(std::fs::read_to_string(&ran).unwrap(), "plain\n");
+        let ran = |h: &crate::plan::testing::MemHost| -> Vec<String> {
+            h.ran().into_iter().map(|(label, _)| label).collect()
+        };
+        assert_eq!(ran(&h), ["credential provider plain"]);
         // kubernetes pkg/credentialprovider/keyring_test.go,
         // TestProvidersDockerKeyring: every lookup asks the provider again
         // (here: its answer is not to be cached, cacheDuration 0).
         for _ in 0..2 {
             assert_eq!(creds("reg.io/app").unwrap().len(), 1);
         }
-        assert_eq!(std::fs::read_to_string(&ran).unwrap(), "plain\n".repeat(3));
+        assert_eq!(ran(&h), ["credential provider plain"; 3]);
+        // It is asked with the repository, no tag, as kubelet asks.
+        let (_, input) = &h.ran()[0];
+        let request: serde_json::Value = serde_json::from_slice(input).unwrap();
+        assert_eq!(request["image"], "reg.io/app");
+        assert_eq!(request["kind"], "CredentialProviderRequest");
+    }
+
+    /// An answer is cached for as long as it says, under its `cacheKeyType`,
+    /// and the plugin asked again once the clock has passed it.
+    #[test]
+    fn answers_are_cached_until_they_expire() {
+        use crate::plan::testing::MemHost;
+        let answer = r#"{"kind":"CredentialProviderResponse","cacheKeyType":"Registry","cacheDuration":"10m","auth":{"reg.io":{"username":"u","password":"p"}}}"#;
+        let mut h = MemHost::new("/").plugin("/bin/p", Ok(answer)).file(
+            "/c.yaml",
+            "kind: CredentialProviderConfig\nproviders:\n- name: p\n  matchImages: [\"reg.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+        );
+        let config = load_config(&h, Path::new("/c.yaml")).unwrap();
+        let ask = |h: &MemHost, image: &str| {
+            let image = ImageRef::parse(image).unwrap();
+            credentials(h, &config, Path::new("/bin"), &image)
+                .unwrap()
+                .len()
+        };
+        assert_eq!(ask(&h, "reg.io/a"), 1);
+        // The same registry: from the cache.
+        assert_eq!(ask(&h, "reg.io/b"), 1);
+        assert_eq!(h.ran().len(), 1);
+        assert_eq!(
+            h.cached(),
+            [format!("p-{}.json", hex::encode("registry:reg.io"))]
+        );
+        h.now += Duration::from_secs(601);
+        assert_eq!(ask(&h, "reg.io/a"), 1);
+        assert_eq!(h.ran().len(), 2);
     }
 
     #[test]
@@ -428,7 +438,10 @@ mod tests {
         let f = td.path().join("c.yaml");
         let ok = "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: p\n  matchImages: [\"*.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n";
         std::fs::write(&f, ok).unwrap();
-        assert_eq!(load_config(&f).unwrap().providers[0].name, "p");
+        assert_eq!(
+            load_config(&sys(Path::new("/")), &f).unwrap().providers[0].name,
+            "p"
+        );
         for bad in [
             "kind: Other\n",
             &ok.replace(
@@ -452,7 +465,7 @@ mod tests {
             &ok.replace("name: p", "name: s3cr3t/p"),
         ] {
             std::fs::write(&f, bad).unwrap();
-            let e = load_config(&f).unwrap_err();
+            let e = load_config(&sys(Path::new("/")), &f).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
             assert!(!format!("{e:#}").contains("s3cr3t"), "{e:#}");
         }
@@ -464,7 +477,7 @@ mod tests {
         )
         .unwrap();
         assert!(
-            load_config(&f).unwrap().providers[0]
+            load_config(&sys(Path::new("/")), &f).unwrap().providers[0]
                 .token_attributes
                 .is_some()
         );
@@ -475,7 +488,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            load_config(&f).unwrap().providers[0].match_images,
+            load_config(&sys(Path::new("/")), &f).unwrap().providers[0].match_images,
             ["\u{1f600}.io"]
         );
     }

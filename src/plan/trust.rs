@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 
 use crate::error::{Kind, fail};
+use crate::plan::host::{FileKind, Host};
 use crate::plan::imgref::valid_domain;
 
 /// The certs.d directories read for a host, relative to the root; for each
@@ -29,7 +30,7 @@ pub struct HostTrust {
 }
 
 /// Parse `--ca HOST[:PORT]=FILE`.
-pub fn parse_ca(arg: &str) -> anyhow::Result<(String, PathBuf)> {
+pub fn parse_ca(host_fs: &dyn Host, arg: &str) -> anyhow::Result<(String, PathBuf)> {
     let Some((host, file)) = arg.split_once('=') else {
         return fail(
             Kind::Usage,
@@ -42,46 +43,39 @@ pub fn parse_ca(arg: &str) -> anyhow::Result<(String, PathBuf)> {
             format!("invalid --ca {arg:?}: {host:?} is not HOST[:PORT]"),
         );
     }
-    open_file(Path::new(file)).with_context(|| format!("--ca {arg}"))?;
+    check_file(host_fs, Path::new(file)).with_context(|| format!("--ca {arg}"))?;
     Ok((host.to_owned(), file.into()))
 }
 
-/// Open a trust file (a CA, a client certificate or key) to read, or fail with
-/// a usage error naming it: a directory, a dangling link or a file that cannot
-/// be read is configuration to fix. Anything but a regular file is refused
-/// before it is opened (opening a FIFO would block).
-pub fn open_file(path: &Path) -> anyhow::Result<std::fs::File> {
-    match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => {
+/// Check that a trust file (a CA, a client certificate or key) can be read,
+/// or fail with a usage error naming it: a directory, a dangling link or a
+/// file that cannot be read is configuration to fix. Anything but a regular
+/// file is refused before it is read (reading a FIFO would block).
+fn check_file(host: &dyn Host, path: &Path) -> anyhow::Result<()> {
+    match host.kind(path) {
+        Ok(FileKind::File) => {}
+        Ok(_) => {
             return fail(
                 Kind::Usage,
                 format!("{}: not a regular file", path.display()),
             );
         }
-        Ok(_) => {}
         Err(e) => return fail(Kind::Usage, format!("reading {}: {e}", path.display())),
     }
-    std::fs::File::open(path)
-        .or_else(|e| fail(Kind::Usage, format!("reading {}: {e}", path.display())))
-}
-
-/// A trust file's bytes, with [`open_file`]'s errors.
-pub fn read_file(path: &Path) -> anyhow::Result<Vec<u8>> {
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    open_file(path)?
-        .read_to_end(&mut bytes)
-        .or_else(|e| fail(Kind::Usage, format!("reading {}: {e}", path.display())))?;
-    Ok(bytes)
+    match host.read(path) {
+        Ok(_) => Ok(()),
+        Err(e) => fail(Kind::Usage, format!("reading {}: {e}", path.display())),
+    }
 }
 
 /// The trust of each host in `hosts` that has any: `--ca` files first, then the
-/// certs.d directory found below `root`.
+/// certs.d directory found below the host's root.
 pub fn resolve(
+    host_fs: &dyn Host,
     hosts: &[String],
     cas: &[(String, PathBuf)],
-    root: &Path,
 ) -> anyhow::Result<Vec<HostTrust>> {
+    let root = host_fs.root();
     let mut out = Vec::new();
     for host in hosts {
         let mut t = HostTrust {
@@ -97,19 +91,21 @@ pub fn resolve(
         if let Some(dir) = CERTS_D
             .iter()
             .map(|d| root.join(d).join(host))
-            .find(|d| d.is_dir())
+            .find(|d| host_fs.directory(d))
         {
-            let entries = std::fs::read_dir(&dir)
+            let entries = host_fs
+                .list(&dir)
                 .or_else(|e| fail(Kind::Usage, format!("reading {}: {e}", dir.display())))?;
             let mut names: Vec<String> = entries
-                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .into_iter()
+                .filter_map(|e| e.into_string().ok())
                 .collect();
             names.sort();
             // Each file this pull will read, checked now: the plan either
             // holds or names the file that is wrong.
             for n in &names {
                 if n.ends_with(".crt") {
-                    open_file(&dir.join(n))?;
+                    check_file(host_fs, &dir.join(n))?;
                     t.cas.push(dir.join(n));
                 } else if let Some(base) = n.strip_suffix(".cert") {
                     let key = format!("{base}.key");
@@ -117,8 +113,8 @@ pub fn resolve(
                         return fail(Kind::Usage, format!("{}: {n} has no {key}", dir.display()));
                     }
                     if t.client.is_none() {
-                        open_file(&dir.join(n))?;
-                        open_file(&dir.join(&key))?;
+                        check_file(host_fs, &dir.join(n))?;
+                        check_file(host_fs, &dir.join(&key))?;
                         t.client = Some((dir.join(n), dir.join(key)));
                     }
                 }
@@ -135,12 +131,16 @@ pub fn resolve(
 mod tests {
     use super::*;
 
+    fn sys(root: &Path) -> crate::host::System {
+        crate::host::System::open(root).unwrap()
+    }
+
     #[test]
     fn ca_flags() {
         let td = tempfile::tempdir().unwrap();
         let f = td.path().join("ca.crt");
         std::fs::write(&f, "pem").unwrap();
-        let ok = parse_ca(&format!("reg.svc:5000={}", f.display())).unwrap();
+        let ok = parse_ca(&sys(td.path()), &format!("reg.svc:5000={}", f.display())).unwrap();
         assert_eq!(ok, ("reg.svc:5000".to_owned(), f.clone()));
         for bad in [
             "reg.svc",
@@ -148,7 +148,7 @@ mod tests {
             &format!("reg.svc={}", td.path().join("nope").display()),
         ] {
             assert_eq!(
-                crate::error::exit_code(&parse_ca(bad).unwrap_err()),
+                crate::error::exit_code(&parse_ca(&sys(td.path()), bad).unwrap_err()),
                 2,
                 "{bad}"
             );
@@ -179,7 +179,7 @@ mod tests {
             "c.example".to_owned(),
         ];
         let cas = vec![("a.example:5000".to_owned(), flag_ca.clone())];
-        let t = resolve(&hosts, &cas, root).unwrap();
+        let t = resolve(&sys(root), &hosts, &cas).unwrap();
         assert_eq!(
             t.len(),
             2,
@@ -191,7 +191,7 @@ mod tests {
         // A certificate without its key is a usage error.
         std::fs::remove_file(root.join("etc/docker/certs.d/b.example/client.key")).unwrap();
         assert_eq!(
-            crate::error::exit_code(&resolve(&hosts, &[], root).unwrap_err()),
+            crate::error::exit_code(&resolve(&sys(root), &hosts, &[]).unwrap_err()),
             2
         );
     }
@@ -230,12 +230,16 @@ mod tests {
             let bad = dir.join(name);
             let _ = std::fs::remove_file(&bad);
             make(&bad);
-            let e = resolve(&hosts, &[], td.path()).unwrap_err();
+            let e = resolve(&sys(td.path()), &hosts, &[]).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{name}: {e:#}");
             assert!(format!("{e:#}").contains(bad.to_str().unwrap()), "{e:#}");
             // And the same file given with --ca.
             if name == "ca.crt" {
-                let e = parse_ca(&format!("r.example:5000={}", bad.display())).unwrap_err();
+                let e = parse_ca(
+                    &sys(td.path()),
+                    &format!("r.example:5000={}", bad.display()),
+                )
+                .unwrap_err();
                 assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
                 assert!(format!("{e:#}").contains(bad.to_str().unwrap()), "{e:#}");
             }

@@ -28,7 +28,6 @@ use tokio::io::AsyncReadExt;
 use crate::error::{Failure, Kind, fail};
 use crate::options::SandboxMode;
 use crate::plan::imgref::ImageRef;
-use crate::plan::trust;
 use crate::plan::worker::{Isolation, WorkerSpec};
 use monitor::{Observed, Systemd};
 pub use session::{BlobPipe, ProxySession, open_blob, proxy_failure};
@@ -217,11 +216,17 @@ impl Worker {
         for (i, t) in self.spec.trust.iter().enumerate() {
             let dir = format!("{tree}/{}", t.host);
             for (j, ca) in t.cas.iter().enumerate() {
-                staging.write_public(&format!("{dir}/ca-{j}.crt"), &trust::read_file(ca)?)?;
+                staging.write_public(
+                    &format!("{dir}/ca-{j}.crt"),
+                    &crate::host::read_trust_file(ca)?,
+                )?;
             }
             prepare::stage_ca_bundle(staging, &dir, t)?;
             if let Some((cert, _)) = &t.client {
-                staging.write_public(&format!("{dir}/client.cert"), &trust::read_file(cert)?)?;
+                staging.write_public(
+                    &format!("{dir}/client.cert"),
+                    &crate::host::read_trust_file(cert)?,
+                )?;
                 let key = unit::credentials_dir(unit).join(prepare::client_key_name(i));
                 staging.symlink(&format!("{dir}/client.key"), &key)?;
             }

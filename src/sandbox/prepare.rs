@@ -10,7 +10,7 @@ use super::staging::Staging;
 use super::{AUTHFILE, CA_BUNDLE, Mode, REGISTRIES_CONF, unit};
 use crate::error::{Kind, fail};
 use crate::plan::auth;
-use crate::plan::trust::{self, HostTrust};
+use crate::plan::trust::HostTrust;
 use crate::plan::worker::{self, WorkerSpec};
 
 /// Stage the files of a worker unit: secrets as credentials, generated
@@ -77,10 +77,16 @@ pub(super) fn plain(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<Mode
     if let Some(t) = spec.trust.iter().find(|t| !t.lookaside_only) {
         let dir = format!("certs.d/{}", t.host);
         for (j, ca) in t.cas.iter().enumerate() {
-            staging.write_public(&format!("{dir}/ca-{j}.crt"), &trust::read_file(ca)?)?;
+            staging.write_public(
+                &format!("{dir}/ca-{j}.crt"),
+                &crate::host::read_trust_file(ca)?,
+            )?;
         }
         if let Some((cert, key)) = &t.client {
-            staging.write_public(&format!("{dir}/client.cert"), &trust::read_file(cert)?)?;
+            staging.write_public(
+                &format!("{dir}/client.cert"),
+                &crate::host::read_trust_file(cert)?,
+            )?;
             staging.copy(&format!("{dir}/client.key"), key)?;
         }
         host_cert_dir = Some(staging.path().join(dir));
@@ -125,7 +131,7 @@ pub(super) fn stage_ca_bundle(staging: &Staging, dir: &str, t: &HostTrust) -> an
     let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
     for ca in &t.cas {
         bundle.push(b'\n');
-        bundle.extend(trust::read_file(ca)?);
+        bundle.extend(crate::host::read_trust_file(ca)?);
     }
     staging.write_public(&format!("{dir}/{CA_BUNDLE}"), &bundle)?;
     Ok(())

@@ -44,7 +44,7 @@ impl Staging {
     /// Copy a trust file (a client key, a `--cert-dir` file) into the staging
     /// directory, root-only; one that cannot be read is a usage error naming it.
     pub fn copy(&self, rel: &str, from: &Path) -> anyhow::Result<PathBuf> {
-        self.write(rel, &crate::plan::trust::read_file(from)?)
+        self.write(rel, &crate::host::read_trust_file(from)?)
     }
 
     /// Write a file that the worker may read (0644) at `rel`: generated

@@ -25,7 +25,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind, fail};
+use crate::plan::host::Host;
 use crate::plan::imgref::{self, ImageRef};
+
+mod parse;
+use parse::parse;
 
 /// One `[[registry]]` table, after containers/image's post-processing:
 /// `prefix` is always set (it defaults to `location`), trailing `/` are gone,
@@ -34,16 +38,22 @@ use crate::plan::imgref::{self, ImageRef};
 #[serde(rename_all = "kebab-case")]
 pub struct Table {
     #[serde(default)]
+    /// The name prefix the table covers (`*.domain` for subdomains).
     pub prefix: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    /// Where its images are (empty only under a `*.domain` prefix).
     pub location: String,
     #[serde(default)]
+    /// No TLS verification, plain HTTP allowed.
     pub insecure: bool,
     #[serde(default)]
+    /// Pulls from it are refused.
     pub blocked: bool,
     #[serde(default)]
+    /// Its mirrors are used only for pulls by digest.
     pub mirror_by_digest_only: bool,
     #[serde(default)]
+    /// Its mirrors, in order.
     pub mirror: Vec<Mirror>,
     /// Only for mirrors: refused here, as in containers/image.
     #[serde(default, skip_serializing)]
@@ -52,10 +62,13 @@ pub struct Table {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
+/// One `[[registry.mirror]]`.
 pub struct Mirror {
     #[serde(default)]
+    /// Where the mirror is.
     pub location: String,
     #[serde(default)]
+    /// No TLS verification, plain HTTP allowed.
     pub insecure: bool,
     /// `all` (the default), `digest-only` or `tag-only`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,8 +134,11 @@ impl File {
 /// `short-name-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShortNameMode {
+    /// Short names resolve without a prompt, by aliases and search order.
     Disabled,
+    /// An ambiguous short name fails without a terminal.
     Enforcing,
+    /// An ambiguous short name is tried in search order without a terminal.
     Permissive,
 }
 
@@ -176,7 +192,9 @@ impl ShortNames {
 /// prefix) and the short-name settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Config {
+    /// The `[[registry]]` tables, one per prefix.
     pub tables: Vec<Table>,
+    /// The short-name settings, merged.
     pub short_names: ShortNames,
 }
 
@@ -264,191 +282,14 @@ fn parse_short_name_value(value: &str) -> Result<String, String> {
         .map_err(|_| invalid())
 }
 
-/// containers/image's `loadConfigFile` and `postProcessRegistries` for one
-/// file: its tables, checked, sorted by prefix, one per prefix (the first in
-/// the file wins).
-fn parse(text: &str, drop_in: bool) -> anyhow::Result<(Vec<Table>, FileShortNames)> {
-    let f: File = toml::from_str(text).map_err(|e| invalid(crate::error::one_line(e.message())))?;
-    let v1 = f.registries.as_ref().is_some_and(V1::is_set);
-    let mut tables = f.registry.clone().unwrap_or_default();
-    let mut search = f.unqualified_search_registries.clone();
-    if v1 {
-        if drop_in {
-            return Err(invalid(
-                "registry must be in v2 format but is in v1 ([registries.*] in a drop-in)".into(),
-            ));
-        }
-        if f.v2_is_set() {
-            return Err(invalid(
-                "mixing sysregistry v1/v2 is not supported: [registries.*] with [[registry]] or other v2 keys"
-                    .into(),
-            ));
-        }
-        let v1 = f.registries.as_ref().expect("v1 is set");
-        // containers/image's ConvertToV2: one table per location, blocked then
-        // insecure, in order of first mention.
-        for (list, blocked) in [(V1::list(&v1.block), true), (V1::list(&v1.insecure), false)] {
-            for l in list {
-                let l = parse_location(l)?;
-                let i = match tables.iter().position(|t| t.location == l) {
-                    Some(i) => i,
-                    None => {
-                        tables.push(Table {
-                            prefix: l.clone(),
-                            location: l,
-                            ..Table::default()
-                        });
-                        tables.len() - 1
-                    }
-                };
-                if blocked {
-                    tables[i].blocked = true;
-                } else {
-                    tables[i].insecure = true;
-                }
-            }
-        }
-        search = v1.search.as_ref().and_then(|l| l.registries.clone());
-    }
-    for t in &mut tables {
-        t.location = parse_location(&t.location)?;
-        if t.prefix.is_empty() {
-            if t.location.is_empty() {
-                return Err(invalid(
-                    "invalid condition: both location and prefix are unset".into(),
-                ));
-            }
-            t.prefix = t.location.clone();
-        } else {
-            t.prefix = parse_location(&t.prefix)?;
-            if !t.prefix.starts_with("*.") && t.location.is_empty() {
-                return Err(invalid(format!(
-                    "invalid condition: location is unset and prefix {:?} is not in the format: *.example.com",
-                    t.prefix
-                )));
-            }
-        }
-        if t.pull_from_mirror.is_some() {
-            return Err(invalid(format!(
-                "pull-from-mirror must not be set for a non-mirror registry {:?}",
-                t.prefix
-            )));
-        }
-        for m in &mut t.mirror {
-            m.location = parse_location(&m.location)?;
-            if m.location.is_empty() {
-                return Err(invalid(format!(
-                    "invalid condition: mirror location is unset (registry {:?})",
-                    t.prefix
-                )));
-            }
-            if t.mirror_by_digest_only && m.pull_from_mirror.is_some() {
-                return Err(invalid(format!(
-                    "cannot set mirror usage mirror-by-digest-only for the registry ({:?}) and pull-from-mirror for per-mirror ({:?}) at the same time",
-                    t.prefix, m.location
-                )));
-            }
-            if let Some(p) = &m.pull_from_mirror
-                && !matches!(p.as_str(), "all" | "digest-only" | "tag-only")
-            {
-                return Err(invalid(format!(
-                    "unsupported pull-from-mirror value {p:?} for mirror {:?}",
-                    m.location
-                )));
-            }
-            if !valid_location(&m.location) {
-                return Err(invalid(format!(
-                    "invalid mirror location {:?}: expected HOST[:PORT][/PATH]",
-                    m.location
-                )));
-            }
-        }
-        if t.prefix.starts_with("*.") && t.prefix.contains(['/', '@', ':']) {
-            return Err(invalid(format!(
-                "Wildcarded prefix should be in the format: *.example.com. Current prefix {:?} is incorrectly formatted",
-                t.prefix
-            )));
-        }
-        if !t.location.is_empty() && !valid_location(&t.location) {
-            return Err(invalid(format!(
-                "invalid location {:?}: expected HOST[:PORT][/PATH]",
-                t.location
-            )));
-        }
-        if !valid_prefix(&t.prefix) {
-            return Err(invalid(format!(
-                "invalid prefix {:?}: expected *.DOMAIN or HOST[:PORT][/PATH]",
-                t.prefix
-            )));
-        }
-    }
-    // One registry may be named by several tables, but with one `insecure`
-    // and one `blocked`.
-    let key = |t: &Table| {
-        if t.location.is_empty() {
-            t.prefix.clone()
-        } else {
-            t.location.clone()
-        }
-    };
-    for (i, a) in tables.iter().enumerate() {
-        for b in &tables[..i] {
-            if key(a) != key(b) {
-                continue;
-            }
-            for (what, differ) in [
-                ("insecure", a.insecure != b.insecure),
-                ("blocked", a.blocked != b.blocked),
-            ] {
-                if differ {
-                    return Err(invalid(format!(
-                        "registry '{}' is defined multiple times with conflicting '{what}' setting",
-                        key(a)
-                    )));
-                }
-            }
-        }
-    }
-    let mut short = FileShortNames::default();
-    if let Some(search) = search {
-        let mut list = Vec::new();
-        for s in &search {
-            let s = parse_location(s)?;
-            if !imgref::valid_domain(&s) {
-                return Err(invalid(format!(
-                    "Invalid unqualified-search-registries entry {s:?}"
-                )));
-            }
-            list.push(s);
-        }
-        short.search = Some(list);
-    }
-    short.mode = match f.short_name_mode.as_deref() {
-        None | Some("") => None,
-        Some(m) => Some(parse_short_name_mode(m).map_err(invalid)?),
-    };
-    for (name, value) in f.aliases.iter().flatten() {
-        let to = validate_short_name(name).and_then(|()| match value.as_str() {
-            "" => Ok(None),
-            v => parse_short_name_value(v).map(Some),
-        });
-        let to = to.map_err(|e| invalid(format!("validating short-name aliases: {e}")))?;
-        short.aliases.insert(name.clone(), to);
-    }
-    // The first table with a prefix wins; later ones with the same prefix are ignored.
-    let mut unique: BTreeMap<String, Table> = BTreeMap::new();
-    for t in tables {
-        unique.entry(t.prefix.clone()).or_insert(t);
-    }
-    Ok((unique.into_values().collect(), short))
-}
-
 /// `/etc/containers/registries.conf` and `registries.conf.d/*.conf` below
-/// `root`, or only `explicit`.
-pub fn load(root: &Path, explicit: Option<&Path>) -> anyhow::Result<Config> {
+/// the host's root, or only `explicit`.
+pub fn load(host: &dyn Host, explicit: Option<&Path>) -> anyhow::Result<Config> {
+    let root = host.root();
     match explicit {
-        Some(f) => load_files(f, true, None),
+        Some(f) => load_files(host, f, true, None),
         None => load_files(
+            host,
             &root.join("etc/containers/registries.conf"),
             false,
             Some(&root.join("etc/containers/registries.conf.d")),
@@ -458,17 +299,21 @@ pub fn load(root: &Path, explicit: Option<&Path>) -> anyhow::Result<Config> {
 
 /// `main` (an error if missing and `required`), then the drop-ins of `dir` in
 /// name order. A drop-in's table replaces the one with its prefix.
-fn load_files(main: &Path, required: bool, dir: Option<&Path>) -> anyhow::Result<Config> {
+fn load_files(
+    host: &dyn Host,
+    main: &Path,
+    required: bool,
+    dir: Option<&Path>,
+) -> anyhow::Result<Config> {
     let mut files: Vec<(PathBuf, bool)> = vec![(main.to_owned(), false)];
     if let Some(dir) = dir {
-        match std::fs::read_dir(dir) {
-            Ok(rd) => {
+        match host.list(dir) {
+            Ok(names) => {
                 let mut d: Vec<PathBuf> = Vec::new();
-                for e in rd {
-                    let e = e.map_err(|e| invalid(format!("reading {}: {e}", dir.display())))?;
-                    let is_dir = std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir());
-                    if !is_dir && e.file_name().to_string_lossy().ends_with(".conf") {
-                        d.push(e.path());
+                for name in names {
+                    let path = dir.join(&name);
+                    if !host.directory(&path) && name.to_string_lossy().ends_with(".conf") {
+                        d.push(path);
                     }
                 }
                 d.sort();
@@ -481,7 +326,7 @@ fn load_files(main: &Path, required: bool, dir: Option<&Path>) -> anyhow::Result
     let mut tables: BTreeMap<String, Table> = BTreeMap::new();
     let mut short_names = ShortNames::default();
     for (i, (f, drop_in)) in files.iter().enumerate() {
-        let text = match std::fs::read_to_string(f) {
+        let text = match host.read_text(f) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && (i > 0 || !required) => continue,
             Err(e) => return fail(Kind::Usage, format!("reading {}: {e}", f.display())),
@@ -662,6 +507,7 @@ fn rewrite(image: &ImageRef, prefix: &str, location: &str) -> anyhow::Result<Ima
 /// One place the image may be pulled from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
+    /// The reference to pull from it.
     pub reference: ImageRef,
     /// The endpoint's `insecure`: no TLS verification, and plain HTTP allowed.
     pub insecure: bool,
@@ -756,6 +602,10 @@ pub fn worker_conf(route: &Route) -> anyhow::Result<String> {
 mod tests {
     use super::*;
 
+    fn sys(root: &Path) -> crate::host::System {
+        crate::host::System::open(root).unwrap()
+    }
+
     /// containers/image's `pkg/sysregistriesv2/testdata`, copied (see its README.md).
     const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/plan/testdata/registries");
     const NO_DIR: &str = "/nonexistent/registries.conf.d";
@@ -772,7 +622,13 @@ mod tests {
         } else {
             Path::new(TESTDATA).join(dir)
         };
-        load_files(&Path::new(TESTDATA).join(file), true, Some(&dir)).map(|c| c.tables)
+        load_files(
+            &sys(Path::new("/")),
+            &Path::new(TESTDATA).join(file),
+            true,
+            Some(&dir),
+        )
+        .map(|c| c.tables)
     }
 
     fn from_str(text: &str) -> anyhow::Result<Vec<Table>> {
@@ -811,7 +667,7 @@ mod tests {
         assert_eq!(testdata("empty.conf", NO_DIR).unwrap(), vec![]);
         // A missing default file is an empty one; a missing explicit file an error.
         assert_eq!(
-            load(Path::new("/nonexistent"), None).unwrap(),
+            load(&crate::plan::testing::MemHost::new("/nonexistent"), None).unwrap(),
             Config::default()
         );
         let e = testdata("this-does-not-exist.conf", NO_DIR).unwrap_err();
@@ -1669,13 +1525,13 @@ location = "second.example"
             "[[registry]]\nprefix = \"quay.io\"\nlocation = \"quay.io\"\nblocked = true\n",
         )
         .unwrap();
-        let tables = load(td.path(), None).unwrap().tables;
+        let tables = load(&sys(td.path()), None).unwrap().tables;
         assert_eq!(
             crate::error::exit_code(&route(&tables, &img("quay.io/a/b")).unwrap_err()),
             2
         );
         std::fs::write(dir.join("20-bad.conf"), "[[registry]\n").unwrap();
-        let e = load(td.path(), None).unwrap_err();
+        let e = load(&sys(td.path()), None).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("20-bad.conf"), "{e}");
     }
@@ -1812,9 +1668,14 @@ location = "second.example"
     fn upstream_aliases_with_drop_ins() {
         let load = |file: &str, dir: &str| {
             let dir = Path::new(TESTDATA).join(dir);
-            load_files(&Path::new(TESTDATA).join(file), true, Some(&dir))
-                .unwrap()
-                .short_names
+            load_files(
+                &sys(Path::new("/")),
+                &Path::new(TESTDATA).join(file),
+                true,
+                Some(&dir),
+            )
+            .unwrap()
+            .short_names
         };
         let short = load("aliases.conf", "this-does-not-exist");
         assert_eq!(short.aliases.len(), 4);
@@ -2000,7 +1861,7 @@ location = "second.example"
         let dir = td.path().join("etc/containers/registries.conf.d");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("shortnames.conf"), alias).unwrap();
-        let conf = load(td.path(), None).unwrap();
+        let conf = load(&sys(td.path()), None).unwrap();
         let e = check_short_name(&conf.short_names, &img("fedora")).unwrap_err();
         assert!(e.to_string().contains("shortnames.conf"), "{e}");
     }

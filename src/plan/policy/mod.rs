@@ -10,10 +10,15 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use crate::error::{Failure, Kind, fail};
+use crate::plan::host::Host;
 use crate::plan::imgref::ImageRef;
+
+mod parse;
+use parse::*;
 
 /// The default policy and registries.d, below the root.
 pub const POLICY: &str = "etc/containers/policy.json";
+/// The default registries.d directory, below the root.
 pub const REGISTRIES_D: &str = "etc/containers/registries.d";
 
 /// What the policy says about one image.
@@ -53,26 +58,37 @@ impl Applied {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// One requirement of the policy, ready to check.
 pub enum Requirement {
+    /// Any image, signed or not.
     InsecureAcceptAnything,
+    /// No image.
     Reject,
     /// GPG simple signing: a binary (dearmored) keyring for gpgv.
     SignedBy {
+        /// The keys, dearmored into one keyring.
         keyring: Vec<u8>,
+        /// Where the keys came from, for messages.
         keys: String,
+        /// How the signed reference must match the image.
         identity: Identity,
     },
     /// Sigstore (cosign) attachments checked with public keys.
     SigstoreSigned {
+        /// The keys a signature may be made with.
         keys: Vec<PublicKey>,
+        /// Where the keys came from, for messages.
         source: String,
+        /// How the signed reference must match the image.
         identity: Identity,
     },
     /// A requirement that no image satisfies, and why: what containers/image
     /// parses but does not implement either (`signedBaseLayer`, `keyType`
     /// other than `GPGKeys`). The image is rejected when it is evaluated.
     Unsatisfiable {
+        /// The requirement, as the policy names it.
         what: String,
+        /// Why nothing satisfies it.
         why: String,
     },
 }
@@ -97,20 +113,29 @@ impl fmt::Display for Requirement {
 /// image. Parsed by `identity` below.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identity {
+    /// The same repository, and the same tag unless pulled by digest.
     MatchRepoDigestOrExact,
+    /// The same repository and tag (or digest).
     MatchExact,
+    /// The same repository, any tag.
     MatchRepository,
+    /// Exactly this reference.
     ExactReference {
+        /// The reference the signature must name.
         docker_reference: String,
     },
+    /// Exactly this repository.
     ExactRepository {
+        /// The repository the signature must name.
         docker_repository: String,
     },
     /// An image under `prefix` is checked as if it were under `signed_prefix`
     /// (with `matchRepoDigestOrExact`): for mirrors that serve signed images
     /// under another name.
     RemapIdentity {
+        /// The image's prefix.
         prefix: String,
+        /// The prefix the signature names instead.
         signed_prefix: String,
     },
 }
@@ -138,7 +163,9 @@ impl fmt::Display for Identity {
 /// A sigstore public key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PublicKey {
+    /// ECDSA P-256.
     P256(p256::ecdsa::VerifyingKey),
+    /// ed25519.
     Ed25519(ed25519_dalek::VerifyingKey),
 }
 
@@ -153,599 +180,6 @@ impl PublicKey {
     }
 }
 
-/// A JSON value as containers/image's `ParanoidUnmarshalJSONObject` reads
-/// policy.json: an object keeps its keys in order, and a repeated key is an
-/// error (serde_json's maps would keep the last one silently).
-#[derive(Debug, Clone, PartialEq)]
-enum Json {
-    Null,
-    Bool(bool),
-    Number,
-    String(String),
-    Array(Vec<Json>),
-    Object(Vec<(String, Json)>),
-}
-
-impl<'de> Deserialize<'de> for Json {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(JsonVisitor)
-    }
-}
-
-struct JsonVisitor;
-
-impl<'de> serde::de::Visitor<'de> for JsonVisitor {
-    type Value = Json;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("JSON")
-    }
-    fn visit_bool<E>(self, b: bool) -> Result<Json, E> {
-        Ok(Json::Bool(b))
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Json, E> {
-        Ok(Json::Number)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Json, E> {
-        Ok(Json::Number)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Json, E> {
-        Ok(Json::Number)
-    }
-    fn visit_str<E>(self, s: &str) -> Result<Json, E> {
-        Ok(Json::String(s.to_owned()))
-    }
-    fn visit_string<E>(self, s: String) -> Result<Json, E> {
-        Ok(Json::String(s))
-    }
-    fn visit_unit<E>(self) -> Result<Json, E> {
-        Ok(Json::Null)
-    }
-    fn visit_none<E>(self) -> Result<Json, E> {
-        Ok(Json::Null)
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
-        let mut out = Vec::new();
-        while let Some(v) = seq.next_element()? {
-            out.push(v);
-        }
-        Ok(Json::Array(out))
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
-        let mut out: Vec<(String, Json)> = Vec::new();
-        while let Some(k) = map.next_key::<String>()? {
-            if out.iter().any(|(o, _)| *o == k) {
-                return Err(serde::de::Error::custom(format!("Duplicate key {k:?}")));
-            }
-            let v = map.next_value()?;
-            out.push((k, v));
-        }
-        Ok(Json::Object(out))
-    }
-}
-
-type Why = String;
-
-/// An object's members, refusing keys outside `allowed`.
-fn object<'a>(v: &'a Json, what: &str, allowed: &[&str]) -> Result<&'a [(String, Json)], Why> {
-    let Json::Object(m) = v else {
-        return Err(format!("{what}: JSON object expected"));
-    };
-    if let Some((k, _)) = m.iter().find(|(k, _)| !allowed.contains(&k.as_str())) {
-        return Err(format!("{what}: Unknown key {k:?}"));
-    }
-    Ok(m)
-}
-
-fn get<'a>(m: &'a [(String, Json)], key: &str) -> Option<&'a Json> {
-    m.iter().find(|(k, _)| k == key).map(|(_, v)| v)
-}
-
-/// A member that must be present, as in `ParanoidUnmarshalJSONObjectExactFields`.
-fn required<'a>(m: &'a [(String, Json)], key: &str, what: &str) -> Result<&'a Json, Why> {
-    get(m, key).ok_or_else(|| format!("{what}: Key {key:?} missing in a JSON object"))
-}
-
-/// A JSON string. `null` is refused too: Go would read it as "" in some
-/// places, which every such field then refuses or ignores.
-fn string<'a>(v: &'a Json, what: &str) -> Result<&'a str, Why> {
-    match v {
-        Json::String(s) => Ok(s),
-        _ => Err(format!("{what} must be a string")),
-    }
-}
-
-fn strings(v: &Json, what: &str) -> Result<Vec<String>, Why> {
-    match v {
-        Json::Array(a) => a
-            .iter()
-            .map(|s| string(s, what).map(str::to_owned))
-            .collect(),
-        _ => Err(format!("{what} must be a list of strings")),
-    }
-}
-
-/// Go's `[]byte`: standard base64 (line breaks ignored).
-fn bytes(v: &Json, what: &str) -> Result<Vec<u8>, Why> {
-    let s: String = string(v, what)?
-        .chars()
-        .filter(|c| !matches!(c, '\r' | '\n'))
-        .collect();
-    base64::engine::general_purpose::STANDARD
-        .decode(s)
-        .map_err(|_| format!("{what} is not base64"))
-}
-
-/// Where a requirement's keys come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Keys {
-    Path(PathBuf),
-    Paths(Vec<PathBuf>),
-    Data(Vec<u8>),
-    Datas(Vec<Vec<u8>>),
-    /// Keyless sigstore: Fulcio certificates (validated, not supported).
-    Fulcio,
-    /// Sigstore with an X.509 PKI (validated, not supported).
-    Pki,
-}
-
-/// One requirement as containers/image parses it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Raw {
-    InsecureAcceptAnything,
-    Reject,
-    SignedBy {
-        key_type: String,
-        keys: Keys,
-        identity: Identity,
-    },
-    SignedBaseLayer,
-    SigstoreSigned {
-        keys: Keys,
-        rekor: bool,
-        identity: Identity,
-    },
-}
-
-/// The whole file, checked: every scope of every transport, not only the
-/// one an image uses. Only the `docker` transport's scopes are kept.
-#[derive(Debug)]
-struct RawPolicy {
-    default: Vec<Raw>,
-    docker: Option<BTreeMap<String, Vec<Raw>>>,
-}
-
-/// containers/image's `NewPolicyFromBytes` (signature/policy_config.go):
-/// the same structure, keys and values. Deliberate differences: `null` is
-/// refused wherever a value is expected, and the scope names of transports
-/// other than `docker` are not checked (hostpull pulls only from registries).
-fn parse_policy(text: &str) -> Result<RawPolicy, Why> {
-    let v: Json = serde_json::from_str(text).map_err(|e| crate::error::one_line(&e.to_string()))?;
-    let top = object(&v, "policy", &["default", "transports"])?;
-    let default = requirements(
-        get(top, "default").ok_or("Default policy is missing")?,
-        "default",
-    )?;
-    let mut docker = None;
-    if let Some(t) = get(top, "transports") {
-        let Json::Object(transports) = t else {
-            return Err("transports: JSON object expected".into());
-        };
-        for (transport, scopes) in transports {
-            let Json::Object(scopes) = scopes else {
-                return Err(format!("transports.{transport}: JSON object expected"));
-            };
-            let mut map = BTreeMap::new();
-            for (scope, reqs) in scopes {
-                map.insert(
-                    scope.clone(),
-                    requirements(reqs, &format!("transports.{transport}.{scope:?}"))?,
-                );
-            }
-            if transport == "docker" {
-                docker = Some(map);
-            }
-        }
-    }
-    Ok(RawPolicy { default, docker })
-}
-
-fn requirements(v: &Json, what: &str) -> Result<Vec<Raw>, Why> {
-    let Json::Array(a) = v else {
-        return Err(format!("{what}: a list of requirements expected"));
-    };
-    if a.is_empty() {
-        return Err(format!(
-            "{what}: List of verification policy requirements must not be empty"
-        ));
-    }
-    a.iter()
-        .enumerate()
-        .map(|(i, r)| requirement(r, &format!("{what}[{i}]")))
-        .collect()
-}
-
-fn requirement(v: &Json, what: &str) -> Result<Raw, Why> {
-    let Json::Object(m) = v else {
-        return Err(format!("{what}: JSON object expected"));
-    };
-    let kind = string(required(m, "type", what)?, &format!("{what}.type"))?;
-    let what = &format!("{what} ({kind})");
-    Ok(match kind {
-        "insecureAcceptAnything" | "reject" => {
-            object(v, what, &["type"])?;
-            if kind == "reject" {
-                Raw::Reject
-            } else {
-                Raw::InsecureAcceptAnything
-            }
-        }
-        "signedBy" => {
-            let m = object(
-                v,
-                what,
-                &[
-                    "type",
-                    "keyType",
-                    "keyPath",
-                    "keyPaths",
-                    "keyData",
-                    "signedIdentity",
-                ],
-            )?;
-            let key_type = match get(m, "keyType") {
-                Some(k) => string(k, "keyType")?,
-                None => "",
-            };
-            if !matches!(
-                key_type,
-                "GPGKeys" | "signedByGPGKeys" | "X509Certificates" | "signedByX509CAs"
-            ) {
-                return Err(format!("{what}: Unrecognized keyType value {key_type:?}"));
-            }
-            let given: Vec<&str> = ["keyPath", "keyPaths", "keyData"]
-                .into_iter()
-                .filter(|k| get(m, k).is_some())
-                .collect();
-            let keys = match given[..] {
-                ["keyPath"] => match string(required(m, "keyPath", what)?, "keyPath")? {
-                    "" => {
-                        return Err(format!(
-                            "{what}: exactly one of keyPath, keyPaths and keyData must be specified (keyPath is empty)"
-                        ));
-                    }
-                    p => Keys::Path(p.into()),
-                },
-                ["keyPaths"] => Keys::Paths(
-                    strings(required(m, "keyPaths", what)?, "keyPaths")?
-                        .into_iter()
-                        .map(PathBuf::from)
-                        .collect(),
-                ),
-                ["keyData"] => Keys::Data(bytes(required(m, "keyData", what)?, "keyData")?),
-                [] => {
-                    return Err(format!(
-                        "{what}: Exactly one of keyPath, keyPaths and keyData must be specified, none of them present"
-                    ));
-                }
-                _ => {
-                    return Err(format!(
-                        "{what}: Exactly one of keyPath, keyPaths and keyData must be specified, more than one present"
-                    ));
-                }
-            };
-            Raw::SignedBy {
-                key_type: key_type.to_owned(),
-                keys,
-                identity: signed_identity(get(m, "signedIdentity"), what)?,
-            }
-        }
-        "signedBaseLayer" => {
-            let m = object(v, what, &["type", "baseLayerIdentity"])?;
-            identity(required(m, "baseLayerIdentity", what)?, what)?;
-            Raw::SignedBaseLayer
-        }
-        "sigstoreSigned" => sigstore(v, what)?,
-        other => return Err(format!("{what}: Unknown policy requirement type {other:?}")),
-    })
-}
-
-/// containers/image's `prSigstoreSigned.UnmarshalJSON` and `newPRSigstoreSigned`
-/// (signature/policy_config_sigstore.go).
-fn sigstore(v: &Json, what: &str) -> Result<Raw, Why> {
-    let m = object(
-        v,
-        what,
-        &[
-            "type",
-            "keyPath",
-            "keyPaths",
-            "keyData",
-            "keyDatas",
-            "fulcio",
-            "rekorPublicKeyPath",
-            "rekorPublicKeyPaths",
-            "rekorPublicKeyData",
-            "rekorPublicKeyDatas",
-            "pki",
-            "signedIdentity",
-        ],
-    )?;
-    let nonempty = |k: &str, n: usize| {
-        if n == 0 {
-            Err(format!("{what}: {k:?} contains no entries"))
-        } else {
-            Ok(())
-        }
-    };
-    let mut sources = Vec::new();
-    if let Some(p) = get(m, "keyPath") {
-        let p = string(p, "keyPath")?;
-        if !p.is_empty() {
-            sources.push(Keys::Path(p.into()));
-        }
-    }
-    if let Some(p) = get(m, "keyPaths") {
-        let p = strings(p, "keyPaths")?;
-        nonempty("keyPaths", p.len())?;
-        sources.push(Keys::Paths(p.into_iter().map(PathBuf::from).collect()));
-    }
-    if let Some(d) = get(m, "keyData") {
-        sources.push(Keys::Data(bytes(d, "keyData")?));
-    }
-    if let Some(d) = get(m, "keyDatas") {
-        let Json::Array(a) = d else {
-            return Err(format!("{what}: keyDatas must be a list of base64 strings"));
-        };
-        nonempty("keyDatas", a.len())?;
-        sources.push(Keys::Datas(
-            a.iter()
-                .map(|d| bytes(d, "keyDatas"))
-                .collect::<Result<_, _>>()?,
-        ));
-    }
-    if let Some(f) = get(m, "fulcio") {
-        let f = object(
-            f,
-            "fulcio",
-            &["caPath", "caData", "oidcIssuer", "subjectEmail"],
-        )?;
-        let path = get(f, "caPath")
-            .map(|p| string(p, "fulcio.caPath"))
-            .transpose()?;
-        let data = get(f, "caData")
-            .map(|d| bytes(d, "fulcio.caData"))
-            .transpose()?;
-        match (path.filter(|p| !p.is_empty()), data) {
-            (Some(_), Some(_)) => {
-                return Err("fulcio: caPath and caData cannot be used simultaneously".into());
-            }
-            (None, None) => {
-                return Err("fulcio: At least one of caPath and caData must be specified".into());
-            }
-            _ => {}
-        }
-        for k in ["oidcIssuer", "subjectEmail"] {
-            if get(f, k)
-                .map(|v| string(v, k))
-                .transpose()?
-                .is_none_or(str::is_empty)
-            {
-                return Err(format!("fulcio: {k} not specified"));
-            }
-        }
-        sources.push(Keys::Fulcio);
-    }
-    if let Some(p) = get(m, "pki") {
-        let p = object(
-            p,
-            "pki",
-            &[
-                "caRootsPath",
-                "caRootsData",
-                "caIntermediatesPath",
-                "caIntermediatesData",
-                "subjectEmail",
-                "subjectHostname",
-            ],
-        )?;
-        let s = |k: &str| -> Result<Option<String>, Why> {
-            Ok(get(p, k)
-                .map(|v| string(v, k))
-                .transpose()?
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned))
-        };
-        let b = |k: &str| get(p, k).map(|v| bytes(v, k)).transpose();
-        match (s("caRootsPath")?, b("caRootsData")?) {
-            (Some(_), Some(_)) => {
-                return Err(
-                    "pki: caRootsPath and caRootsData cannot be used simultaneously".into(),
-                );
-            }
-            (None, None) => {
-                return Err(
-                    "pki: At least one of caRootsPath and caRootsData must be specified".into(),
-                );
-            }
-            _ => {}
-        }
-        let (path, data) = (s("caIntermediatesPath")?, b("caIntermediatesData")?);
-        if path.is_some() && data.is_some() {
-            return Err(
-                "pki: caIntermediatesPath and caIntermediatesData cannot be used simultaneously"
-                    .into(),
-            );
-        }
-        if s("subjectEmail")?.is_none() && s("subjectHostname")?.is_none() {
-            return Err(
-                "pki: At least one of subjectEmail, subjectHostname must be specified".into(),
-            );
-        }
-        sources.push(Keys::Pki);
-    }
-    let mut rekor = 0;
-    for k in [
-        "rekorPublicKeyPath",
-        "rekorPublicKeyPaths",
-        "rekorPublicKeyData",
-        "rekorPublicKeyDatas",
-    ] {
-        let Some(v) = get(m, k) else { continue };
-        let counts = match k {
-            "rekorPublicKeyPath" => !string(v, k)?.is_empty(),
-            "rekorPublicKeyData" => {
-                bytes(v, k)?;
-                true
-            }
-            _ => {
-                let Json::Array(a) = v else {
-                    return Err(format!("{what}: {k} must be a list"));
-                };
-                nonempty(k, a.len())?;
-                for e in a {
-                    if k == "rekorPublicKeyPaths" {
-                        string(e, k)?;
-                    } else {
-                        bytes(e, k)?;
-                    }
-                }
-                true
-            }
-        };
-        rekor += usize::from(counts);
-    }
-    if sources.len() != 1 {
-        return Err(format!(
-            "{what}: exactly one of keyPath, keyPaths, keyData, keyDatas, fulcio, and pki must be specified"
-        ));
-    }
-    let keys = sources.remove(0);
-    if rekor > 1 {
-        return Err(format!(
-            "{what}: at most one of rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas can be used simultaneously"
-        ));
-    }
-    if keys == Keys::Fulcio && rekor == 0 {
-        return Err(format!(
-            "{what}: At least one of rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas must be specified if fulcio is used"
-        ));
-    }
-    if keys == Keys::Pki && rekor > 0 {
-        return Err(format!(
-            "{what}: rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas are not supported for pki"
-        ));
-    }
-    Ok(Raw::SigstoreSigned {
-        keys,
-        rekor: rekor > 0,
-        identity: signed_identity(get(m, "signedIdentity"), what)?,
-    })
-}
-
-/// `signedIdentity`: absent is `matchRepoDigestOrExact`; present (even `null`)
-/// must be a valid identity object.
-fn signed_identity(v: Option<&Json>, what: &str) -> Result<Identity, Why> {
-    match v {
-        None => Ok(Identity::MatchRepoDigestOrExact),
-        Some(v) => identity(v, &format!("{what}.signedIdentity")),
-    }
-}
-
-/// Whether a reference names a tag or a digest, not only a repository.
-fn has_tag_or_digest(s: &str) -> bool {
-    s.contains('@') || s.rsplit('/').next().is_some_and(|last| last.contains(':'))
-}
-
-/// containers/image's `validateIdentityRemappingPrefix`: a host, or a
-/// repository name that starts with one.
-fn valid_remap_prefix(s: &str) -> bool {
-    crate::plan::imgref::valid_domain(s)
-        || s.split_once('/').is_some_and(|(d, rest)| {
-            crate::plan::imgref::valid_domain(d)
-                && rest
-                    .split('/')
-                    .all(crate::plan::imgref::valid_path_component)
-        })
-}
-
-/// containers/image's `newPolicyReferenceMatchFromJSON`: exact fields per type,
-/// and references that parse.
-fn identity(v: &Json, what: &str) -> Result<Identity, Why> {
-    let Json::Object(m) = v else {
-        return Err(format!("{what}: JSON object expected"));
-    };
-    let kind = match get(m, "type") {
-        Some(Json::String(s)) => s.as_str(),
-        _ => "",
-    };
-    let exact = |fields: &[&str]| -> Result<(), Why> {
-        object(v, what, fields)?;
-        for f in fields {
-            required(m, f, what)?;
-        }
-        Ok(())
-    };
-    let reference = |key: &str| -> Result<String, Why> {
-        let s = string(required(m, key, what)?, key)?;
-        if s.contains("://") {
-            return Err(format!(
-                "{what}: Invalid format of {key} {s:?}: not a bare reference"
-            ));
-        }
-        ImageRef::parse(s)
-            .map(|_| s.to_owned())
-            .map_err(|e| format!("{what}: Invalid format of {key} {s:?}: {e}"))
-    };
-    Ok(match kind {
-        "matchExact" | "matchRepoDigestOrExact" | "matchRepository" => {
-            exact(&["type"])?;
-            match kind {
-                "matchExact" => Identity::MatchExact,
-                "matchRepository" => Identity::MatchRepository,
-                _ => Identity::MatchRepoDigestOrExact,
-            }
-        }
-        "exactReference" => {
-            exact(&["type", "dockerReference"])?;
-            let r = reference("dockerReference")?;
-            if !has_tag_or_digest(&r) {
-                return Err(format!(
-                    "{what}: dockerReference {r:?} contains neither a tag nor digest"
-                ));
-            }
-            Identity::ExactReference {
-                docker_reference: r,
-            }
-        }
-        "exactRepository" => {
-            exact(&["type", "dockerRepository"])?;
-            Identity::ExactRepository {
-                docker_repository: reference("dockerRepository")?,
-            }
-        }
-        "remapIdentity" => {
-            exact(&["type", "prefix", "signedPrefix"])?;
-            for k in ["prefix", "signedPrefix"] {
-                let p = string(required(m, k, what)?, k)?;
-                if !valid_remap_prefix(p) {
-                    return Err(format!("{what}: {k} {p:?} is not valid"));
-                }
-            }
-            Identity::RemapIdentity {
-                prefix: string(required(m, "prefix", what)?, "prefix")?.to_owned(),
-                signed_prefix: string(required(m, "signedPrefix", what)?, "signedPrefix")?
-                    .to_owned(),
-            }
-        }
-        other => {
-            return Err(format!(
-                "{what}: Unknown policy reference match type {other:?}"
-            ));
-        }
-    })
-}
-
 fn bad_policy<T>(file: &Path, why: &str) -> anyhow::Result<T> {
     fail(
         Kind::Usage,
@@ -756,7 +190,12 @@ fn bad_policy<T>(file: &Path, why: &str) -> anyhow::Result<T> {
 /// Parse a policy, check all of it, and pick the requirements for `image`.
 /// Keys are read and parsed now, so a broken policy fails before anything is
 /// fetched.
-pub fn apply(file: &Path, text: &str, image: &ImageRef) -> anyhow::Result<Applied> {
+pub fn apply(
+    host: &dyn Host,
+    file: &Path,
+    text: &str,
+    image: &ImageRef,
+) -> anyhow::Result<Applied> {
     let raw = parse_policy(text).or_else(|why| bad_policy(file, &why))?;
     let docker = raw.docker.as_ref();
     let (scope, reqs) = match docker.and_then(|d| most_specific(d, image)) {
@@ -768,7 +207,7 @@ pub fn apply(file: &Path, text: &str, image: &ImageRef) -> anyhow::Result<Applie
     };
     let requirements = reqs
         .iter()
-        .map(|r| requirement_for(file, r))
+        .map(|r| requirement_for(host, file, r))
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(Applied {
         file: file.to_owned(),
@@ -780,7 +219,7 @@ pub fn apply(file: &Path, text: &str, image: &ImageRef) -> anyhow::Result<Applie
 }
 
 /// Key files' bytes, with a name for messages.
-fn read_keys(file: &Path, keys: &Keys) -> anyhow::Result<(Vec<Vec<u8>>, String)> {
+fn read_keys(host: &dyn Host, file: &Path, keys: &Keys) -> anyhow::Result<(Vec<Vec<u8>>, String)> {
     let paths: Vec<&PathBuf> = match keys {
         Keys::Data(d) => return Ok((vec![d.clone()], "keyData".into())),
         Keys::Datas(d) => return Ok((d.clone(), "keyDatas".into())),
@@ -790,7 +229,7 @@ fn read_keys(file: &Path, keys: &Keys) -> anyhow::Result<(Vec<Vec<u8>>, String)>
     };
     let mut out = Vec::new();
     for p in &paths {
-        let bytes = std::fs::read(p).map_err(|e| {
+        let bytes = host.read(p).map_err(|e| {
             Failure::new(
                 Kind::Usage,
                 format!(
@@ -810,7 +249,7 @@ fn read_keys(file: &Path, keys: &Keys) -> anyhow::Result<(Vec<Vec<u8>>, String)>
 /// What containers/image does not implement either (`signedBaseLayer`,
 /// `keyType` other than `GPGKeys`) rejects the image, as there; what it
 /// implements and hostpull does not is a configuration error (exit 2).
-fn requirement_for(file: &Path, raw: &Raw) -> anyhow::Result<Requirement> {
+fn requirement_for(host: &dyn Host, file: &Path, raw: &Raw) -> anyhow::Result<Requirement> {
     Ok(match raw {
         Raw::InsecureAcceptAnything => Requirement::InsecureAcceptAnything,
         Raw::Reject => Requirement::Reject,
@@ -824,7 +263,7 @@ fn requirement_for(file: &Path, raw: &Raw) -> anyhow::Result<Requirement> {
         },
         Raw::SignedBy { keys, identity, .. } => {
             let identity = identity.clone();
-            let (files, names) = read_keys(file, keys)?;
+            let (files, names) = read_keys(host, file, keys)?;
             if files.is_empty() {
                 return Ok(Requirement::Unsatisfiable {
                     what: "signedBy with an empty keyPaths".into(),
@@ -858,7 +297,7 @@ fn requirement_for(file: &Path, raw: &Raw) -> anyhow::Result<Requirement> {
                 );
             }
             let identity = identity.clone();
-            let (files, names) = read_keys(file, keys)?;
+            let (files, names) = read_keys(host, file, keys)?;
             let keys = files
                 .iter()
                 .map(|k| {
@@ -942,11 +381,17 @@ impl Lookaside {
 /// Fill in the lookaside and `use-sigstore-attachments` for `image` from the
 /// `*.yaml` files in `dir`: for each, the most specific entry that sets it,
 /// then `default-docker`.
-pub fn lookaside(applied: &mut Applied, dir: &Path, image: &ImageRef) -> anyhow::Result<()> {
+pub fn lookaside(
+    host: &dyn Host,
+    applied: &mut Applied,
+    dir: &Path,
+    image: &ImageRef,
+) -> anyhow::Result<()> {
     let mut all = RegistriesD::default();
-    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
+    let mut files: Vec<PathBuf> = match host.list(dir) {
+        Ok(names) => names
+            .into_iter()
+            .map(|n| dir.join(n))
             .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
             .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -960,7 +405,7 @@ pub fn lookaside(applied: &mut Applied, dir: &Path, image: &ImageRef) -> anyhow:
                 format!("invalid registries.d file {}: {why}", f.display()),
             )
         };
-        let text = std::fs::read_to_string(&f).with_context_path(&f)?;
+        let text = host.read_text(&f).with_context_path(&f)?;
         let one: RegistriesD = match serde_yaml::from_str::<Option<RegistriesD>>(&text) {
             Ok(one) => one.unwrap_or_default(),
             Err(e) => return bad(crate::error::one_line(&e.to_string())),
@@ -1053,6 +498,10 @@ pub fn dearmor(key: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sys() -> crate::host::System {
+        crate::host::System::open(Path::new("/")).unwrap()
+    }
 
     fn image(s: &str) -> ImageRef {
         ImageRef::parse(s).unwrap()
@@ -1203,7 +652,7 @@ mod tests {
                 "*.very.deep.com",
             ),
         ] {
-            let a = apply(Path::new("p"), &text, &image(input)).unwrap();
+            let a = apply(&sys(), Path::new("p"), &text, &image(input)).unwrap();
             assert_eq!(a.scope, matched, "{input}");
         }
     }
@@ -1281,7 +730,7 @@ mod tests {
                 "reading key /keys/public-key",
             ),
         ] {
-            match (apply(file, &text, &image(img)), want) {
+            match (apply(&sys(), file, &text, &image(img)), want) {
                 (Ok(a), "accept") => {
                     assert!(a.accepts_anything() && a.scope == scope, "{img}: {a:?}")
                 }
@@ -1534,7 +983,7 @@ mod tests {
             files.push((text, why.to_owned()));
         }
         for (text, why) in files {
-            let Err(e) = apply(Path::new("p.json"), &text, &image("q.io/a:v1")) else {
+            let Err(e) = apply(&sys(), Path::new("p.json"), &text, &image("q.io/a:v1")) else {
                 panic!("accepted: {text}");
             };
             let msg = format!("{e:#}");
@@ -1612,7 +1061,7 @@ mod tests {
             b64(p256),
             b64(ed)
         );
-        let a = apply(Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
+        let a = apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
         let [Requirement::SigstoreSigned { keys, source, .. }] = &a.requirements[..] else {
             panic!("{a:?}")
         };
@@ -1638,14 +1087,14 @@ mod tests {
             let text = format!(
                 r#"{{"default":[{req}],"transports":{{"docker":{{"other.io":[{req}]}}}}}}"#
             );
-            let e = apply(Path::new("p"), &text, &image("q.io/a:v1")).unwrap_err();
+            let e = apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap_err();
             assert!(format!("{e:#}").contains(why), "{e:#}");
             assert_eq!(crate::error::exit_code(&e), 2);
             // In a scope the image does not use, the same requirement is fine.
             let text = format!(
                 r#"{{"default":[{{"type":"reject"}}],"transports":{{"docker":{{"other.io":[{req}]}}}}}}"#
             );
-            apply(Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
+            apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
         }
     }
 
@@ -1657,7 +1106,7 @@ mod tests {
         let text = r#"{"default":[{"type":"insecureAcceptAnything"}],"transports":{"docker":{
             "q.io/base":[{"type":"signedBaseLayer","baseLayerIdentity":{"type":"matchExact"}}],
             "q.io/x509":[{"type":"signedBy","keyType":"X509Certificates","keyPath":"/nonexistent"}]}}}"#;
-        let a = apply(Path::new("p"), text, &image("q.io/other:v1")).unwrap();
+        let a = apply(&sys(), Path::new("p"), text, &image("q.io/other:v1")).unwrap();
         assert!(a.accepts_anything());
         for (img, why) in [
             ("q.io/base/a:v1", "signedBaseLayer is not implemented"),
@@ -1666,7 +1115,7 @@ mod tests {
                 "keyType X509Certificates is not implemented",
             ),
         ] {
-            let a = apply(Path::new("p"), text, &image(img)).unwrap();
+            let a = apply(&sys(), Path::new("p"), text, &image(img)).unwrap();
             assert!(
                 !a.accepts_anything(),
                 "--require-signature must not accept it"
@@ -1702,11 +1151,17 @@ mod tests {
             ("q.io/x/y", "q.io", true),
             ("r.io/x/y", "docker", true),
         ] {
-            let a = apply(f, &p, &image(img)).unwrap();
+            let a = apply(&sys(), f, &p, &image(img)).unwrap();
             assert_eq!(a.scope, scope, "{img}");
             assert_eq!(a.accepts_anything(), accepts, "{img}");
         }
-        let a = apply(f, r#"{"default":[{"type":"reject"}]}"#, &image("q.io/a")).unwrap();
+        let a = apply(
+            &sys(),
+            f,
+            r#"{"default":[{"type":"reject"}]}"#,
+            &image("q.io/a"),
+        )
+        .unwrap();
         assert_eq!(
             (a.scope.as_str(), &a.requirements[..]),
             ("default", &[Requirement::Reject][..])
@@ -1732,7 +1187,7 @@ mod tests {
                 "not a PEM ECDSA P-256 or ed25519 public key",
             ),
         ] {
-            let e = apply(f, text, &img).unwrap_err();
+            let e = apply(&sys(), f, text, &img).unwrap_err();
             let msg = format!("{e:#}");
             assert!(msg.contains(want), "{text}: {msg}");
             assert_eq!(crate::error::exit_code(&e), 2, "{text}");
@@ -1751,7 +1206,7 @@ mod tests {
             b64(p256),
             b64(ed)
         );
-        let a = apply(Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
+        let a = apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
         let [
             Requirement::SigstoreSigned {
                 keys: k1,
@@ -1809,6 +1264,7 @@ mod tests {
         .unwrap();
         std::fs::write(d.path().join("ignored.conf"), "{{{").unwrap();
         let mut a = apply(
+            &sys(),
             Path::new("p"),
             r#"{"default":[{"type":"reject"}]}"#,
             &image("q.io/a:v1"),
@@ -1819,7 +1275,7 @@ mod tests {
             ("q.io/ns/other:v1", "file:///var/lib/sigs", true),
             ("r.io/x:v1", "file:///var/lib/sigs", false),
         ] {
-            lookaside(&mut a, d.path(), &image(img)).unwrap();
+            lookaside(&sys(), &mut a, d.path(), &image(img)).unwrap();
             assert_eq!(a.lookaside.as_deref(), Some(url), "{img}");
             assert_eq!(a.sigstore_attachments, attach, "{img}");
         }
@@ -1828,7 +1284,7 @@ mod tests {
             "docker:\n  q.io/ns:\n    lookaside: file:///x\n",
         )
         .unwrap();
-        let e = lookaside(&mut a, d.path(), &image("q.io/a")).unwrap_err();
+        let e = lookaside(&sys(), &mut a, d.path(), &image("q.io/a")).unwrap_err();
         assert!(format!("{e}").contains("defined in another file"), "{e}");
         std::fs::remove_file(d.path().join("c.yaml")).unwrap();
         std::fs::write(
@@ -1836,10 +1292,10 @@ mod tests {
             "docker:\n  z.io:\n    lookaside: ftp://x\n",
         )
         .unwrap();
-        let e = lookaside(&mut a, d.path(), &image("z.io/a")).unwrap_err();
+        let e = lookaside(&sys(), &mut a, d.path(), &image("z.io/a")).unwrap_err();
         assert!(format!("{e}").contains("must be a file://"), "{e}");
         // No directory: no lookaside.
-        lookaside(&mut a, &d.path().join("none"), &image("q.io/a")).unwrap();
+        lookaside(&sys(), &mut a, &d.path().join("none"), &image("q.io/a")).unwrap();
         assert_eq!(a.lookaside, None);
     }
 }

@@ -19,7 +19,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::{Failure, Kind, fail};
+use crate::plan::host::{Host, PluginCall};
+
+mod keyring;
 use crate::plan::imgref::ImageRef;
+pub use keyring::{Keyring, urls_match};
+#[cfg(test)]
+use keyring::{glob, glob_steps, is_default_registry};
 
 /// The host's own credential files, tried in this order when no source is
 /// given (or always, after the given ones, unless `--no-default-creds`).
@@ -49,19 +55,64 @@ pub enum Source {
     PullSecret(PathBuf),
     /// A service-account token for `HOST[:PORT][/PATH]`, re-read on every pull.
     Token {
+        /// The `HOST[:PORT][/PATH]` it is for, matched as an authfile key.
         prefix: String,
+        /// The file holding the token.
         file: PathBuf,
+        /// The user name sent with it (`--registry-token-user`).
         username: String,
     },
 }
 
-/// The credential chosen for a host, and where it came from (never the secret).
+/// A secret: a credential's `auth`, a password, a token, a plugin's answer.
+/// Its `Debug` and `Display` print `<redacted>`, so no derived `Debug`, log
+/// line or error can show it; [`Secret::expose`] is the one way to the value.
+#[derive(Clone, PartialEq, Eq, Hash, Default, serde::Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret value, for the one place that must write it (the worker's
+    /// authfile) or compare or decode it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Self {
+        Self(s)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Self {
+        Self(s.to_owned())
+    }
+}
+
+/// The credential chosen for a host, and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chosen {
+    /// The registry host (`host[:port]`) it is for.
     pub host: String,
     /// base64 of `user:password`, as auth.json holds it.
-    pub auth: String,
+    pub auth: Secret,
+    /// Where it came from: a file, `credential provider NAME`.
     pub source: String,
+    /// The key it matched in its source.
     pub key: String,
 }
 
@@ -92,9 +143,9 @@ pub fn parse_token(arg: &str, username: &str) -> anyhow::Result<Source> {
 /// that `"email": false` fails the file as it fails kubelet.
 #[derive(Debug, Default, Deserialize)]
 struct Entry {
-    auth: Option<String>,
+    auth: Option<Secret>,
     username: Option<String>,
-    password: Option<String>,
+    password: Option<Secret>,
     #[allow(dead_code)]
     email: Option<String>,
 }
@@ -122,16 +173,16 @@ fn go_decode(engine: &base64::engine::GeneralPurpose, s: &str) -> Option<Vec<u8>
 }
 
 /// `user:password`, re-encoded the one way skopeo reads it.
-fn user_colon_password(decoded: &[u8]) -> Option<String> {
-    decoded.contains(&b':').then(|| B64.encode(decoded))
+fn user_colon_password(decoded: &[u8]) -> Option<Secret> {
+    decoded.contains(&b':').then(|| Secret(B64.encode(decoded)))
 }
 
 impl Entry {
     /// kubelet's `decodeDockerConfigFieldAuth`: padded base64 when it ends in
     /// `=`, else unpadded, and it must hold a `:`. `auth` overrides
     /// `username`/`password`. `Ok(None)`: the entry holds no credential.
-    fn kubelet_auth(&self) -> Result<Option<String>, &'static str> {
-        match &self.auth {
+    fn kubelet_auth(&self) -> Result<Option<Secret>, &'static str> {
+        match self.auth.as_ref().map(Secret::expose) {
             Some(a) if !a.is_empty() => {
                 let engine = if a.trim().ends_with('=') {
                     &GO_STD
@@ -149,8 +200,8 @@ impl Entry {
 
     /// containers/image's `decodeDockerAuth`: padded base64; without a `:`
     /// the entry holds no credential, with a warning, as docker does.
-    fn containers_auth(&self) -> Result<Option<String>, &'static str> {
-        match &self.auth {
+    fn containers_auth(&self) -> Result<Option<Secret>, &'static str> {
+        match self.auth.as_ref().map(Secret::expose) {
             Some(a) if !a.is_empty() => {
                 let decoded = go_decode(&GO_STD, a).ok_or("auth is not base64")?;
                 Ok(user_colon_password(&decoded))
@@ -159,12 +210,12 @@ impl Entry {
         }
     }
 
-    fn basic(&self) -> Option<String> {
+    fn basic(&self) -> Option<Secret> {
         match (&self.username, &self.password) {
             (None, None) => None,
             (u, p) => Some(basic(
                 u.as_deref().unwrap_or_default(),
-                p.as_deref().unwrap_or_default(),
+                p.as_ref().map(Secret::expose).unwrap_or_default(),
             )),
         }
     }
@@ -273,75 +324,22 @@ fn read_creds(name: &Path, text: &str, helpers: bool) -> anyhow::Result<FileCred
     Ok(FileCreds { entries, helpers })
 }
 
-/// The most a credential helper or provider plugin may answer: an answer is a
-/// few credentials, and a bigger one is refused rather than held in memory.
-pub(crate) const PLUGIN_ANSWER_MAX: u64 = 1 << 20;
-
-/// Run a credential helper or provider plugin as root: `input` on its stdin,
-/// its stdout back, killed after `timeout`. Its stderr is dropped: it may hold
-/// secrets. Its stdout is read while it runs (a pipe holds only 64 KiB, and a
-/// plugin blocked on a full one never exits), and at most [`PLUGIN_ANSWER_MAX`]
-/// of it. The error is a short reason, for the caller to put in context.
-pub(crate) fn run_root_plugin(
-    mut cmd: std::process::Command,
-    input: &[u8],
-    timeout: std::time::Duration,
-) -> Result<Vec<u8>, String> {
-    use std::io::{Read as _, Write as _};
-    use std::process::Stdio;
-    let program = cmd.get_program().to_string_lossy().into_owned();
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = cmd.spawn().map_err(|e| format!("{program}: {e}"))?;
-    let start = std::time::Instant::now();
-    let stdout = child.stdout.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut answer = Vec::new();
-        let r = stdout.take(PLUGIN_ANSWER_MAX + 1).read_to_end(&mut answer);
-        let _ = tx.send(r.map(|_| answer));
-    });
-    // A plugin that exits without reading its input is its own business.
-    let _ = child.stdin.take().expect("piped").write_all(input);
-    let stop = |child: &mut std::process::Child, why: String| {
-        let _ = child.kill();
-        let _ = child.wait();
-        Err(why)
-    };
-    let no_answer = format!("no answer in {}s", timeout.as_secs());
-    let answer = match rx.recv_timeout(timeout) {
-        Ok(Ok(a)) if a.len() as u64 > PLUGIN_ANSWER_MAX => {
-            return stop(
-                &mut child,
-                format!("its answer is larger than {} KiB", PLUGIN_ANSWER_MAX >> 10),
-            );
-        }
-        Ok(Ok(a)) => a,
-        Ok(Err(e)) => return stop(&mut child, format!("reading its answer: {e}")),
-        Err(_) => return stop(&mut child, no_answer),
-    };
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => return Ok(answer),
-            Ok(Some(status)) => return Err(format!("it exited with {status}")),
-            Ok(None) if start.elapsed() > timeout => return stop(&mut child, no_answer),
-            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(10)),
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-}
-
 /// How long a credential helper may take.
 const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Run `docker-credential-<helper> get` as root for `host`, as containers/image
 /// does, with a timeout. Its answer is `{"Username": …, "Secret": …}`.
-fn run_helper(helper: &str, host: &str) -> anyhow::Result<String> {
+fn run_helper(h: &dyn Host, helper: &str, host: &str) -> anyhow::Result<Secret> {
     let program = format!("docker-credential-{helper}");
-    let mut c = std::process::Command::new(&program);
-    c.arg("get");
-    let stdout = run_root_plugin(c, host.as_bytes(), HELPER_TIMEOUT).map_err(|why| {
+    let call = PluginCall {
+        label: format!("credential helper {program}"),
+        program: Path::new(&program),
+        args: &["get".to_owned()],
+        env: &[],
+        input: host.as_bytes(),
+        timeout: HELPER_TIMEOUT,
+    };
+    let stdout = h.run(&call).map_err(|why| {
         Failure::new(
             Kind::Auth,
             format!("credential helper {program} for {host}: {why}"),
@@ -351,7 +349,7 @@ fn run_helper(helper: &str, host: &str) -> anyhow::Result<String> {
     #[serde(rename_all = "PascalCase")]
     struct Answer {
         username: String,
-        secret: String,
+        secret: Secret,
     }
     // Never echo the answer: it is the secret.
     let a: Answer = serde_json::from_slice(&stdout).map_err(|_| {
@@ -360,7 +358,7 @@ fn run_helper(helper: &str, host: &str) -> anyhow::Result<String> {
             format!("credential helper {program}: malformed answer"),
         )
     })?;
-    Ok(B64.encode(format!("{}:{}", a.username, a.secret)))
+    Ok(basic(&a.username, a.secret.expose()))
 }
 
 /// `docker.io`'s other spellings, as containers/image normalizes them.
@@ -403,237 +401,17 @@ pub fn match_containers<'a, T>(
     }
 }
 
-/// kubelet's keyring (`pkg/credentialprovider/keyring.go`): keys normalized as
-/// its `Add` does (no scheme; a leading `/v1/` or `/v2/` dropped), every key
-/// that matches in reverse lexical order of the normalized key (so
-/// `host/a/b` before `host/a` before `host`), and several values of one key
-/// in the order they were added.
-#[derive(Debug)]
-pub struct Keyring<T> {
-    creds: BTreeMap<String, Vec<(String, T)>>,
-}
-
-impl<T> Default for Keyring<T> {
-    fn default() -> Self {
-        Self {
-            creds: BTreeMap::new(),
-        }
-    }
-}
-
-/// kubelet's fallback key for Docker Hub, as `Add` stores
-/// `https://index.docker.io/v1/`.
-const DEFAULT_REGISTRY_KEY: &str = "index.docker.io";
-
-impl<T> Keyring<T> {
-    pub fn add(&mut self, key: &str, value: T) {
-        let rest = key
-            .strip_prefix("https://")
-            .or_else(|| key.strip_prefix("http://"))
-            .unwrap_or(key);
-        let (host, path) = split_host_path(rest);
-        let path = if path.starts_with("/v2/") || path.starts_with("/v1/") {
-            &path[3..]
-        } else {
-            path
-        };
-        let normalized = if path.is_empty() || path == "/" {
-            host.to_owned()
-        } else {
-            format!("{host}{path}")
-        };
-        self.creds
-            .entry(normalized)
-            .or_default()
-            .push((key.to_owned(), value));
-    }
-
-    /// Every `(key, value)` for `target`, a normalized repository such as
-    /// `docker.io/library/nginx`, in kubelet's order. With no match, Docker
-    /// Hub's images take the exact key `index.docker.io`'s values.
-    pub fn lookup(&self, target: &str) -> Vec<(&str, &T)> {
-        let hits: Vec<(&str, &T)> = self
-            .creds
-            .iter()
-            .rev()
-            .filter(|(k, _)| urls_match(k, target))
-            .flat_map(|(_, v)| entries(v))
-            .collect();
-        match self.creds.get(DEFAULT_REGISTRY_KEY) {
-            Some(v) if hits.is_empty() && is_default_registry(target) => entries(v).collect(),
-            _ => hits,
-        }
-    }
-}
-
-fn entries<T>(v: &[(String, T)]) -> impl Iterator<Item = (&str, &T)> {
-    v.iter().map(|(k, t)| (k.as_str(), t))
-}
-
-/// Whether `target` is on Docker Hub. kubelet also counts a first component
-/// without `.` or `:` (`localhost/x`); hostpull's references are normalized,
-/// so only `docker.io` is, and `localhost` never gets a Docker Hub credential.
-fn is_default_registry(target: &str) -> bool {
-    matches!(
-        target.split('/').next(),
-        Some("docker.io" | DEFAULT_REGISTRY_KEY)
-    )
-}
-
-/// `host[:port]` and `/path` of a schemeless URL; a query or fragment is not
-/// part of either, as in Go's `url.Parse`.
-fn split_host_path(s: &str) -> (&str, &str) {
-    let s = s.split(['?', '#']).next().unwrap_or_default();
-    match s.find('/') {
-        Some(i) => (&s[..i], &s[i..]),
-        None => (s, ""),
-    }
-}
-
-/// kubelet's `URLsMatchStr`: equal ports, as many host labels, each label
-/// matched by a glob (`filepath.Match`), and the glob's path a string prefix
-/// of the target's. Used for keyring keys and for a provider's `matchImages`.
-pub fn urls_match(glob_url: &str, target: &str) -> bool {
-    let (ghost, gpath) = split_host_path(glob_url);
-    let (thost, tpath) = split_host_path(target);
-    let (ghost, gport) = split_port(ghost);
-    let (thost, tport) = split_port(thost);
-    let glabels: Vec<&str> = ghost.split('.').collect();
-    let tlabels: Vec<&str> = thost.split('.').collect();
-    gport == tport
-        && glabels.len() == tlabels.len()
-        && tpath.starts_with(gpath)
-        && glabels.iter().zip(&tlabels).all(|(g, t)| glob(g, t))
-}
-
-fn split_port(hostport: &str) -> (&str, Option<&str>) {
-    match hostport.rsplit_once(':') {
-        Some((h, p)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => (h, Some(p)),
-        _ => (hostport, None),
-    }
-}
-
-/// One element of a `filepath.Match` pattern.
-#[derive(Debug, PartialEq)]
-enum Glob {
-    Star,
-    /// `?`: any one character.
-    Any,
-    Char(char),
-    /// `[…]` or `[^…]` (negated): inclusive ranges.
-    Class(bool, Vec<(char, char)>),
-}
-
-/// Parse a `filepath.Match` pattern; `None` for a malformed one, which
-/// matches nothing (kubelet treats Go's `ErrBadPattern` as no match).
-fn parse_glob(pattern: &str) -> Option<Vec<Glob>> {
-    let p: Vec<char> = pattern.chars().collect();
-    let mut i = 0;
-    let mut out = Vec::new();
-    while let Some(&c) = p.get(i) {
-        i += 1;
-        out.push(match c {
-            '*' => Glob::Star,
-            '?' => Glob::Any,
-            '[' => {
-                let negated = p.get(i) == Some(&'^');
-                i += usize::from(negated);
-                let mut ranges = Vec::new();
-                while ranges.is_empty() || p.get(i) != Some(&']') {
-                    let lo = class_char(&p, &mut i)?;
-                    let hi = if p.get(i) == Some(&'-') {
-                        i += 1;
-                        class_char(&p, &mut i)?
-                    } else {
-                        lo
-                    };
-                    ranges.push((lo, hi));
-                }
-                i += 1;
-                Glob::Class(negated, ranges)
-            }
-            '\\' => {
-                i += 1;
-                Glob::Char(*p.get(i - 1)?)
-            }
-            c => Glob::Char(c),
-        });
-    }
-    Some(out)
-}
-
-/// Go's `getEsc`: one character of a class, `\`-escaped or not; an
-/// unescaped `-` or `]` here is malformed.
-fn class_char(p: &[char], i: &mut usize) -> Option<char> {
-    let mut c = *p.get(*i)?;
-    if c == '-' || c == ']' {
-        return None;
-    }
-    *i += 1;
-    if c == '\\' {
-        c = *p.get(*i)?;
-        *i += 1;
-    }
-    Some(c)
-}
-
-/// A glob of one DNS label (`filepath.Match`: `*`, `?`, `[…]`, `\`), ASCII
-/// case-insensitive as DNS is (kubelet compares case-sensitively).
-fn glob(pattern: &str, label: &str) -> bool {
-    glob_steps(pattern, label).0
-}
-
-/// The match, and how many steps it took. A `*` only ever backtracks to the
-/// last `*` seen, so the steps are at most (pattern + 1) × (label + 1): a key
-/// from a Secret cannot make matching exponential.
-fn glob_steps(pattern: &str, label: &str) -> (bool, usize) {
-    let Some(p) = parse_glob(&pattern.to_ascii_lowercase()) else {
-        return (false, 0);
-    };
-    let t: Vec<char> = label.to_ascii_lowercase().chars().collect();
-    let one = |g: &Glob, c: char| match g {
-        Glob::Any => true,
-        Glob::Char(x) => *x == c,
-        Glob::Class(negated, r) => r.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c)) != *negated,
-        Glob::Star => false,
-    };
-    let (mut pi, mut ti, mut steps) = (0, 0, 0);
-    let mut last_star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        steps += 1;
-        match p.get(pi) {
-            Some(Glob::Star) => {
-                last_star = Some((pi, ti));
-                pi += 1;
-            }
-            Some(g) if one(g, t[ti]) => {
-                pi += 1;
-                ti += 1;
-            }
-            _ => match last_star {
-                // The last `*` takes one more character; retry after it.
-                Some((sp, st)) => {
-                    last_star = Some((sp, st + 1));
-                    pi = sp + 1;
-                    ti = st + 1;
-                }
-                None => return (false, steps),
-            },
-        }
-    }
-    while p.get(pi) == Some(&Glob::Star) {
-        pi += 1;
-    }
-    (pi == p.len(), steps)
-}
-
 /// Every credential for `image`'s registry, in the order a pull tries them:
 /// each authfile's helper or most specific match and each token, in the order
 /// given, and every kubelet source (pull secrets; kubelet's config.json) as
 /// one keyring, at the place of the first. The same credential twice is
 /// tried once.
-pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Result<Vec<Chosen>> {
-    let chosen = |auth: String, source: &Path, key: String| Chosen {
+pub fn resolve(
+    host: &dyn Host,
+    sources: &[(Source, Matching)],
+    image: &ImageRef,
+) -> anyhow::Result<Vec<Chosen>> {
+    let chosen = |auth: Secret, source: &Path, key: String| Chosen {
         host: image.domain.clone(),
         auth,
         source: source.display().to_string(),
@@ -656,7 +434,7 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
                     continue;
                 }
                 // Re-read on every pull: tokens rotate.
-                let token = std::fs::read_to_string(file).map_err(|e| {
+                let token = host.read_text(file).map_err(|e| {
                     Failure::new(
                         Kind::Usage,
                         format!("--registry-token {}: {e}", file.display()),
@@ -666,17 +444,17 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
             }
             (Source::Authfile(path) | Source::PullSecret(path), Matching::Containers) => {
                 let helpers = matches!(source, Source::Authfile(_));
-                let creds = read_creds(path, &read(path)?, helpers)?;
+                let creds = read_creds(path, &read(host, path)?, helpers)?;
                 if let Some(helper) = creds.helpers.get(&image.domain) {
                     // A helper named for this registry answers for it.
-                    let auth = run_helper(helper, &image.domain)?;
+                    let auth = run_helper(host, helper, &image.domain)?;
                     out.push(chosen(auth, path, format!("credHelpers.{}", image.domain)));
                 } else if let Some((key, e)) = match_containers(&creds.entries, image) {
                     let auth = e
                         .containers_auth()
                         .map_err(|why| bad(path, format!("entry {key:?}: {why}")))?;
                     // `{}` is docker's marker for a helper; anything else is a mistake.
-                    if auth.is_none() && e.auth.as_deref().is_some_and(|a| !a.is_empty()) {
+                    if auth.is_none() && e.auth.as_ref().is_some_and(|a| !a.expose().is_empty()) {
                         tracing::warn!(
                             "{}: entry {key:?} holds no user:password; no credential",
                             path.display()
@@ -688,19 +466,8 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
             (_, Matching::Kubelet) if keyring_done => {}
             (_, Matching::Kubelet) => {
                 keyring_done = true;
-                let mut keyring = Keyring::default();
-                for (s, m) in sources {
-                    let (Source::Authfile(path) | Source::PullSecret(path), Matching::Kubelet) =
-                        (s, m)
-                    else {
-                        continue;
-                    };
-                    for (key, auth) in read_kubelet(path)? {
-                        keyring.add(&key, (path, auth));
-                    }
-                }
-                for (key, (path, auth)) in keyring.lookup(&image.repository()) {
-                    out.push(chosen(auth.clone(), path, key.to_owned()));
+                for (key, path, auth) in kubelet_keyring(host, sources, image)? {
+                    out.push(chosen(auth, path, key));
                 }
             }
         }
@@ -710,12 +477,35 @@ pub fn resolve(sources: &[(Source, Matching)], image: &ImageRef) -> anyhow::Resu
     Ok(out)
 }
 
+/// Every kubelet source (pull secrets, kubelet's config.json) as one keyring:
+/// `(key, file, auth)` for `image`, in kubelet's order.
+fn kubelet_keyring<'a>(
+    host: &dyn Host,
+    sources: &'a [(Source, Matching)],
+    image: &ImageRef,
+) -> anyhow::Result<Vec<(String, &'a Path, Secret)>> {
+    let mut keyring = Keyring::default();
+    for (s, m) in sources {
+        let (Source::Authfile(path) | Source::PullSecret(path), Matching::Kubelet) = (s, m) else {
+            continue;
+        };
+        for (key, auth) in read_kubelet(host, path)? {
+            keyring.add(&key, (path.as_path(), auth));
+        }
+    }
+    Ok(keyring
+        .lookup(&image.repository())
+        .into_iter()
+        .map(|(key, (path, auth))| (key.to_owned(), *path, auth.clone()))
+        .collect())
+}
+
 /// A pull secret or kubelet's config.json, as kubelet reads it: every
 /// `(key, auth)` that holds a credential. Any malformed entry, whatever its
 /// host, fails the whole file, as in kubelet.
-pub fn read_kubelet(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
+pub fn read_kubelet(host: &dyn Host, path: &Path) -> anyhow::Result<Vec<(String, Secret)>> {
     let mut out = Vec::new();
-    for (key, e) in read_creds(path, &read(path)?, false)?.entries {
+    for (key, e) in read_creds(path, &read(host, path)?, false)?.entries {
         let auth = e
             .kubelet_auth()
             .map_err(|why| bad(path, format!("entry {key:?}: {why}")))?;
@@ -724,8 +514,8 @@ pub fn read_kubelet(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
     Ok(out)
 }
 
-fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path)
+fn read(host: &dyn Host, path: &Path) -> anyhow::Result<String> {
+    host.read_text(path)
         .map_err(|e| Failure::new(Kind::Usage, format!("reading {}: {e}", path.display())).into())
 }
 
@@ -756,15 +546,15 @@ pub fn attempt(all: &[Chosen], n: usize) -> Vec<Chosen> {
 }
 
 /// `user:password` as auth.json's `auth` holds it.
-pub fn basic(user: &str, password: &str) -> String {
-    B64.encode(format!("{user}:{password}"))
+pub fn basic(user: &str, password: &str) -> Secret {
+    Secret(B64.encode(format!("{user}:{password}")))
 }
 
 /// The worker's authfile: exact keys for exactly the chosen hosts.
 pub fn minimal_authfile(chosen: &[Chosen]) -> Vec<u8> {
     let auths: serde_json::Map<String, Value> = chosen
         .iter()
-        .map(|c| (c.host.clone(), json!({ "auth": c.auth })))
+        .map(|c| (c.host.clone(), json!({ "auth": c.auth.expose() })))
         .collect();
     serde_json::to_vec_pretty(&json!({ "auths": auths })).expect("JSON of strings")
 }
@@ -772,6 +562,33 @@ pub fn minimal_authfile(chosen: &[Chosen]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A secret prints as `<redacted>` wherever it sits: in a credential, a
+    /// provider's answer or its configuration's env.
+    #[test]
+    fn secrets_never_print() {
+        let c = Chosen {
+            host: "h.io".into(),
+            auth: basic("u", "s3cr3t"),
+            source: "/auth.json".into(),
+            key: "h.io".into(),
+        };
+        let shown = format!("{c:?} {} {:?}", c.auth, [&c]);
+        assert!(!shown.contains(c.auth.expose()), "{shown}");
+        assert!(shown.contains("auth: <redacted>"), "{shown}");
+        let r = crate::plan::provider::parse_answer(
+            "p",
+            br#"{"kind":"CredentialProviderResponse","auth":{"h.io":{"username":"u","password":"s3cr3t"}}}"#,
+        )
+        .unwrap();
+        assert!(!format!("{r:?}").contains("s3cr3t"), "{r:?}");
+        let e: Entry = serde_json::from_str(r#"{"auth": "s3cr3t", "password": "s3cr3t"}"#).unwrap();
+        assert!(!format!("{e:?}").contains("s3cr3t"), "{e:?}");
+    }
+
+    fn sys(root: &Path) -> crate::host::System {
+        crate::host::System::open(root).unwrap()
+    }
 
     fn img(s: &str) -> ImageRef {
         ImageRef::parse(s).unwrap()
@@ -1044,7 +861,7 @@ mod tests {
             let got = serde_json::from_str::<Entry>(input)
                 .ok()
                 .and_then(|e| e.kubelet_auth().ok().flatten());
-            assert_eq!(got, want.map(|w| B64.encode(w)), "{input}");
+            assert_eq!(got, want.map(|w| Secret(B64.encode(w))), "{input}");
         }
         // containers/image: padded only; no `:` is no credential, not an error.
         let containers = |a: &str| {
@@ -1054,7 +871,10 @@ mod tests {
             }
             .containers_auth()
         };
-        assert_eq!(containers("Zm9vOmJhcg=="), Ok(Some(B64.encode("foo:bar"))));
+        assert_eq!(
+            containers("Zm9vOmJhcg=="),
+            Ok(Some(Secret(B64.encode("foo:bar"))))
+        );
         assert_eq!(containers("cGFudHM="), Ok(None));
         assert!(containers("Zm9vOmJhcg").is_err());
     }
@@ -1121,9 +941,9 @@ mod tests {
             .iter()
             .map(|p| (Source::PullSecret(p.clone()), Matching::Kubelet))
             .collect();
-        Ok(resolve(&sources, &img(image))?
+        Ok(resolve(&sys(Path::new("/")), &sources, &img(image))?
             .into_iter()
-            .map(|c| String::from_utf8(B64.decode(c.auth).unwrap()).unwrap())
+            .map(|c| String::from_utf8(B64.decode(c.auth.expose()).unwrap()).unwrap())
             .collect())
     }
 
@@ -1262,9 +1082,14 @@ mod tests {
         ];
         for (i, (text, want)) in cases.iter().enumerate() {
             let f = write(td.path(), &format!("c{i}"), text);
-            let got = read_kubelet(&f).map(|v| {
+            let got = read_kubelet(&sys(Path::new("/")), &f).map(|v| {
                 v.into_iter()
-                    .map(|(k, a)| (k, String::from_utf8(B64.decode(a).unwrap()).unwrap()))
+                    .map(|(k, a)| {
+                        (
+                            k,
+                            String::from_utf8(B64.decode(a.expose()).unwrap()).unwrap(),
+                        )
+                    })
                     .collect::<Vec<_>>()
             });
             match (got, want) {
@@ -1332,6 +1157,7 @@ mod tests {
                     "{text}"
                 );
                 let e = resolve(
+                    &sys(Path::new("/")),
                     &[(Source::Authfile(f), Matching::Containers)],
                     &img("test.registry.io/x"),
                 )
@@ -1368,12 +1194,16 @@ mod tests {
         for (i, text) in cases.iter().enumerate() {
             let f = write(td.path(), &format!("s{i}"), text);
             let chosen = resolve(
+                &sys(Path::new("/")),
                 &[(Source::PullSecret(f), Matching::Kubelet)],
                 &img("reg.io/a/b"),
             )
             .unwrap();
             assert_eq!(
-                chosen.into_iter().map(|c| c.auth).collect::<Vec<_>>(),
+                chosen
+                    .into_iter()
+                    .map(|c| c.auth.expose().to_owned())
+                    .collect::<Vec<_>>(),
                 std::slice::from_ref(&auth),
                 "{text}"
             );
@@ -1386,6 +1216,7 @@ mod tests {
         ] {
             let f = write(td.path(), "bad", &format!("{bad}\n# secret-marker"));
             let e = resolve(
+                &sys(Path::new("/")),
                 &[(Source::PullSecret(f), Matching::Kubelet)],
                 &img("reg.io/a"),
             )
@@ -1424,10 +1255,10 @@ mod tests {
             (Source::Authfile(a), Matching::Containers),
         ];
         let auths = |image: &str| -> Vec<String> {
-            resolve(&sources, &img(image))
+            resolve(&sys(Path::new("/")), &sources, &img(image))
                 .unwrap()
                 .into_iter()
-                .map(|c| c.auth)
+                .map(|c| c.auth.expose().to_owned())
                 .collect()
         };
         assert_eq!(
@@ -1442,7 +1273,7 @@ mod tests {
         // Outside the token's path, only the authfile answers.
         assert_eq!(auths("reg.io/other/app"), [B64.encode("a:1")]);
         assert!(auths("other.io/x").is_empty());
-        let c = resolve(&sources, &img("reg.io/other/app")).unwrap();
+        let c = resolve(&sys(Path::new("/")), &sources, &img("reg.io/other/app")).unwrap();
         let file: Value = serde_json::from_slice(&minimal_authfile(&c)).unwrap();
         assert_eq!(
             file,
@@ -1469,7 +1300,7 @@ mod tests {
         let auths = |n| {
             attempt(&all, n)
                 .into_iter()
-                .map(|c| c.auth)
+                .map(|c| c.auth.expose().to_owned())
                 .collect::<Vec<_>>()
         };
         assert_eq!(auths(0), ["m1", "p1"]);

@@ -1,0 +1,179 @@
+//! The planner's one window on the machine: a [`Host`] reads files, the
+//! environment and the clock, runs root plugins (credential helpers and
+//! credential provider plugins) and keeps their answers' cache. The planner
+//! itself only decides; `System` in the top-level `host` module is the real
+//! machine, and `plan::testing::MemHost` an in-memory one for table tests.
+
+use std::ffi::OsString;
+use std::io;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// What a path names, symlinks followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// Anything else: a FIFO, a socket, a device.
+    Other,
+}
+
+/// A root plugin to run: its program, arguments and environment, what it gets
+/// on stdin, and how long it may take. Its `Debug` names only the program:
+/// arguments and environment may hold secrets.
+pub struct PluginCall<'a> {
+    /// How `hostpull plan` and errors name it (`credential provider NAME`,
+    /// `credential helper docker-credential-NAME`).
+    pub label: String,
+    /// The executable: a path, or a name looked up on `PATH`.
+    pub program: &'a Path,
+    /// Its arguments.
+    pub args: &'a [String],
+    /// Variables added to its environment.
+    pub env: &'a [(String, String)],
+    /// Its stdin.
+    pub input: &'a [u8],
+    /// It is killed after this long.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for PluginCall<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginCall")
+            .field("label", &self.label)
+            .field("program", &self.program)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where credential provider answers are cached, root-only, below the root.
+pub const PROVIDER_CACHE: &str = "var/cache/hostpull/credential-providers";
+
+/// The most a credential helper or provider plugin may answer: an answer is a
+/// few credentials, and a bigger one is refused rather than held in memory.
+pub const PLUGIN_ANSWER_MAX: u64 = 1 << 20;
+
+/// Everything the planner reads from or does to the machine.
+///
+/// Paths: one below [`Host::root`] (every default the planner builds is
+/// `root.join(…)`) is read through the root; any other (a file the user
+/// named, such as `--authfile FILE`) as given.
+pub trait Host {
+    /// The root the host's default files are looked for below (`/` but in
+    /// tests, `--config-root`).
+    fn root(&self) -> &Path;
+    /// A file's bytes, as `std::fs::read` gives them (and its errors).
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// What `path` names, symlinks followed, as `std::fs::metadata`.
+    fn kind(&self, path: &Path) -> io::Result<FileKind>;
+    /// The names in a directory, in no particular order.
+    fn list(&self, dir: &Path) -> io::Result<Vec<OsString>>;
+    /// An environment variable of the process.
+    fn env(&self, name: &str) -> Option<OsString>;
+    /// The wall clock.
+    fn now(&self) -> SystemTime;
+    /// Run a root plugin: `call.input` on its stdin, its stdout back (at most
+    /// [`PLUGIN_ANSWER_MAX`]), its stderr dropped (it may hold secrets),
+    /// killed after `call.timeout`. The error is a short reason, for the
+    /// caller to put in context.
+    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, String>;
+    /// A credential provider cache entry, by file name, if there is one.
+    fn cache_get(&self, name: &str) -> Option<Vec<u8>>;
+    /// Store a credential provider cache entry, root-only.
+    fn cache_put(&self, name: &str, bytes: &[u8]) -> io::Result<()>;
+    /// Whether systemd runs this host (`/run/systemd/system` is a directory).
+    fn systemd_booted(&self) -> bool;
+    /// Whether SELinux is enabled (`/sys/fs/selinux/enforce` exists).
+    fn selinux_enabled(&self) -> bool;
+
+    /// A file's text, as `std::fs::read_to_string` gives it (and its errors).
+    fn read_text(&self, path: &Path) -> io::Result<String> {
+        String::from_utf8(self.read(path)?).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            )
+        })
+    }
+    /// Whether `path` names anything (`Path::exists`).
+    fn present(&self, path: &Path) -> bool {
+        self.kind(path).is_ok()
+    }
+    /// Whether `path` names a regular file (`Path::is_file`).
+    fn regular_file(&self, path: &Path) -> bool {
+        matches!(self.kind(path), Ok(FileKind::File))
+    }
+    /// Whether `path` names a directory (`Path::is_dir`).
+    fn directory(&self, path: &Path) -> bool {
+        matches!(self.kind(path), Ok(FileKind::Dir))
+    }
+}
+
+/// A [`Host`] that notes the label of every plugin run through it, so that a
+/// plan can say which ran (`Plan::plugins_run`): nothing runs unannounced.
+pub struct Recording<'a> {
+    inner: &'a dyn Host,
+    ran: std::cell::RefCell<Vec<String>>,
+}
+
+impl std::fmt::Debug for Recording<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recording")
+            .field("ran", &self.ran)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Recording<'a> {
+    /// `inner`, recording.
+    pub fn new(inner: &'a dyn Host) -> Self {
+        Self {
+            inner,
+            ran: Default::default(),
+        }
+    }
+
+    /// The labels of the plugins run, in order.
+    pub fn into_ran(self) -> Vec<String> {
+        self.ran.into_inner()
+    }
+}
+
+impl Host for Recording<'_> {
+    fn root(&self) -> &Path {
+        self.inner.root()
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.inner.read(path)
+    }
+    fn kind(&self, path: &Path) -> io::Result<FileKind> {
+        self.inner.kind(path)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<OsString>> {
+        self.inner.list(dir)
+    }
+    fn env(&self, name: &str) -> Option<OsString> {
+        self.inner.env(name)
+    }
+    fn now(&self) -> SystemTime {
+        self.inner.now()
+    }
+    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, String> {
+        self.ran.borrow_mut().push(call.label.clone());
+        self.inner.run(call)
+    }
+    fn cache_get(&self, name: &str) -> Option<Vec<u8>> {
+        self.inner.cache_get(name)
+    }
+    fn cache_put(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.inner.cache_put(name, bytes)
+    }
+    fn systemd_booted(&self) -> bool {
+        self.inner.systemd_booted()
+    }
+    fn selinux_enabled(&self) -> bool {
+        self.inner.selinux_enabled()
+    }
+}

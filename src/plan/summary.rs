@@ -1,0 +1,220 @@
+//! What `hostpull plan` shows of a [`Plan`]: per host, the credential's
+//! source and key (never the secret), CAs and TLS; the sandbox, the signature
+//! policy, and the root plugins run to make it.
+
+use crate::options::SandboxMode;
+use crate::plan::imgref::OstreeDest;
+use crate::plan::{NO_SYSTEMD, Plan};
+
+/// What `hostpull plan` shows: everything the pull may use, per host, with
+/// the credential's source and key but never the secret.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    /// The image as given.
+    pub image: String,
+    /// The platform an index resolves to.
+    pub platform: String,
+    /// None in a plan made without `--dest`.
+    pub dest: Option<String>,
+    /// The tag written; none without `--dest`.
+    pub tag: Option<String>,
+    /// `auto` only in `hostpull plan` on a host without systemd, where a pull
+    /// fails with `sandbox_error` (exit 8).
+    pub sandbox: SandboxMode,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why a pull would fail with `auto` (exit 8).
+    pub sandbox_error: Option<String>,
+    /// The worker's MemoryMax=.
+    pub memory_max: String,
+    /// The worker's TasksMax=.
+    pub tasks_max: u32,
+    /// `--max-rate`, bytes a second; none: no limit.
+    pub max_rate: Option<u64>,
+    /// Every host the image may come from, mirrors first.
+    pub hosts: Vec<HostSummary>,
+    /// The worker's name servers.
+    pub dns: Vec<String>,
+    /// The worker's search domains.
+    pub dns_search: Vec<String>,
+    /// The worker's extra hosts entries (`NAME:IP`).
+    pub add_hosts: Vec<String>,
+    /// The signature requirements that apply, with their scope and file.
+    pub signature: String,
+    /// The signature lookaside from registries.d, if any.
+    pub lookaside: Option<String>,
+    /// `--dest ostree:`: `dest` is then the repository.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ostree: Option<OstreeDest>,
+    /// The root plugins run to make this plan ([`Plan::plugins_run`]).
+    pub plugins_run: Vec<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+/// What one host of the pull gets.
+pub struct HostSummary {
+    /// `host[:port]`.
+    pub host: String,
+    /// `primary`; mirrors will be `mirror`.
+    pub role: &'static str,
+    /// `SOURCE (key KEY)` of the first candidate, or none.
+    pub credential: Option<String>,
+    /// The other candidates, tried in this order when the registry refuses
+    /// the one before.
+    pub fallbacks: Vec<String>,
+    /// The CA files trusted for it.
+    pub cas: Vec<String>,
+    /// The client certificate it gets, if any.
+    pub client_cert: Option<String>,
+    /// False under `--tls-verify=false` or for an `insecure` registries.conf endpoint.
+    pub tls_verify: bool,
+    /// registries.conf `insecure`: no TLS verification, plain HTTP allowed.
+    pub insecure: bool,
+}
+
+impl Plan {
+    /// What `hostpull plan` shows of this plan.
+    pub fn summary(&self) -> Summary {
+        let w = &self.worker;
+        Summary {
+            image: self.image.to_string(),
+            platform: self.platform.to_string(),
+            dest: match &self.ostree {
+                Some(o) => Some(o.repo.display().to_string()),
+                None if self.dest_dir.as_os_str().is_empty() => None,
+                None => Some(self.dest_dir.display().to_string()),
+            },
+            tag: Some(self.tag.clone())
+                .filter(|_| self.ostree.is_some() || !self.dest_dir.as_os_str().is_empty()),
+            sandbox: w.mode,
+            sandbox_error: (w.mode == SandboxMode::Auto).then(|| NO_SYSTEMD.to_owned()),
+            memory_max: w.limits.memory_max.clone(),
+            tasks_max: w.limits.tasks_max,
+            max_rate: self.max_rate,
+            hosts: self
+                .sources
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let host = &r.domain;
+                    let trust = w.trust.iter().find(|t| &t.host == host);
+                    let candidates: Vec<String> = self
+                        .credentials
+                        .iter()
+                        .filter(|c| &c.host == host)
+                        .map(|c| format!("{} (key {})", c.source, c.key))
+                        .collect();
+                    let cas = match &w.cert_dir {
+                        Some(d) => vec![format!("{} (--cert-dir, every host)", d.display())],
+                        None => trust
+                            .map(|t| t.cas.iter().map(|c| c.display().to_string()).collect())
+                            .unwrap_or_default(),
+                    };
+                    let insecure = self.insecure_hosts.contains(host);
+                    HostSummary {
+                        host: host.clone(),
+                        role: if i + 1 == self.sources.len() {
+                            "primary"
+                        } else {
+                            "mirror"
+                        },
+                        credential: candidates.first().cloned(),
+                        fallbacks: candidates.iter().skip(1).cloned().collect(),
+                        cas,
+                        client_cert: trust
+                            .and_then(|t| t.client.as_ref())
+                            .map(|(c, _)| c.display().to_string()),
+                        tls_verify: w.tls_verify && !insecure,
+                        insecure,
+                    }
+                })
+                .collect(),
+            dns: w.dns.servers.iter().map(|s| s.to_string()).collect(),
+            dns_search: w.dns.search.clone(),
+            add_hosts: w
+                .dns
+                .hosts
+                .iter()
+                .map(|(n, ip)| format!("{n}:{ip}"))
+                .collect(),
+            signature: self.policy.describe(),
+            lookaside: self.policy.lookaside.clone(),
+            ostree: self.ostree.clone(),
+            plugins_run: self.plugins_run.clone(),
+        }
+    }
+}
+
+impl Summary {
+    /// The summary for a terminal.
+    pub fn text(&self) -> String {
+        let (d, t) = (
+            self.dest.as_deref().unwrap_or_default(),
+            self.tag.as_deref().unwrap_or_default(),
+        );
+        let dest = match (&self.ostree, &self.dest) {
+            (Some(o), _) => match &o.ostree_ref {
+                Some(r) => format!("ostree:{d}:{r}"),
+                None => format!("ostree:{d}"),
+            },
+            (None, Some(_)) => format!("oci:{d}:{t}"),
+            (None, None) => "none (no --dest given)".to_owned(),
+        };
+        let mut t = format!(
+            "image     {} ({})\ndest      {dest}\nsandbox   {:?}, MemoryMax={}, TasksMax={}\n",
+            self.image, self.platform, self.sandbox, self.memory_max, self.tasks_max
+        );
+        if let Some(e) = &self.sandbox_error {
+            t += &format!("  a pull fails (exit 8): {e}\n");
+        }
+        t += &format!(
+            "max rate  {}\n",
+            match self.max_rate {
+                Some(r) => format!("{} (all blobs together)", crate::rate::human(r)),
+                None => "no limit".to_owned(),
+            }
+        );
+        for h in &self.hosts {
+            t += &format!("host      {} ({})\n", h.host, h.role);
+            t += &format!(
+                "  credential  {}\n",
+                h.credential.as_deref().unwrap_or("none (--no-creds)")
+            );
+            for f in &h.fallbacks {
+                t += &format!("  then        {f}\n");
+            }
+            let cas = if h.cas.is_empty() {
+                "the system's".to_owned()
+            } else {
+                h.cas.join(", ")
+            };
+            t += &format!(
+                "  CAs         {cas}{}\n",
+                match (h.insecure, h.tls_verify) {
+                    (true, _) =>
+                        " (insecure in registries.conf: no TLS verification, HTTP allowed)",
+                    (false, true) => "",
+                    (false, false) => " (TLS verification off)",
+                }
+            );
+            if let Some(c) = &h.client_cert {
+                t += &format!("  client cert {c}\n");
+            }
+        }
+        t += &format!("signature {}\n", self.signature);
+        if let Some(l) = &self.lookaside {
+            t += &format!("  lookaside   {l}\n");
+        }
+        if !self.plugins_run.is_empty() {
+            t += &format!("plugins   ran {}\n", self.plugins_run.join(", "));
+        }
+        if !(self.dns.is_empty() && self.dns_search.is_empty() && self.add_hosts.is_empty()) {
+            t += &format!(
+                "worker DNS  servers [{}] search [{}] hosts [{}]\n",
+                self.dns.join(" "),
+                self.dns_search.join(" "),
+                self.add_hosts.join(" ")
+            );
+        }
+        t
+    }
+}
