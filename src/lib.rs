@@ -1,22 +1,50 @@
 //! hostpull: pull container images for image-based host updates, with the
 //! network-facing part in a sandboxed worker and every byte verified by root.
 //!
-//! Data flows cli → plan → sandbox → fetch (signature, verify) → store.
+//! The modules, in the order data passes through them (HACKING.md says where a
+//! change goes). The public ones are what a user of the library needs: the
+//! command line, the options and their files, the planner and its host, and the
+//! parsers of what a registry sends; the rest acts on a plan and is the binary's.
+//!
+//! | module | |
+//! | --- | --- |
+//! | [`cli`] | the verbs: parse the command line, call the library, print the one `error:` line |
+//! | [`options`] | every knob of a pull, one struct for the command line and the files |
+//! | [`config`] | hostpull.d drop-ins and `pulls.d` profiles, merged into one [`options::Options`] |
+//! | [`host`] | the real [`plan::host::Host`]: files under the root, environment, clock, plugins |
+//! | [`plan`] | the pure planner: what a pull may use, decided as data |
+//! | `sandbox` | the worker: a transient unit or a child, its staged files, the proxy session |
+//! | `fetch` | the pull: manifest, blobs, retries, watchdog |
+//! | `rate` | `--max-rate`: one token bucket for the whole pull |
+//! | `signature` | the signature policy, applied by root to what the worker fetched |
+//! | [`manifest`], [`digest`], `verify` | what a registry sends, parsed; digests; streaming checks |
+//! | `store` | the OCI layout writer and the ostree import |
+//! | `handoff` | rpm-ostree and bootc, after a verified pull |
+//! | `progress`, `report` | progress events and bars; the final report |
+//! | [`error`] | failure kinds, their exit codes, and the reading of the worker's errors |
 
 pub mod cli;
 pub mod config;
 pub mod digest;
 pub mod error;
-pub mod fetch;
-pub mod handoff;
+pub(crate) mod fetch;
+pub(crate) mod handoff;
 pub mod host;
 pub mod manifest;
 pub mod options;
 pub mod plan;
-pub mod progress;
-pub mod rate;
-pub mod report;
-pub mod sandbox;
-pub mod signature;
-pub mod store;
-pub mod verify;
+pub(crate) mod progress;
+pub(crate) mod rate;
+pub(crate) mod report;
+pub(crate) mod sandbox;
+pub(crate) mod signature;
+pub(crate) mod store;
+pub(crate) mod verify;
+
+/// What the fuzz targets (`fuzz/`) and the integration tests (`tests/`) drive
+/// directly inside modules that are not public. Not an API.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::rate::{LEAD, SLICE, in_flight};
+    pub use crate::signature::{ATOMIC, COSIGN, check_payload};
+}

@@ -155,11 +155,6 @@ impl Layout {
         })
     }
 
-    /// The layout's directory.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// A full disk is the destination's problem, said plainly (exit 2).
     fn write_error(&self, e: std::io::Error) -> anyhow::Error {
         if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) {

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::util::*;
-use hostpull::rate::{LEAD, SLICE, in_flight};
+use hostpull::internals::{LEAD, SLICE, in_flight};
 
 /// The most the worker's side holds of one blob here, ahead of root's reads:
 /// the 64 KiB pipe, skopeo's 32 KiB copy buffer, and its socket's receive

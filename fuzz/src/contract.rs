@@ -414,8 +414,8 @@ pub fn provider_answer_target(data: &[u8]) {
 /// A signature payload (simple signing, as sigstore and GPG sign it), checked
 /// against a digest and each `signedIdentity` rule.
 pub fn sigstore_payload_target(data: &[u8]) {
+    use hostpull::internals::{ATOMIC, COSIGN, check_payload};
     use hostpull::plan::policy::Identity;
-    use hostpull::signature::{ATOMIC, COSIGN, check_payload};
     let digest = Sha256Digest::from_hex(&"a".repeat(64));
     let rules = [
         Identity::MatchRepoDigestOrExact,

@@ -168,6 +168,7 @@ pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path
 /// (the proxy's socketpair is inherited). `layout` (SRC, DST) is bound
 /// read-only at DST; DST under /tmp lands in the unit's private /tmp. Unlike a
 /// worker, the unit is collected when it ends: it has nothing to report.
+#[cfg_attr(not(feature = "ostree"), allow(dead_code))]
 pub fn offline_systemd_run(
     unit: &str,
     limits: &Limits,

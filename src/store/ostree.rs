@@ -16,6 +16,10 @@
 //! read-only, so the orchestrator needs no `CAP_SYS_ADMIN` for a namespace
 //! (selinux/hostpull.te: hostpull_import_t). Without systemd, it runs under
 //! `unshare --net`.
+//!
+//! Without the feature the import and what only it calls are compiled out; the
+//! rest stays, with its tests, so both builds check it.
+#![cfg_attr(not(feature = "ostree"), allow(dead_code))]
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -65,6 +69,7 @@ impl Staging {
     }
 
     /// The staging directory.
+    #[cfg(test)]
     pub fn path(&self) -> &Path {
         self.0.path()
     }
@@ -325,6 +330,9 @@ async fn import_layout(
     use ostree_ext::container::{ImageReference, OstreeImageReference, SignatureSource, Transport};
 
     let proxy = import_proxy(worker, &staging.layout());
+    if let Some(unit) = &proxy.unit {
+        tracing::debug!("the import's skopeo runs as {unit}");
+    }
     // Unverified: hostpull checked every digest and the signature
     // policy already, before anything was written.
     let source = OstreeImageReference {
