@@ -67,7 +67,9 @@ pub enum Cmd {
     Pull(Box<PullOpts>),
     /// Show what a pull with the same options would use, per host: credential
     /// source and key (never the secret), CAs, TLS and registries.conf `insecure`,
-    /// DNS, sandbox, signature policy. --dest is optional. No network, no worker.
+    /// DNS, sandbox, signature policy. --dest is optional. No network, no worker;
+    /// it runs the credential helpers and provider plugins a pull would run, and
+    /// lists them (plugins_run).
     Plan(Box<PullOpts>),
     /// Pull into a layout (by default under /var/lib/hostpull/images/), then
     /// hand the verified layout to rpm-ostree or bootc.
