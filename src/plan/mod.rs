@@ -33,7 +33,7 @@ use crate::manifest::Platform;
 use crate::options::{Options, SandboxMode};
 // `unit::` names the plan-time checks that used to live in sandbox::unit.
 use host::{FileKind, Host};
-use imgref::{Dest, ImageRef, OstreeDest};
+use imgref::{Dest, ImageRef, OstreeDest, Target};
 pub use summary::{HostSummary, Summary};
 use worker::{self as unit, Limits, WorkerSpec};
 
@@ -49,15 +49,9 @@ pub const WORKER_SELINUX_CONTEXT: &str = "system_u:system_r:hostpull_worker_t:s0
 pub struct Plan {
     /// The image, as given (before any registries.conf rewrite).
     pub image: ImageRef,
-    /// The layout the pull writes; for an ostree destination, the staging
-    /// layout, chosen when the pull starts (`store::ostree::Staging`). Empty
-    /// only in a plan made without a destination (`Request::dry_run`),
-    /// which is shown and never pulled.
-    pub dest_dir: PathBuf,
-    /// The tag the layout gets.
-    pub tag: String,
-    /// `ostree:REPO[:REF]`: import the verified layout into REPO afterwards.
-    pub ostree: Option<OstreeDest>,
+    /// Where the pull goes. None only in a plan made without a destination
+    /// (`Request::dry_run`), which is shown and never pulled.
+    pub dest: Option<Target>,
     /// The platform an index resolves to.
     pub platform: Platform,
     /// The worker for the first try; its `credentials` are
@@ -113,6 +107,9 @@ pub struct Request {
     /// does not depend on where it goes), and `--sandbox auto` on a host
     /// without systemd stays `auto`, shown with the error a pull would give.
     pub dry_run: bool,
+    /// `hostpull rebase`: an `oci:` directory is made absolute (below
+    /// [`Host::current_dir`]), as the consumer it is handed to runs elsewhere.
+    pub absolute_dest: bool,
 }
 
 impl std::ops::Deref for Request {
@@ -178,7 +175,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
     req.authfiles
         .extend(host.env(REGISTRY_AUTH_FILE).map(PathBuf::from));
     let req = &req;
-    let (image, dest, tag) = destination(req, host)?;
+    let (image, dest) = destination(req, host)?;
     let platform = match &req.platform {
         Some(p) => Platform::parse(p)?,
         None => Platform::host(),
@@ -215,9 +212,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
     };
     Ok(Plan {
         image,
-        dest_dir: dest.dir,
-        tag,
-        ostree: dest.ostree,
+        dest,
         platform,
         worker: worker(req, host, &credentials, parts)?,
         retry: retry(req)?,
@@ -263,32 +258,36 @@ fn worker(
 }
 
 /// The image, where it goes, and the tag it is written under.
-fn destination(req: &Request, host: &dyn Host) -> anyhow::Result<(ImageRef, Dest, String)> {
+fn destination(req: &Request, host: &dyn Host) -> anyhow::Result<(ImageRef, Option<Target>)> {
     let image = ImageRef::parse(req.image.as_deref().unwrap_or_default())?;
     let dest = match req.dest.as_deref().unwrap_or_default() {
-        "" if req.dry_run => Dest {
-            dir: PathBuf::new(),
-            tag: image.tag.clone().or(Some(String::new())),
-            ostree: None,
-        },
+        "" if req.dry_run => return Ok((image, None)),
         d => Dest::parse(d)?,
     };
-    if let Some(o) = &dest.ostree {
-        check_ostree(host, o, cfg!(feature = "ostree"))?;
-    }
-    let tag = match (&dest.tag, &image.tag) {
-        (Some(t), _) => t.clone(),
-        (None, Some(t)) => t.clone(),
-        // The staging layout's tag, which nobody else sees.
-        (None, None) if dest.ostree.is_some() => "latest".to_owned(),
-        (None, None) => {
-            return fail(
-                Kind::Usage,
-                "the image is pinned by digest: name the tag to write with --dest oci:DIR:TAG",
-            );
+    let target = match dest {
+        Dest::Ostree(dest) => {
+            check_ostree(host, &dest, cfg!(feature = "ostree"))?;
+            let tag = image.tag.clone().unwrap_or_else(|| "latest".to_owned());
+            Target::Ostree { dest, tag }
+        }
+        Dest::Oci { dir, tag } => {
+            let Some(tag) = tag.or_else(|| image.tag.clone()) else {
+                return fail(
+                    Kind::Usage,
+                    "the image is pinned by digest: name the tag to write with --dest oci:DIR:TAG",
+                );
+            };
+            let dir = match req.absolute_dest {
+                // `absolute` of an absolute path only tidies it (no current
+                // directory read): as `std::path::absolute(dir)` would.
+                true if dir.is_relative() => std::path::absolute(host.current_dir()?.join(dir))?,
+                true => std::path::absolute(dir)?,
+                false => dir,
+            };
+            Target::Oci { dir, tag }
         }
     };
-    Ok((image, dest, tag))
+    Ok((image, Some(target)))
 }
 
 /// Every file and directory the request names exists.
@@ -761,10 +760,31 @@ mod tests {
         ];
         for (image, dest, want) in cases {
             match (plan(&req(image, dest)), want) {
-                (Ok(p), Some(t)) => assert_eq!(p.tag, t),
+                (Ok(p), Some(t)) => assert_eq!(p.dest.unwrap().tag(), t),
                 (Err(e), None) => assert_eq!(crate::error::exit_code(&e), 2),
                 (r, _) => panic!("{image} {dest}: {r:?}"),
             }
+        }
+    }
+
+    /// `hostpull rebase` hands the layout to a consumer that runs elsewhere:
+    /// the planner makes its directory absolute, as `std::path::absolute`.
+    #[test]
+    fn rebase_layout_is_absolute() {
+        let cases = [
+            ("oci:rel/./d:t", false, "rel/./d"),
+            ("oci:rel/./d:t", true, "/nonexistent-root/rel/d"),
+            ("oci:/a/./b/:t", true, "/a/b"),
+            ("oci:/a/../b:t", true, "/a/../b"),
+        ];
+        for (dest, absolute, want) in cases {
+            let mut r = req("h.io/a:v1", dest);
+            r.absolute_dest = absolute;
+            let want = Target::Oci {
+                dir: want.into(),
+                tag: "t".into(),
+            };
+            assert_eq!(plan(&r).unwrap().dest, Some(want), "{dest}");
         }
     }
 
@@ -791,8 +811,11 @@ mod tests {
             "h.io/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
         match super::plan(&req(pinned, "ostree:/repo:os/stable"), &h) {
             Ok(p) if cfg!(feature = "ostree") => {
-                assert_eq!(p.ostree.unwrap().ostree_ref.as_deref(), Some("os/stable"));
-                assert_eq!(p.tag, "latest");
+                let Some(Target::Ostree { dest, tag }) = p.dest else {
+                    panic!("{:?}", p.dest)
+                };
+                assert_eq!(dest.ostree_ref.as_deref(), Some("os/stable"));
+                assert_eq!(tag, "latest");
             }
             Err(e) if cfg!(not(feature = "ostree")) => {
                 assert_eq!(crate::error::exit_code(&e), 2)

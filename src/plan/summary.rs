@@ -3,7 +3,7 @@
 //! policy, and the root plugins run to make it.
 
 use crate::options::SandboxMode;
-use crate::plan::imgref::OstreeDest;
+use crate::plan::imgref::{OstreeDest, Target};
 use crate::plan::{NO_SYSTEMD, Plan};
 
 /// What `hostpull plan` shows: everything the pull may use, per host, with
@@ -78,13 +78,11 @@ impl Plan {
         Summary {
             image: self.image.to_string(),
             platform: self.platform.to_string(),
-            dest: match &self.ostree {
-                Some(o) => Some(o.repo.display().to_string()),
-                None if self.dest_dir.as_os_str().is_empty() => None,
-                None => Some(self.dest_dir.display().to_string()),
-            },
-            tag: Some(self.tag.clone())
-                .filter(|_| self.ostree.is_some() || !self.dest_dir.as_os_str().is_empty()),
+            dest: self.dest.as_ref().map(|d| match d {
+                Target::Oci { dir, .. } => dir.display().to_string(),
+                Target::Ostree { dest, .. } => dest.repo.display().to_string(),
+            }),
+            tag: self.dest.as_ref().map(|d| d.tag().to_owned()),
             sandbox: w.mode,
             sandbox_error: (w.mode == SandboxMode::Auto).then(|| NO_SYSTEMD.to_owned()),
             memory_max: w.limits.memory_max.clone(),
@@ -138,7 +136,10 @@ impl Plan {
                 .collect(),
             signature: self.policy.describe(),
             lookaside: self.policy.lookaside.clone(),
-            ostree: self.ostree.clone(),
+            ostree: match &self.dest {
+                Some(Target::Ostree { dest, .. }) => Some(dest.clone()),
+                _ => None,
+            },
             plugins_run: self.plugins_run.clone(),
         }
     }
