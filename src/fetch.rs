@@ -101,6 +101,9 @@ pub async fn pull_into(
         );
     };
     let into = (dir, target.tag());
+    if let Some(e) = plan.sandbox_error {
+        return fail(Kind::Worker, e);
+    }
     // As kubelet does: when the registry refuses a credential, the next one,
     // each try with a worker and an authfile of its own.
     let tries = crate::plan::auth::attempts(&plan.credentials).max(1);

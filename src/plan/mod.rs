@@ -35,7 +35,7 @@ use crate::options::{Options, SandboxMode};
 use host::{FileKind, Host};
 use imgref::{Dest, ImageRef, OstreeDest, Target};
 pub use summary::{HostSummary, Summary};
-use worker::{self as unit, Limits, WorkerSpec};
+use worker::{self as unit, Isolation, Limits, WorkerSpec};
 
 /// Why `--sandbox auto` fails where systemd does not run the host.
 pub const NO_SYSTEMD: &str = "systemd is not running on this host, so the worker cannot be sandboxed; \
@@ -57,6 +57,10 @@ pub struct Plan {
     /// The worker for the first try; its `credentials` are
     /// `auth::attempt(&credentials, 0)`.
     pub worker: WorkerSpec,
+    /// Set only in a dry-run plan for `--sandbox auto` on a host without
+    /// systemd: the error a pull fails with ([`NO_SYSTEMD`], exit 8). The
+    /// worker then has what `auto` is where systemd runs the host.
+    pub sandbox_error: Option<&'static str>,
     /// Per host, every matching credential in the order tried: a try refused
     /// by the registry moves on to `auth::attempt(&credentials, n + 1)`.
     pub credentials: Vec<auth::Chosen>,
@@ -163,7 +167,8 @@ pub fn plan(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
 
 /// What the worker is given besides the request: decided by [`decide`].
 struct WorkerParts {
-    mode: SandboxMode,
+    /// None only for `sandbox_error`.
+    mode: Option<Isolation>,
     limits: Limits,
     trust: Vec<trust::HostTrust>,
     dns: dns::Dns,
@@ -181,7 +186,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
         None => Platform::host(),
     };
     check_inputs(req, host)?;
-    let mode = sandbox_mode(req, host)?;
+    let mode = isolation(req, host)?;
     let limits = limits(req)?;
     let conf = registries::load(host, req.registries_conf.as_deref())?;
     registries::check_short_name(&conf.short_names, &image)?;
@@ -215,6 +220,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
         dest,
         platform,
         worker: worker(req, host, &credentials, parts)?,
+        sandbox_error: mode.is_none().then_some(NO_SYSTEMD),
         retry: retry(req)?,
         credentials,
         max_rate: max_rate(req)?,
@@ -240,7 +246,7 @@ fn worker(
         route,
     } = parts;
     Ok(WorkerSpec {
-        mode,
+        isolation: mode.unwrap_or(Isolation::Systemd),
         skopeo: req.skopeo.clone().unwrap_or_else(|| "skopeo".into()),
         credentials: auth::attempt(credentials, 0),
         cert_dir: req.cert_dir.clone(),
@@ -306,13 +312,14 @@ fn check_inputs(req: &Request, host: &dyn Host) -> anyhow::Result<()> {
 }
 
 /// `--sandbox`, with `auto` decided for this host.
-fn sandbox_mode(req: &Request, host: &dyn Host) -> anyhow::Result<SandboxMode> {
-    Ok(match req.sandbox.unwrap_or(SandboxMode::Auto) {
-        SandboxMode::Auto if host.systemd_booted() => SandboxMode::Systemd,
-        SandboxMode::Auto if req.dry_run => SandboxMode::Auto,
+fn isolation(req: &Request, host: &dyn Host) -> anyhow::Result<Option<Isolation>> {
+    Ok(Some(match req.sandbox.unwrap_or(SandboxMode::Auto) {
+        SandboxMode::Auto if host.systemd_booted() => Isolation::Systemd,
+        SandboxMode::Auto if req.dry_run => return Ok(None),
         SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
-        m => m,
-    })
+        SandboxMode::Systemd => Isolation::Systemd,
+        SandboxMode::None => Isolation::None,
+    }))
 }
 
 /// The signature policy, and the trust of every host the pull may contact.
@@ -368,9 +375,13 @@ fn trust_hosts(sources: &[ImageRef], policy: &policy::Applied) -> Vec<String> {
 
 /// The worker's resolver settings, which only a unit can have, and none that
 /// sends a host of this pull where the unit may not go.
-fn worker_dns(req: &Request, mode: SandboxMode, hosts: &[String]) -> anyhow::Result<dns::Dns> {
+fn worker_dns(
+    req: &Request,
+    mode: Option<Isolation>,
+    hosts: &[String],
+) -> anyhow::Result<dns::Dns> {
     let dns = dns::Dns::parse(&req.dns, &req.dns_search, &req.add_hosts)?;
-    if mode == SandboxMode::None && !dns.is_empty() {
+    if mode == Some(Isolation::None) && !dns.is_empty() {
         return fail(
             Kind::Usage,
             "--dns, --dns-search and --add-host need --sandbox systemd: without it the worker shares the host's resolver",
@@ -378,7 +389,7 @@ fn worker_dns(req: &Request, mode: SandboxMode, hosts: &[String]) -> anyhow::Res
     }
     // The unit denies link-local and cloud metadata addresses (unit::IP_DENY):
     // a registry there would fail only once its unit ran, and obscurely.
-    if mode == SandboxMode::Systemd
+    if mode == Some(Isolation::Systemd)
         && let Some((host, ip)) = dns
             .known_addresses(hosts)
             .into_iter()
@@ -1123,8 +1134,8 @@ mod tests {
         let mut h = host();
         h.systemd = true;
         assert_eq!(
-            super::plan(&r, &h).unwrap().worker.mode,
-            SandboxMode::Systemd
+            super::plan(&r, &h).unwrap().worker.isolation,
+            Isolation::Systemd
         );
         let e = plan(&r).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 8);

@@ -3,8 +3,8 @@
 //! policy, and the root plugins run to make it.
 
 use crate::options::SandboxMode;
+use crate::plan::Plan;
 use crate::plan::imgref::{OstreeDest, Target};
-use crate::plan::{NO_SYSTEMD, Plan};
 
 /// What `hostpull plan` shows: everything the pull may use, per host, with
 /// the credential's source and key but never the secret.
@@ -83,8 +83,11 @@ impl Plan {
                 Target::Ostree { dest, .. } => dest.repo.display().to_string(),
             }),
             tag: self.dest.as_ref().map(|d| d.tag().to_owned()),
-            sandbox: w.mode,
-            sandbox_error: (w.mode == SandboxMode::Auto).then(|| NO_SYSTEMD.to_owned()),
+            sandbox: match self.sandbox_error {
+                Some(_) => SandboxMode::Auto,
+                None => w.isolation.mode(),
+            },
+            sandbox_error: self.sandbox_error.map(str::to_owned),
             memory_max: w.limits.memory_max.clone(),
             tasks_max: w.limits.tasks_max,
             max_rate: self.max_rate,
