@@ -151,20 +151,33 @@ impl PullOpts {
         plan::Request {
             options,
             dry_run: false,
+            absolute_dest: false,
         }
     }
+}
+
+/// Which command a plan is made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verb {
+    /// `hostpull pull`.
+    Pull,
+    /// `hostpull rebase`: [`plan::Request::absolute_dest`].
+    Rebase,
+    /// `hostpull plan`: [`plan::Request::dry_run`].
+    Plan,
 }
 
 /// The plan for these options, with the hostpull.d configuration applied.
 /// `hostpull plan` is a dry run (`dry_run`): it needs no destination; a pull does.
 /// Planning reads files and may run credential plugins: it runs once, on a
 /// blocking thread, never on the async workers.
-async fn plan_for(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
+async fn plan_for(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
     let opts = opts.clone();
-    tokio::task::spawn_blocking(move || plan_blocking(&opts, dry_run)).await?
+    tokio::task::spawn_blocking(move || plan_blocking(&opts, verb)).await?
 }
 
-fn plan_blocking(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
+fn plan_blocking(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
+    let dry_run = verb == Verb::Plan;
     if !dry_run && opts.options.dest.is_none() && opts.profile.is_none() {
         return error::fail(
             Kind::Usage,
@@ -184,6 +197,7 @@ fn plan_blocking(opts: &PullOpts, dry_run: bool) -> anyhow::Result<plan::Plan> {
     let root = host.dir();
     let mut req = opts.request(&host);
     req.dry_run = dry_run;
+    req.absolute_dest = verb == Verb::Rebase;
     let profile = (opts.profile.as_deref())
         .map(|name| crate::config::load_profile(root, name))
         .transpose()?;
@@ -203,7 +217,7 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
 }
 
 async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
-    let plan = plan_for(opts, false).await?;
+    let plan = plan_for(opts, Verb::Pull).await?;
     if !plan.worker.tls_verify {
         tracing::warn!("TLS verification is off for {}", plan.image.domain);
     }
@@ -225,7 +239,7 @@ async fn pull_to_dest(
     plan: plan::Plan,
     progress: &Progress,
 ) -> anyhow::Result<crate::report::Report> {
-    let Some(dest) = plan.ostree.clone() else {
+    let Some(plan::imgref::Target::Ostree { dest, tag }) = plan.dest.clone() else {
         return crate::fetch::pull(&plan, progress).await;
     };
     let label = plan
@@ -250,7 +264,7 @@ async fn pull_to_dest(
     let import = crate::store::ostree::import(
         &dest,
         staging,
-        &plan.tag,
+        &tag,
         &plan.image,
         &report.manifest_digest,
         &plan.worker,
@@ -263,7 +277,6 @@ async fn pull_to_dest(
             return error::fail(kind, "interrupted: the ostree import was stopped");
         }
     };
-    report.dest = dest.repo.display().to_string();
     report.ostree = Some(imported);
     Ok(report)
 }
@@ -272,7 +285,7 @@ async fn pull_to_dest(
 /// repository under /var/lib/hostpull/images, world-readable for the
 /// consumer's own unprivileged skopeo.
 async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
-    let mut plan = {
+    let plan = {
         let mut o = opts.pull.clone();
         if o.options.dest.is_none() {
             let image = crate::plan::imgref::ImageRef::parse(
@@ -283,16 +296,15 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
             });
             o.options.dest = Some(format!("oci:{}", dir.display()));
         }
-        plan_for(&o, false).await?
+        plan_for(&o, Verb::Rebase).await?
     };
-    if plan.ostree.is_some() {
+    let Some(plan::imgref::Target::Oci { dir, tag }) = &plan.dest else {
         return error::fail(
             Kind::Usage,
             "rebase hands over an OCI layout: give --layout DIR or --dest oci:DIR",
         );
-    }
-    plan.dest_dir = std::path::absolute(&plan.dest_dir)?;
-    if let Some(parent) = plan.dest_dir.parent() {
+    };
+    if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent)?;
     }
     let progress = Progress::new(opts.pull.progress_fd, screen)?.with_max_rate(plan.max_rate);
@@ -303,11 +315,11 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
     if opts.pull.json {
         print_json(&report)?;
     }
-    crate::handoff::run(opts.consumer, &plan.dest_dir, &plan.tag, opts.reboot)
+    crate::handoff::run(opts.consumer, dir, tag, opts.reboot)
 }
 
 async fn run_plan(opts: &PullOpts) -> anyhow::Result<()> {
-    let summary = plan_for(opts, true).await?.summary();
+    let summary = plan_for(opts, Verb::Plan).await?.summary();
     if opts.json {
         print_json(&summary)
     } else {

@@ -12,7 +12,7 @@ use crate::digest::{self, Sha256Digest};
 use crate::error::{Failure, Kind, Retry, fail, failure};
 use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
 use crate::plan::Plan;
-use crate::plan::imgref::ImageRef;
+use crate::plan::imgref::{ImageRef, Target};
 use crate::progress::{BlobState, Progress};
 use crate::report::{CredentialReport, Report};
 use crate::sandbox::Worker;
@@ -71,19 +71,39 @@ impl Resolved {
 /// it may make the directory there and then (`--dest ostree:`'s staging).
 pub type LayoutDir<'a> = &'a (dyn Fn() -> anyhow::Result<std::path::PathBuf> + Sync);
 
-/// Pull as the plan says. SIGINT and SIGTERM stop it: the worker's units are
-/// stopped, and the layout is left as it was.
+/// The layout the pull writes, and the tag it gets there.
+type LayoutTag<'a> = (LayoutDir<'a>, &'a str);
+
+/// Pull as the plan says, into its `oci:` layout. SIGINT and SIGTERM stop
+/// it: the worker's units are stopped, and the layout is left as it was.
 pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
-    pull_into(plan, progress, &|| Ok(plan.dest_dir.clone())).await
+    let Some(Target::Oci { dir, .. }) = &plan.dest else {
+        return fail(
+            Kind::Usage,
+            "this plan has no oci:DIR destination to pull into",
+        );
+    };
+    pull_into(plan, progress, &|| Ok(dir.clone())).await
 }
 
-/// [`pull`] into the layout that `dir` names when it is first needed.
+/// [`pull`] into the layout that `dir` names when it is first needed, with the
+/// plan's tag (for `ostree:`, a staging layout's).
 pub async fn pull_into(
     plan: &Plan,
     progress: &Progress,
     dir: LayoutDir<'_>,
 ) -> anyhow::Result<Report> {
     let start = Instant::now();
+    let Some(target) = &plan.dest else {
+        return fail(
+            Kind::Usage,
+            "--dest oci:DIR[:TAG] is required (or --profile NAME)",
+        );
+    };
+    let into = (dir, target.tag());
+    if let Some(e) = plan.sandbox_error {
+        return fail(Kind::Worker, e);
+    }
     // As kubelet does: when the registry refuses a credential, the next one,
     // each try with a worker and an authfile of its own.
     let tries = crate::plan::auth::attempts(&plan.credentials).max(1);
@@ -93,7 +113,7 @@ pub async fn pull_into(
         spec.credentials = crate::plan::auth::attempt(&plan.credentials, n);
         let worker = Worker::prepare(&spec).await?;
         let result = tokio::select! {
-            r = pull_with(&worker, plan, dir, progress) => r,
+            r = pull_with(&worker, plan, into, progress) => r,
             kind = cancelled() => Err(Failure::new(kind, "interrupted: the pull was stopped").into()),
         };
         let report = worker.report().await;
@@ -123,8 +143,11 @@ pub async fn pull_into(
         manifest_digest: resolved.digest,
         source_digest: resolved.source_digest,
         platform: plan.platform.to_string(),
-        dest: plan.dest_dir.display().to_string(),
-        tag: plan.tag.clone(),
+        dest: match target {
+            Target::Oci { dir, .. } => dir.display().to_string(),
+            Target::Ostree { dest, .. } => dest.repo.display().to_string(),
+        },
+        tag: target.tag().to_owned(),
         layers_total: total,
         layers_fetched: fetched_layers,
         layers_reused: total - fetched_layers,
@@ -172,7 +195,7 @@ struct Ready {
 async fn pull_with(
     worker: &Worker,
     plan: &Plan,
-    dir: LayoutDir<'_>,
+    into: LayoutTag<'_>,
     progress: &Progress,
 ) -> anyhow::Result<(Resolved, Vec<Descriptor>, Verdict)> {
     let mut stage = Stage::Start;
@@ -182,7 +205,7 @@ async fn pull_with(
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let e = match try_pull(worker, plan, dir, &mut stage, progress).await {
+            let e = match try_pull(worker, plan, into, &mut stage, progress).await {
                 Ok(ready) => return Ok(ready),
                 Err(e) => e,
             };
@@ -249,7 +272,7 @@ fn backoff_with(attempt: u32, random: u32) -> std::time::Duration {
 async fn try_pull(
     worker: &Worker,
     plan: &Plan,
-    dir: LayoutDir<'_>,
+    (dir, tag): LayoutTag<'_>,
     stage: &mut Stage,
     progress: &Progress,
 ) -> anyhow::Result<Ready> {
@@ -287,8 +310,13 @@ async fn try_pull(
             },
             Stage::Ready(ready) => {
                 let r = &ready.resolved;
-                let fetched =
-                    fetch_into(worker, plan, (r, &ready.layout), &ready.missing, progress);
+                let fetched = fetch_into(
+                    worker,
+                    plan,
+                    (r, &ready.layout, tag),
+                    &ready.missing,
+                    progress,
+                );
                 match fetched.await {
                     Ok(()) => return Ok(ready),
                     Err(e) => {
@@ -347,11 +375,11 @@ async fn open_layout(
 ) -> anyhow::Result<(Arc<Layout>, Vec<Descriptor>)> {
     let path = dir()?;
     let layout = tokio::task::spawn_blocking(move || Layout::open_locked(&path)).await??;
-    let held = match &plan.ostree {
-        Some(o) => {
+    let held = match &plan.dest {
+        Some(Target::Ostree { dest: o, .. }) => {
             crate::store::ostree::held(o, &plan.image, &resolved.digest, &resolved.manifest)?
         }
-        None => Default::default(),
+        _ => Default::default(),
     };
     let mut missing: Vec<Descriptor> = Vec::new();
     for d in resolved.manifest.blobs() {
@@ -413,7 +441,7 @@ async fn resolve(worker: &Worker, plan: &Plan) -> anyhow::Result<Resolved> {
 async fn fetch_into(
     worker: &Worker,
     plan: &Plan,
-    (r, layout): (&Resolved, &Arc<Layout>),
+    (r, layout, tag): (&Resolved, &Arc<Layout>, &str),
     missing: &[Descriptor],
     progress: &Progress,
 ) -> anyhow::Result<()> {
@@ -450,12 +478,7 @@ async fn fetch_into(
     }
     progress.steps("publishing", 2, 3);
     layout.write_blob("manifest", &r.digest, &r.raw)?;
-    layout.set_tag(
-        &plan.tag,
-        manifest::OCI_MANIFEST,
-        &r.digest,
-        r.raw.len() as u64,
-    )
+    layout.set_tag(tag, manifest::OCI_MANIFEST, &r.digest, r.raw.len() as u64)
 }
 
 /// One proxy session for all missing blobs of one image.

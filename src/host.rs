@@ -164,6 +164,10 @@ impl Host for System {
         std::fs::rename(tmp, file)
     }
 
+    fn current_dir(&self) -> io::Result<PathBuf> {
+        std::env::current_dir()
+    }
+
     fn systemd_booted(&self) -> bool {
         Path::new("/run/systemd/system").is_dir()
     }

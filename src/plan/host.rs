@@ -6,7 +6,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// What a path names, symlinks followed.
@@ -74,6 +74,9 @@ pub trait Host {
     fn env(&self, name: &str) -> Option<OsString>;
     /// The wall clock.
     fn now(&self) -> SystemTime;
+    /// The process's current directory, which a relative path the user gave
+    /// is below.
+    fn current_dir(&self) -> io::Result<PathBuf>;
     /// Run a root plugin: `call.input` on its stdin, its stdout back (at most
     /// [`PLUGIN_ANSWER_MAX`]), its stderr dropped (it may hold secrets),
     /// killed after `call.timeout`. The error is a short reason, for the
@@ -169,6 +172,9 @@ impl Host for Recording<'_> {
     }
     fn cache_put(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
         self.inner.cache_put(name, bytes)
+    }
+    fn current_dir(&self) -> io::Result<PathBuf> {
+        self.inner.current_dir()
     }
     fn systemd_booted(&self) -> bool {
         self.inner.systemd_booted()

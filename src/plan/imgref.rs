@@ -253,13 +253,47 @@ pub fn valid_hostname(h: &str) -> bool {
 /// Where a pull goes: an OCI image layout directory and the tag inside it, or
 /// an ostree repository (the pull is staged in a layout, then imported).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dest {
-    /// The layout directory (`oci:DIR`).
-    pub dir: PathBuf,
-    /// The tag written, if given (`oci:DIR:TAG`).
-    pub tag: Option<String>,
+pub enum Dest {
+    /// `oci:DIR[:TAG]`.
+    Oci {
+        /// The layout directory.
+        dir: PathBuf,
+        /// The tag written, if given.
+        tag: Option<String>,
+    },
     /// `ostree:REPO[:REF]`: the repository to import into.
-    pub ostree: Option<OstreeDest>,
+    Ostree(OstreeDest),
+}
+
+/// Where a planned pull goes, and the tag its layout gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `oci:DIR[:TAG]`: the layout `dir` gets `tag` (the image's when none
+    /// is given).
+    Oci {
+        /// The layout directory; absolute under `super::Request::absolute_dest`.
+        dir: PathBuf,
+        /// The tag the layout gets.
+        tag: String,
+    },
+    /// `ostree:REPO[:REF]`: the pull goes into a staging layout, chosen when
+    /// the pull starts (`store::ostree::Staging`), which is imported into
+    /// REPO afterwards.
+    Ostree {
+        /// The repository, and the ref to point at the imported commit.
+        dest: OstreeDest,
+        /// The staging layout's tag, which nobody else sees.
+        tag: String,
+    },
+}
+
+impl Target {
+    /// The tag the pull's layout gets.
+    pub fn tag(&self) -> &str {
+        match self {
+            Self::Oci { tag, .. } | Self::Ostree { tag, .. } => tag,
+        }
+    }
 }
 
 /// `ostree:REPO[:REF]`: the repository, and the ref to point at the imported commit.
@@ -297,14 +331,10 @@ impl Dest {
                     "REF must be an ostree ref: /-separated [A-Za-z0-9_][A-Za-z0-9._-]* parts, not under ostree/",
                 );
             }
-            return Ok(Self {
-                dir: PathBuf::new(),
-                tag: None,
-                ostree: Some(OstreeDest {
-                    repo: dir.into(),
-                    ostree_ref: tag.map(str::to_owned),
-                }),
-            });
+            return Ok(Self::Ostree(OstreeDest {
+                repo: dir.into(),
+                ostree_ref: tag.map(str::to_owned),
+            }));
         }
         if let Some(t) = tag
             && !valid_oci_ref_name(t)
@@ -313,10 +343,9 @@ impl Dest {
                 "tag must be an OCI ref name: [A-Za-z0-9] runs separated by one of - . _ : @ + or --",
             );
         }
-        Ok(Self {
+        Ok(Self::Oci {
             dir: dir.into(),
             tag: tag.map(str::to_owned),
-            ostree: None,
         })
     }
 }
@@ -506,10 +535,13 @@ mod tests {
 
     #[test]
     fn dest_parse() {
+        let oci = |dir: &str, tag: Option<&str>| Dest::Oci {
+            dir: dir.into(),
+            tag: tag.map(str::to_owned),
+        };
         let d = Dest::parse("oci:/var/lib/x:v1.0-rc_1").unwrap();
-        assert_eq!(d.dir, PathBuf::from("/var/lib/x"));
-        assert_eq!(d.tag.as_deref(), Some("v1.0-rc_1"));
-        assert_eq!(Dest::parse("oci:rel").unwrap().tag, None);
+        assert_eq!(d, oci("/var/lib/x", Some("v1.0-rc_1")));
+        assert_eq!(Dest::parse("oci:rel").unwrap(), oci("rel", None));
         for bad in [
             "oci:",
             "dir:/x",
@@ -556,7 +588,7 @@ mod tests {
         ];
         for (input, want) in cases {
             let d = Dest::parse(input).unwrap();
-            assert_eq!(d.ostree, Some(want), "{input}");
+            assert_eq!(d, Dest::Ostree(want), "{input}");
         }
     }
 

@@ -33,9 +33,9 @@ use crate::manifest::Platform;
 use crate::options::{Options, SandboxMode};
 // `unit::` names the plan-time checks that used to live in sandbox::unit.
 use host::{FileKind, Host};
-use imgref::{Dest, ImageRef, OstreeDest};
+use imgref::{Dest, ImageRef, OstreeDest, Target};
 pub use summary::{HostSummary, Summary};
-use worker::{self as unit, Limits, WorkerSpec};
+use worker::{self as unit, Isolation, Limits, WorkerSpec};
 
 /// Why `--sandbox auto` fails where systemd does not run the host.
 pub const NO_SYSTEMD: &str = "systemd is not running on this host, so the worker cannot be sandboxed; \
@@ -49,20 +49,18 @@ pub const WORKER_SELINUX_CONTEXT: &str = "system_u:system_r:hostpull_worker_t:s0
 pub struct Plan {
     /// The image, as given (before any registries.conf rewrite).
     pub image: ImageRef,
-    /// The layout the pull writes; for an ostree destination, the staging
-    /// layout, chosen when the pull starts (`store::ostree::Staging`). Empty
-    /// only in a plan made without a destination (`Request::dry_run`),
-    /// which is shown and never pulled.
-    pub dest_dir: PathBuf,
-    /// The tag the layout gets.
-    pub tag: String,
-    /// `ostree:REPO[:REF]`: import the verified layout into REPO afterwards.
-    pub ostree: Option<OstreeDest>,
+    /// Where the pull goes. None only in a plan made without a destination
+    /// (`Request::dry_run`), which is shown and never pulled.
+    pub dest: Option<Target>,
     /// The platform an index resolves to.
     pub platform: Platform,
     /// The worker for the first try; its `credentials` are
     /// `auth::attempt(&credentials, 0)`.
     pub worker: WorkerSpec,
+    /// Set only in a dry-run plan for `--sandbox auto` on a host without
+    /// systemd: the error a pull fails with ([`NO_SYSTEMD`], exit 8). The
+    /// worker then has what `auto` is where systemd runs the host.
+    pub sandbox_error: Option<&'static str>,
     /// Per host, every matching credential in the order tried: a try refused
     /// by the registry moves on to `auth::attempt(&credentials, n + 1)`.
     pub credentials: Vec<auth::Chosen>,
@@ -113,6 +111,9 @@ pub struct Request {
     /// does not depend on where it goes), and `--sandbox auto` on a host
     /// without systemd stays `auto`, shown with the error a pull would give.
     pub dry_run: bool,
+    /// `hostpull rebase`: an `oci:` directory is made absolute (below
+    /// [`Host::current_dir`]), as the consumer it is handed to runs elsewhere.
+    pub absolute_dest: bool,
 }
 
 impl std::ops::Deref for Request {
@@ -166,7 +167,8 @@ pub fn plan(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
 
 /// What the worker is given besides the request: decided by [`decide`].
 struct WorkerParts {
-    mode: SandboxMode,
+    /// None only for `sandbox_error`.
+    mode: Option<Isolation>,
     limits: Limits,
     trust: Vec<trust::HostTrust>,
     dns: dns::Dns,
@@ -178,13 +180,13 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
     req.authfiles
         .extend(host.env(REGISTRY_AUTH_FILE).map(PathBuf::from));
     let req = &req;
-    let (image, dest, tag) = destination(req, host)?;
+    let (image, dest) = destination(req, host)?;
     let platform = match &req.platform {
         Some(p) => Platform::parse(p)?,
         None => Platform::host(),
     };
     check_inputs(req, host)?;
-    let mode = sandbox_mode(req, host)?;
+    let mode = isolation(req, host)?;
     let limits = limits(req)?;
     let conf = registries::load(host, req.registries_conf.as_deref())?;
     registries::check_short_name(&conf.short_names, &image)?;
@@ -215,11 +217,10 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
     };
     Ok(Plan {
         image,
-        dest_dir: dest.dir,
-        tag,
-        ostree: dest.ostree,
+        dest,
         platform,
         worker: worker(req, host, &credentials, parts)?,
+        sandbox_error: mode.is_none().then_some(NO_SYSTEMD),
         retry: retry(req)?,
         credentials,
         max_rate: max_rate(req)?,
@@ -245,7 +246,7 @@ fn worker(
         route,
     } = parts;
     Ok(WorkerSpec {
-        mode,
+        isolation: mode.unwrap_or(Isolation::Systemd),
         skopeo: req.skopeo.clone().unwrap_or_else(|| "skopeo".into()),
         credentials: auth::attempt(credentials, 0),
         cert_dir: req.cert_dir.clone(),
@@ -263,32 +264,36 @@ fn worker(
 }
 
 /// The image, where it goes, and the tag it is written under.
-fn destination(req: &Request, host: &dyn Host) -> anyhow::Result<(ImageRef, Dest, String)> {
+fn destination(req: &Request, host: &dyn Host) -> anyhow::Result<(ImageRef, Option<Target>)> {
     let image = ImageRef::parse(req.image.as_deref().unwrap_or_default())?;
     let dest = match req.dest.as_deref().unwrap_or_default() {
-        "" if req.dry_run => Dest {
-            dir: PathBuf::new(),
-            tag: image.tag.clone().or(Some(String::new())),
-            ostree: None,
-        },
+        "" if req.dry_run => return Ok((image, None)),
         d => Dest::parse(d)?,
     };
-    if let Some(o) = &dest.ostree {
-        check_ostree(host, o, cfg!(feature = "ostree"))?;
-    }
-    let tag = match (&dest.tag, &image.tag) {
-        (Some(t), _) => t.clone(),
-        (None, Some(t)) => t.clone(),
-        // The staging layout's tag, which nobody else sees.
-        (None, None) if dest.ostree.is_some() => "latest".to_owned(),
-        (None, None) => {
-            return fail(
-                Kind::Usage,
-                "the image is pinned by digest: name the tag to write with --dest oci:DIR:TAG",
-            );
+    let target = match dest {
+        Dest::Ostree(dest) => {
+            check_ostree(host, &dest, cfg!(feature = "ostree"))?;
+            let tag = image.tag.clone().unwrap_or_else(|| "latest".to_owned());
+            Target::Ostree { dest, tag }
+        }
+        Dest::Oci { dir, tag } => {
+            let Some(tag) = tag.or_else(|| image.tag.clone()) else {
+                return fail(
+                    Kind::Usage,
+                    "the image is pinned by digest: name the tag to write with --dest oci:DIR:TAG",
+                );
+            };
+            let dir = match req.absolute_dest {
+                // `absolute` of an absolute path only tidies it (no current
+                // directory read): as `std::path::absolute(dir)` would.
+                true if dir.is_relative() => std::path::absolute(host.current_dir()?.join(dir))?,
+                true => std::path::absolute(dir)?,
+                false => dir,
+            };
+            Target::Oci { dir, tag }
         }
     };
-    Ok((image, dest, tag))
+    Ok((image, Some(target)))
 }
 
 /// Every file and directory the request names exists.
@@ -307,13 +312,14 @@ fn check_inputs(req: &Request, host: &dyn Host) -> anyhow::Result<()> {
 }
 
 /// `--sandbox`, with `auto` decided for this host.
-fn sandbox_mode(req: &Request, host: &dyn Host) -> anyhow::Result<SandboxMode> {
-    Ok(match req.sandbox.unwrap_or(SandboxMode::Auto) {
-        SandboxMode::Auto if host.systemd_booted() => SandboxMode::Systemd,
-        SandboxMode::Auto if req.dry_run => SandboxMode::Auto,
+fn isolation(req: &Request, host: &dyn Host) -> anyhow::Result<Option<Isolation>> {
+    Ok(Some(match req.sandbox.unwrap_or(SandboxMode::Auto) {
+        SandboxMode::Auto if host.systemd_booted() => Isolation::Systemd,
+        SandboxMode::Auto if req.dry_run => return Ok(None),
         SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
-        m => m,
-    })
+        SandboxMode::Systemd => Isolation::Systemd,
+        SandboxMode::None => Isolation::None,
+    }))
 }
 
 /// The signature policy, and the trust of every host the pull may contact.
@@ -369,9 +375,13 @@ fn trust_hosts(sources: &[ImageRef], policy: &policy::Applied) -> Vec<String> {
 
 /// The worker's resolver settings, which only a unit can have, and none that
 /// sends a host of this pull where the unit may not go.
-fn worker_dns(req: &Request, mode: SandboxMode, hosts: &[String]) -> anyhow::Result<dns::Dns> {
+fn worker_dns(
+    req: &Request,
+    mode: Option<Isolation>,
+    hosts: &[String],
+) -> anyhow::Result<dns::Dns> {
     let dns = dns::Dns::parse(&req.dns, &req.dns_search, &req.add_hosts)?;
-    if mode == SandboxMode::None && !dns.is_empty() {
+    if mode == Some(Isolation::None) && !dns.is_empty() {
         return fail(
             Kind::Usage,
             "--dns, --dns-search and --add-host need --sandbox systemd: without it the worker shares the host's resolver",
@@ -379,7 +389,7 @@ fn worker_dns(req: &Request, mode: SandboxMode, hosts: &[String]) -> anyhow::Res
     }
     // The unit denies link-local and cloud metadata addresses (unit::IP_DENY):
     // a registry there would fail only once its unit ran, and obscurely.
-    if mode == SandboxMode::Systemd
+    if mode == Some(Isolation::Systemd)
         && let Some((host, ip)) = dns
             .known_addresses(hosts)
             .into_iter()
@@ -761,10 +771,31 @@ mod tests {
         ];
         for (image, dest, want) in cases {
             match (plan(&req(image, dest)), want) {
-                (Ok(p), Some(t)) => assert_eq!(p.tag, t),
+                (Ok(p), Some(t)) => assert_eq!(p.dest.unwrap().tag(), t),
                 (Err(e), None) => assert_eq!(crate::error::exit_code(&e), 2),
                 (r, _) => panic!("{image} {dest}: {r:?}"),
             }
+        }
+    }
+
+    /// `hostpull rebase` hands the layout to a consumer that runs elsewhere:
+    /// the planner makes its directory absolute, as `std::path::absolute`.
+    #[test]
+    fn rebase_layout_is_absolute() {
+        let cases = [
+            ("oci:rel/./d:t", false, "rel/./d"),
+            ("oci:rel/./d:t", true, "/nonexistent-root/rel/d"),
+            ("oci:/a/./b/:t", true, "/a/b"),
+            ("oci:/a/../b:t", true, "/a/../b"),
+        ];
+        for (dest, absolute, want) in cases {
+            let mut r = req("h.io/a:v1", dest);
+            r.absolute_dest = absolute;
+            let want = Target::Oci {
+                dir: want.into(),
+                tag: "t".into(),
+            };
+            assert_eq!(plan(&r).unwrap().dest, Some(want), "{dest}");
         }
     }
 
@@ -791,8 +822,11 @@ mod tests {
             "h.io/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
         match super::plan(&req(pinned, "ostree:/repo:os/stable"), &h) {
             Ok(p) if cfg!(feature = "ostree") => {
-                assert_eq!(p.ostree.unwrap().ostree_ref.as_deref(), Some("os/stable"));
-                assert_eq!(p.tag, "latest");
+                let Some(Target::Ostree { dest, tag }) = p.dest else {
+                    panic!("{:?}", p.dest)
+                };
+                assert_eq!(dest.ostree_ref.as_deref(), Some("os/stable"));
+                assert_eq!(tag, "latest");
             }
             Err(e) if cfg!(not(feature = "ostree")) => {
                 assert_eq!(crate::error::exit_code(&e), 2)
@@ -1100,8 +1134,8 @@ mod tests {
         let mut h = host();
         h.systemd = true;
         assert_eq!(
-            super::plan(&r, &h).unwrap().worker.mode,
-            SandboxMode::Systemd
+            super::plan(&r, &h).unwrap().worker.isolation,
+            Isolation::Systemd
         );
         let e = plan(&r).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 8);

@@ -3,8 +3,8 @@
 //! policy, and the root plugins run to make it.
 
 use crate::options::SandboxMode;
-use crate::plan::imgref::OstreeDest;
-use crate::plan::{NO_SYSTEMD, Plan};
+use crate::plan::Plan;
+use crate::plan::imgref::{OstreeDest, Target};
 
 /// What `hostpull plan` shows: everything the pull may use, per host, with
 /// the credential's source and key but never the secret.
@@ -78,15 +78,16 @@ impl Plan {
         Summary {
             image: self.image.to_string(),
             platform: self.platform.to_string(),
-            dest: match &self.ostree {
-                Some(o) => Some(o.repo.display().to_string()),
-                None if self.dest_dir.as_os_str().is_empty() => None,
-                None => Some(self.dest_dir.display().to_string()),
+            dest: self.dest.as_ref().map(|d| match d {
+                Target::Oci { dir, .. } => dir.display().to_string(),
+                Target::Ostree { dest, .. } => dest.repo.display().to_string(),
+            }),
+            tag: self.dest.as_ref().map(|d| d.tag().to_owned()),
+            sandbox: match self.sandbox_error {
+                Some(_) => SandboxMode::Auto,
+                None => w.isolation.mode(),
             },
-            tag: Some(self.tag.clone())
-                .filter(|_| self.ostree.is_some() || !self.dest_dir.as_os_str().is_empty()),
-            sandbox: w.mode,
-            sandbox_error: (w.mode == SandboxMode::Auto).then(|| NO_SYSTEMD.to_owned()),
+            sandbox_error: self.sandbox_error.map(str::to_owned),
             memory_max: w.limits.memory_max.clone(),
             tasks_max: w.limits.tasks_max,
             max_rate: self.max_rate,
@@ -138,7 +139,10 @@ impl Plan {
                 .collect(),
             signature: self.policy.describe(),
             lookaside: self.policy.lookaside.clone(),
-            ostree: self.ostree.clone(),
+            ostree: match &self.dest {
+                Some(Target::Ostree { dest, .. }) => Some(dest.clone()),
+                _ => None,
+            },
             plugins_run: self.plugins_run.clone(),
         }
     }

@@ -178,6 +178,11 @@ impl Host for MemHost {
         Ok(())
     }
 
+    /// The root: a relative path is below it.
+    fn current_dir(&self) -> io::Result<PathBuf> {
+        Ok(self.root.clone())
+    }
+
     fn systemd_booted(&self) -> bool {
         self.systemd
     }

@@ -5,7 +5,6 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
-use crate::error::{Kind, fail};
 use crate::options::SandboxMode;
 use crate::plan::auth::Chosen;
 use crate::plan::dns::Dns;
@@ -14,8 +13,8 @@ use crate::plan::trust::HostTrust;
 /// Everything the worker may use for one pull.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerSpec {
-    /// `Systemd` or `None`; `Auto` is resolved by the plan.
-    pub mode: SandboxMode,
+    /// How it is isolated: `--sandbox auto` is decided by the plan.
+    pub isolation: Isolation,
     /// The skopeo binary: `--skopeo`, `HOSTPULL_SKOPEO`, `[worker] skopeo`, or
     /// `skopeo` on PATH.
     pub skopeo: PathBuf,
@@ -41,9 +40,9 @@ pub struct WorkerSpec {
 #[cfg(test)]
 impl WorkerSpec {
     /// A worker with nothing but defaults: no credentials, trust or DNS.
-    pub(crate) fn for_tests(mode: SandboxMode) -> Self {
+    pub(crate) fn for_tests(isolation: Isolation) -> Self {
         Self {
-            mode,
+            isolation,
             skopeo: "/usr/bin/skopeo".into(),
             credentials: Vec::new(),
             cert_dir: None,
@@ -66,14 +65,12 @@ pub enum Isolation {
     None,
 }
 
-impl WorkerSpec {
-    /// The isolation this worker runs under. `auto` is left only in a plan
-    /// made for display (`hostpull plan`), which never starts a worker.
-    pub fn isolation(&self) -> anyhow::Result<Isolation> {
-        match self.mode {
-            SandboxMode::Systemd => Ok(Isolation::Systemd),
-            SandboxMode::None => Ok(Isolation::None),
-            SandboxMode::Auto => fail(Kind::Worker, super::NO_SYSTEMD),
+impl Isolation {
+    /// The `--sandbox` mode that asks for it.
+    pub fn mode(self) -> SandboxMode {
+        match self {
+            Self::Systemd => SandboxMode::Systemd,
+            Self::None => SandboxMode::None,
         }
     }
 }

@@ -131,7 +131,7 @@ impl Worker {
     /// Stage what `spec` allows for its isolation and make ready to start
     /// workers; nothing runs yet.
     pub async fn prepare(spec: &WorkerSpec) -> anyhow::Result<Self> {
-        let isolation = spec.isolation()?;
+        let isolation = spec.isolation;
         let id = format!("{}-{:08x}", std::process::id(), rand_u32());
         let version = tokio::spawn(skopeo_version(spec.skopeo.clone()));
         let (staging, mode) = match isolation {
@@ -459,7 +459,7 @@ impl Worker {
             ),
         };
         WorkerReport {
-            sandbox: self.spec.mode,
+            sandbox: self.spec.isolation.mode(),
             unit,
             uid,
             memory_peak_bytes,
@@ -557,17 +557,16 @@ fn pdeathsig(c: &mut Command) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::SandboxMode;
     use crate::plan::auth::Chosen;
     use crate::plan::trust::HostTrust;
 
-    fn spec(mode: SandboxMode) -> WorkerSpec {
+    fn spec(mode: Isolation) -> WorkerSpec {
         WorkerSpec::for_tests(mode)
     }
 
     #[tokio::test]
     async fn client_args_never_ambient() {
-        let w = Worker::prepare(&spec(SandboxMode::None)).await.unwrap();
+        let w = Worker::prepare(&spec(Isolation::None)).await.unwrap();
         assert_eq!(w.client_args(None), ["--insecure-policy", "--no-creds"]);
         let w = Worker::prepare(&WorkerSpec {
             credentials: vec![Chosen {
@@ -578,7 +577,7 @@ mod tests {
             }],
             cert_dir: Some("/certs".into()),
             tls_verify: false,
-            ..spec(SandboxMode::None)
+            ..spec(Isolation::None)
         })
         .await
         .unwrap();
@@ -614,7 +613,7 @@ mod tests {
 
     #[tokio::test]
     async fn none_mode_command_is_clean() {
-        let w = Worker::prepare(&spec(SandboxMode::None)).await.unwrap();
+        let w = Worker::prepare(&spec(Isolation::None)).await.unwrap();
         let session = w.proxy_session().unwrap();
         assert_eq!(session.unit, None);
         let cmd = Command::try_from(session.config).unwrap();
@@ -671,7 +670,7 @@ mod tests {
             trust(vec![], Some((dir.clone(), file.clone()))),
             trust(vec![], Some((file.clone(), dir.clone()))),
         ] {
-            let mut spec = spec(SandboxMode::None);
+            let mut spec = spec(Isolation::None);
             spec.trust = vec![t];
             let e = Worker::prepare(&spec).await.err().unwrap();
             assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");

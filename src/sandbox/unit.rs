@@ -238,7 +238,7 @@ mod tests {
                 ..Default::default()
             },
             selinux_context: Some("system_u:system_r:hostpull_worker_t:s0".into()),
-            ..WorkerSpec::for_tests(crate::options::SandboxMode::Systemd)
+            ..WorkerSpec::for_tests(crate::plan::worker::Isolation::Systemd)
         };
         let c = systemd_run(
             "hostpull-worker-1-0.service",
@@ -299,7 +299,7 @@ mod tests {
 
     #[test]
     fn cpu_quota_unset_by_default() {
-        let spec = WorkerSpec::for_tests(crate::options::SandboxMode::Systemd);
+        let spec = WorkerSpec::for_tests(crate::plan::worker::Isolation::Systemd);
         let c = systemd_run("u", &spec, &Mounts::default(), Path::new("skopeo"));
         assert!(!args(&c).iter().any(|a| a.starts_with("CPUQuota")
             || a.starts_with("SELinuxContext")

@@ -28,9 +28,8 @@ use anyhow::Context;
 
 use crate::digest::Sha256Digest;
 use crate::manifest::Manifest;
-use crate::options::SandboxMode;
 use crate::plan::imgref::{ImageRef, OstreeDest};
-use crate::plan::worker::WorkerSpec;
+use crate::plan::worker::{Isolation, WorkerSpec};
 
 /// Where ostree-ext keeps the image refs (`ostree/container/image/<escaped ref>`).
 pub const IMAGE_REF_PREFIX: &str = "ostree/container/image";
@@ -209,7 +208,7 @@ pub struct ImportProxy {
 ///   with ostree-ext's default.
 pub fn import_proxy(worker: &WorkerSpec, layout: &Path) -> ImportProxy {
     proxy_for(
-        worker.mode,
+        worker.isolation,
         &worker.limits,
         worker.selinux_context.is_some(),
         &worker.skopeo,
@@ -219,14 +218,14 @@ pub fn import_proxy(worker: &WorkerSpec, layout: &Path) -> ImportProxy {
 
 /// [`import_proxy`] from the parts of the worker's spec it uses.
 fn proxy_for(
-    mode: SandboxMode,
+    isolation: Isolation,
     limits: &crate::plan::worker::Limits,
     selinux: bool,
     skopeo: &Path,
     layout: &Path,
 ) -> ImportProxy {
-    match mode {
-        SandboxMode::Systemd => {
+    match isolation {
+        Isolation::Systemd => {
             let unit = format!(
                 "{}{}-import-{:08x}.service",
                 crate::sandbox::unit::UNIT_PREFIX,
@@ -247,7 +246,7 @@ fn proxy_for(
                 unit: Some(unit),
             }
         }
-        _ => {
+        Isolation::None => {
             let mut c = std::process::Command::new("setpriv");
             c.args(["--pdeathsig", "TERM", "--", "unshare", "--net", "--"])
                 .arg(skopeo)
@@ -410,7 +409,7 @@ mod tests {
             .collect()
     }
 
-    fn proxy(mode: SandboxMode, selinux: bool, layout: &Path) -> ImportProxy {
+    fn proxy(mode: Isolation, selinux: bool, layout: &Path) -> ImportProxy {
         proxy_for(
             mode,
             &Default::default(),
@@ -423,14 +422,14 @@ mod tests {
     #[test]
     fn import_proxy_has_no_network_either_way() {
         let layout = Path::new("/repo/tmp/hostpull-staging-x/layout");
-        let p = proxy(SandboxMode::None, false, layout);
+        let p = proxy(Isolation::None, false, layout);
         assert_eq!(
             argv(&p.command).join(" "),
             "setpriv --pdeathsig TERM -- unshare --net -- skopeo --insecure-policy"
         );
         assert_eq!((p.layout.as_path(), p.unit), (layout, None));
 
-        let p = proxy(SandboxMode::Systemd, true, layout);
+        let p = proxy(Isolation::Systemd, true, layout);
         let args = argv(&p.command);
         let unit = p.unit.unwrap();
         assert!(unit.starts_with(&format!("hostpull-worker-{}-import-", std::process::id())));
@@ -450,7 +449,7 @@ mod tests {
             args[args.len() - 3..],
             ["--", "skopeo", "--insecure-policy"]
         );
-        let p = proxy(SandboxMode::Systemd, false, layout);
+        let p = proxy(Isolation::Systemd, false, layout);
         assert!(
             !argv(&p.command)
                 .iter()
