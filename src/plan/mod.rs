@@ -31,11 +31,10 @@ use std::time::Duration;
 use crate::error::{Failure, Kind, fail};
 use crate::manifest::Platform;
 use crate::options::{Options, SandboxMode};
-// `unit::` names the plan-time checks that used to live in sandbox::unit.
 use host::{FileKind, Host};
 use imgref::{Dest, ImageRef, OstreeDest, Target};
 pub use summary::{HostSummary, Summary};
-use worker::{self as unit, Isolation, Limits, WorkerSpec};
+use worker::{Isolation, Limits, WorkerSpec};
 
 /// Why `--sandbox auto` fails where systemd does not run the host.
 pub const NO_SYSTEMD: &str = "systemd is not running on this host, so the worker cannot be sandboxed; \
@@ -387,13 +386,13 @@ fn worker_dns(
             "--dns, --dns-search and --add-host need --sandbox systemd: without it the worker shares the host's resolver",
         );
     }
-    // The unit denies link-local and cloud metadata addresses (unit::IP_DENY):
+    // The unit denies link-local and cloud metadata addresses (worker::IP_DENY):
     // a registry there would fail only once its unit ran, and obscurely.
     if mode == Some(Isolation::Systemd)
         && let Some((host, ip)) = dns
             .known_addresses(hosts)
             .into_iter()
-            .find(|(_, ip)| unit::ip_denied(*ip))
+            .find(|(_, ip)| worker::ip_denied(*ip))
     {
         return fail(
             Kind::Usage,
@@ -538,7 +537,7 @@ fn max_rate(req: &Request) -> anyhow::Result<Option<u64>> {
     let Some(r) = &req.max_rate else {
         return Ok(None);
     };
-    match unit::parse_size(r) {
+    match worker::parse_size(r) {
         Some(n) if n >= crate::rate::MIN_RATE => Ok(Some(n)),
         _ => fail(
             Kind::Usage,
@@ -554,7 +553,7 @@ fn max_rate(req: &Request) -> anyhow::Result<Option<u64>> {
 fn limits(req: &Request) -> anyhow::Result<Limits> {
     let mut l = Limits::default();
     if let Some(m) = &req.memory_max {
-        if unit::parse_size(m).is_none() {
+        if worker::parse_size(m).is_none() {
             return fail(
                 Kind::Usage,
                 format!("invalid --memory-max {m:?}: expected bytes with an optional K, M, G or T"),
@@ -563,7 +562,7 @@ fn limits(req: &Request) -> anyhow::Result<Limits> {
         l.memory_max = m.clone();
     }
     if let Some(q) = &req.cpu_quota {
-        if !unit::valid_cpu_quota(q) {
+        if !worker::valid_cpu_quota(q) {
             return fail(
                 Kind::Usage,
                 format!("invalid --cpu-quota {q:?}: expected a percentage such as 50%"),
