@@ -5,7 +5,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde::Serialize;
 use zbus::zvariant::OwnedObjectPath;
 
 use super::unit::{SLICE, UNIT_PREFIX};
@@ -32,18 +31,15 @@ pub struct Systemd {
 }
 
 /// What was seen of one worker unit while it ran.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct Observed {
     /// The unit's name.
     pub unit: String,
-    /// Its main process, once seen.
-    pub main_pid: Option<u32>,
     /// The dynamic uid it ran as, once seen.
     pub uid: Option<u32>,
     /// Its cgroup's peak memory, once seen.
     pub memory_peak_bytes: Option<u64>,
     /// OOM kills the kernel counted in the unit's memory cgroup.
-    #[serde(skip)]
     pub oom_kills: u64,
 }
 
@@ -244,7 +240,6 @@ impl Systemd {
                         let uid = proc_uid(pid);
                         {
                             let mut s = seen.lock().unwrap();
-                            s.main_pid = Some(pid);
                             s.uid = uid.or(s.uid);
                         }
                         if uid.is_some_and(|u| u != 0) {
