@@ -215,18 +215,9 @@ impl Worker {
         let tree = format!("certs.d-{n}");
         for (i, t) in self.spec.trust.iter().enumerate() {
             let dir = format!("{tree}/{}", t.host);
-            for (j, ca) in t.cas.iter().enumerate() {
-                staging.write_public(
-                    &format!("{dir}/ca-{j}.crt"),
-                    &crate::host::read_trust_file(ca)?,
-                )?;
-            }
+            prepare::stage_certs(staging, &dir, t)?;
             prepare::stage_ca_bundle(staging, &dir, t)?;
-            if let Some((cert, _)) = &t.client {
-                staging.write_public(
-                    &format!("{dir}/client.cert"),
-                    &crate::host::read_trust_file(cert)?,
-                )?;
+            if t.client.is_some() {
                 let key = unit::credentials_dir(unit).join(prepare::client_key_name(i));
                 staging.symlink(&format!("{dir}/client.key"), &key)?;
             }

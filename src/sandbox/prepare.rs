@@ -76,17 +76,8 @@ pub(super) fn plain(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<Mode
     let mut host_cert_dir = None;
     if let Some(t) = spec.trust.iter().find(|t| !t.lookaside_only) {
         let dir = format!("certs.d/{}", t.host);
-        for (j, ca) in t.cas.iter().enumerate() {
-            staging.write_public(
-                &format!("{dir}/ca-{j}.crt"),
-                &crate::host::read_trust_file(ca)?,
-            )?;
-        }
-        if let Some((cert, key)) = &t.client {
-            staging.write_public(
-                &format!("{dir}/client.cert"),
-                &crate::host::read_trust_file(cert)?,
-            )?;
+        stage_certs(staging, &dir, t)?;
+        if let Some((_, key)) = &t.client {
             staging.copy(&format!("{dir}/client.key"), key)?;
         }
         host_cert_dir = Some(staging.path().join(dir));
@@ -116,6 +107,21 @@ pub(super) fn cert_files(dir: &Path) -> anyhow::Result<Vec<String>> {
     }
     names.sort();
     Ok(names)
+}
+
+/// `DIR/ca-N.crt` and `DIR/client.cert` in the staging dir, as certs.d
+/// names them: a host's public files. Its client key is the caller's, which
+/// either copies it (a plain child) or links it to the unit's credentials.
+pub(super) fn stage_certs(staging: &Staging, dir: &str, t: &HostTrust) -> anyhow::Result<()> {
+    for (j, ca) in t.cas.iter().enumerate() {
+        let pem = crate::host::read_trust_file(ca)?;
+        staging.write_public(&format!("{dir}/ca-{j}.crt"), &pem)?;
+    }
+    if let Some((cert, _)) = &t.client {
+        let pem = crate::host::read_trust_file(cert)?;
+        staging.write_public(&format!("{dir}/client.cert"), &pem)?;
+    }
+    Ok(())
 }
 
 /// A client key's name among a unit's credentials.
