@@ -429,6 +429,26 @@ json.dump({{"apiVersion": "credentialprovider.kubelet.k8s.io/v1", "kind": "Crede
             std::os::unix::fs::PermissionsExt::mode(&e.unwrap().metadata().unwrap().permissions());
         assert_eq!(mode & 0o777, 0o600);
     }
+    // `hostpull plan` runs the plugins a pull would, and says so; with their
+    // answers cached (another root, so a cache of its own), it runs none.
+    let fresh = scratch();
+    let plan = || {
+        let pull = pull_with(fresh.path(), "plan", &args);
+        let mut plan = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        plan.arg("plan").args(pull.get_args().skip(1));
+        run(&mut plan).json()
+    };
+    let p = plan();
+    assert_eq!(
+        p["plugins_run"],
+        serde_json::json!(["credential provider first", "credential provider second"]),
+        "{p}"
+    );
+    let calls_now = std::fs::read_to_string(&calls).unwrap();
+    assert_eq!(calls_now, "first\nsecond\nfirst\nsecond\n");
+    let p = plan();
+    assert_eq!(p["plugins_run"], serde_json::json!([]), "{p}");
+    assert_eq!(std::fs::read_to_string(&calls).unwrap(), calls_now);
     // A plugin whose answer is not a CredentialProviderResponse: exit 2, nothing echoed.
     let garbage = bin.join("garbage");
     write_private(&garbage, b"#!/bin/sh\necho not-json-secret-ish\n");
