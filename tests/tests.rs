@@ -10,6 +10,7 @@ mod mirrors;
 mod ostree;
 mod pull;
 mod rate;
+mod rig_env;
 mod robust;
 mod signatures;
 mod systemd;
