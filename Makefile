@@ -1,6 +1,6 @@
 # Build and install hostpull into FHS places.
 #
-#   make                                  cargo build --release, then the man page,
+#   make                                  cargo build --release, then the man pages,
 #                                         completions, units and SELinux policy package
 #   make install DESTDIR=... PREFIX=/usr  copy them into place; builds nothing that
 #                                         exists (a packager's %install gives BIN=)
@@ -40,8 +40,11 @@ SELINUX_SRC ?= selinux
 
 UNITS := hostpull.slice hostpull-pull@.service hostpull-pull@.timer
 DOCS := $(wildcard docs/*.md) docs/progress-v0.schema.json
-GENERATED := $(OUT)/hostpull.1 $(OUT)/hostpull.bash $(OUT)/_hostpull $(OUT)/hostpull.fish \
-	$(addprefix $(OUT)/units/,$(UNITS)) $(OUT)/selinux/hostpull.pp.bz2
+# hostpull(1) and a page per verb (`hostpull man VERB`).
+VERBS := pull plan rebase prune man completions
+MANPAGES := hostpull.1 $(addprefix hostpull-,$(addsuffix .1,$(VERBS)))
+GENERATED := $(addprefix $(OUT)/,$(MANPAGES)) $(OUT)/hostpull.bash $(OUT)/_hostpull \
+	$(OUT)/hostpull.fish $(addprefix $(OUT)/units/,$(UNITS)) $(OUT)/selinux/hostpull.pp.bz2
 
 all: bin
 	$(MAKE) generated
@@ -57,6 +60,9 @@ $(BIN):
 $(OUT)/hostpull.1: $(BIN)
 	@mkdir -p $(@D)
 	$(BIN) man >$@.tmp && mv $@.tmp $@
+$(OUT)/hostpull-%.1: $(BIN)
+	@mkdir -p $(@D)
+	$(BIN) man $* >$@.tmp && mv $@.tmp $@
 $(OUT)/hostpull.bash: $(BIN)
 	@mkdir -p $(@D)
 	$(BIN) completions bash >$@.tmp && mv $@.tmp $@
@@ -85,7 +91,8 @@ install: $(BIN) $(GENERATED)
 	$(INSTALL) -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/hostpull
 	$(INSTALL) -d -m 0755 $(DESTDIR)$(UNITDIR)
 	$(INSTALL) -m 0644 $(addprefix $(OUT)/units/,$(UNITS)) $(DESTDIR)$(UNITDIR)/
-	$(INSTALL) -D -m 0644 $(OUT)/hostpull.1 $(DESTDIR)$(MANDIR)/man1/hostpull.1
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(MANDIR)/man1
+	$(INSTALL) -m 0644 $(addprefix $(OUT)/,$(MANPAGES)) $(DESTDIR)$(MANDIR)/man1/
 	$(INSTALL) -D -m 0644 $(OUT)/hostpull.bash $(DESTDIR)$(BASHCOMPDIR)/hostpull
 	$(INSTALL) -D -m 0644 $(OUT)/_hostpull $(DESTDIR)$(ZSHCOMPDIR)/_hostpull
 	$(INSTALL) -D -m 0644 $(OUT)/hostpull.fish $(DESTDIR)$(FISHCOMPDIR)/hostpull.fish
