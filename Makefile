@@ -1,9 +1,10 @@
 # Build and install hostpull into FHS places.
 #
 #   make                                  cargo build --release, then the man pages,
-#                                         completions, units and SELinux policy package
-#   make install DESTDIR=... PREFIX=/usr  copy them into place; builds nothing that
-#                                         exists (a packager's %install gives BIN=)
+#                                         completions and SELinux policy package
+#   make install DESTDIR=... PREFIX=/usr  copy them into place, and write the units for
+#                                         this PREFIX; builds nothing that exists (a
+#                                         packager's %install gives BIN=)
 #
 # Nothing goes to /etc but the empty /etc/hostpull/pulls.d/ a package must own; the
 # vendor directories are /usr/lib/hostpull/{config.d,pulls.d}/ (hostpull reads /usr/lib,
@@ -44,7 +45,7 @@ DOCS := $(wildcard docs/*.md) docs/progress-v0.schema.json
 VERBS := pull plan rebase prune man completions
 MANPAGES := hostpull.1 $(addprefix hostpull-,$(addsuffix .1,$(VERBS)))
 GENERATED := $(addprefix $(OUT)/,$(MANPAGES)) $(OUT)/hostpull.bash $(OUT)/_hostpull \
-	$(OUT)/hostpull.fish $(addprefix $(OUT)/units/,$(UNITS)) $(OUT)/selinux/hostpull.pp.bz2
+	$(OUT)/hostpull.fish $(OUT)/selinux/hostpull.pp.bz2
 
 all: bin
 	$(MAKE) generated
@@ -73,11 +74,6 @@ $(OUT)/hostpull.fish: $(BIN)
 	@mkdir -p $(@D)
 	$(BIN) completions fish >$@.tmp && mv $@.tmp $@
 
-# The units name /usr/bin/hostpull and /usr/share/doc/hostpull: follow PREFIX.
-$(OUT)/units/%: systemd/%
-	@mkdir -p $(@D)
-	sed -e 's|/usr/bin/hostpull|$(BINDIR)/hostpull|g' -e 's|/usr/share/doc/hostpull|$(DOCDIR)|g' $< >$@
-
 # The devel Makefile must not see our command line (PREFIX= and friends): empty MAKEFLAGS.
 selinux-pp: $(OUT)/selinux/hostpull.pp
 $(OUT)/selinux/hostpull.pp: $(SELINUX_SRC)/hostpull.te $(SELINUX_SRC)/hostpull.if $(SELINUX_SRC)/hostpull.fc
@@ -89,9 +85,15 @@ $(OUT)/selinux/hostpull.pp.bz2: $(OUT)/selinux/hostpull.pp
 
 install: $(BIN) $(GENERATED)
 	$(INSTALL) -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/hostpull
-	$(INSTALL) -d -m 0755 $(DESTDIR)$(UNITDIR)
-	$(INSTALL) -m 0644 $(addprefix $(OUT)/units/,$(UNITS)) $(DESTDIR)$(UNITDIR)/
-	$(INSTALL) -d -m 0755 $(DESTDIR)$(MANDIR)/man1
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1
+# The units name /usr/bin/hostpull and /usr/share/doc/hostpull: written here, with
+# install's BINDIR and DOCDIR, as `make` or `make generated` never knew the PREFIX
+# given to install (README's and the spec's two steps).
+	for u in $(UNITS); do \
+		sed -e 's|/usr/bin/hostpull|$(BINDIR)/hostpull|g' -e 's|/usr/share/doc/hostpull|$(DOCDIR)|g' \
+			systemd/$$u >$(DESTDIR)$(UNITDIR)/$$u.tmp && chmod 0644 $(DESTDIR)$(UNITDIR)/$$u.tmp && \
+			mv $(DESTDIR)$(UNITDIR)/$$u.tmp $(DESTDIR)$(UNITDIR)/$$u || exit 1; \
+	done
 	$(INSTALL) -m 0644 $(addprefix $(OUT)/,$(MANPAGES)) $(DESTDIR)$(MANDIR)/man1/
 	$(INSTALL) -D -m 0644 $(OUT)/hostpull.bash $(DESTDIR)$(BASHCOMPDIR)/hostpull
 	$(INSTALL) -D -m 0644 $(OUT)/_hostpull $(DESTDIR)$(ZSHCOMPDIR)/_hostpull
