@@ -1,9 +1,10 @@
 # Build and install hostpull into FHS places.
 #
-#   make                                  cargo build --release, then the man page,
-#                                         completions, units and SELinux policy package
-#   make install DESTDIR=... PREFIX=/usr  copy them into place; builds nothing that
-#                                         exists (a packager's %install gives BIN=)
+#   make                                  cargo build --release, then the man pages,
+#                                         completions and SELinux policy package
+#   make install DESTDIR=... PREFIX=/usr  copy them into place, and write the units for
+#                                         this PREFIX; builds nothing that exists (a
+#                                         packager's %install gives BIN=)
 #
 # Nothing goes to /etc but the empty /etc/hostpull/pulls.d/ a package must own; the
 # vendor directories are /usr/lib/hostpull/{config.d,pulls.d}/ (hostpull reads /usr/lib,
@@ -40,8 +41,11 @@ SELINUX_SRC ?= selinux
 
 UNITS := hostpull.slice hostpull-pull@.service hostpull-pull@.timer
 DOCS := $(wildcard docs/*.md) docs/progress-v0.schema.json
-GENERATED := $(OUT)/hostpull.1 $(OUT)/hostpull.bash $(OUT)/_hostpull $(OUT)/hostpull.fish \
-	$(addprefix $(OUT)/units/,$(UNITS)) $(OUT)/selinux/hostpull.pp.bz2
+# hostpull(1) and a page per verb (`hostpull man VERB`).
+VERBS := pull plan rebase prune man completions
+MANPAGES := hostpull.1 $(addprefix hostpull-,$(addsuffix .1,$(VERBS)))
+GENERATED := $(addprefix $(OUT)/,$(MANPAGES)) $(OUT)/hostpull.bash $(OUT)/_hostpull \
+	$(OUT)/hostpull.fish $(OUT)/selinux/hostpull.pp.bz2
 
 all: bin
 	$(MAKE) generated
@@ -57,6 +61,9 @@ $(BIN):
 $(OUT)/hostpull.1: $(BIN)
 	@mkdir -p $(@D)
 	$(BIN) man >$@.tmp && mv $@.tmp $@
+$(OUT)/hostpull-%.1: $(BIN)
+	@mkdir -p $(@D)
+	$(BIN) man $* >$@.tmp && mv $@.tmp $@
 $(OUT)/hostpull.bash: $(BIN)
 	@mkdir -p $(@D)
 	$(BIN) completions bash >$@.tmp && mv $@.tmp $@
@@ -66,11 +73,6 @@ $(OUT)/_hostpull: $(BIN)
 $(OUT)/hostpull.fish: $(BIN)
 	@mkdir -p $(@D)
 	$(BIN) completions fish >$@.tmp && mv $@.tmp $@
-
-# The units name /usr/bin/hostpull and /usr/share/doc/hostpull: follow PREFIX.
-$(OUT)/units/%: systemd/%
-	@mkdir -p $(@D)
-	sed -e 's|/usr/bin/hostpull|$(BINDIR)/hostpull|g' -e 's|/usr/share/doc/hostpull|$(DOCDIR)|g' $< >$@
 
 # The devel Makefile must not see our command line (PREFIX= and friends): empty MAKEFLAGS.
 selinux-pp: $(OUT)/selinux/hostpull.pp
@@ -83,9 +85,16 @@ $(OUT)/selinux/hostpull.pp.bz2: $(OUT)/selinux/hostpull.pp
 
 install: $(BIN) $(GENERATED)
 	$(INSTALL) -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/hostpull
-	$(INSTALL) -d -m 0755 $(DESTDIR)$(UNITDIR)
-	$(INSTALL) -m 0644 $(addprefix $(OUT)/units/,$(UNITS)) $(DESTDIR)$(UNITDIR)/
-	$(INSTALL) -D -m 0644 $(OUT)/hostpull.1 $(DESTDIR)$(MANDIR)/man1/hostpull.1
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1
+# The units name /usr/bin/hostpull and /usr/share/doc/hostpull: written here, with
+# install's BINDIR and DOCDIR, as `make` or `make generated` never knew the PREFIX
+# given to install (README's and the spec's two steps).
+	for u in $(UNITS); do \
+		sed -e 's|/usr/bin/hostpull|$(BINDIR)/hostpull|g' -e 's|/usr/share/doc/hostpull|$(DOCDIR)|g' \
+			systemd/$$u >$(DESTDIR)$(UNITDIR)/$$u.tmp && chmod 0644 $(DESTDIR)$(UNITDIR)/$$u.tmp && \
+			mv $(DESTDIR)$(UNITDIR)/$$u.tmp $(DESTDIR)$(UNITDIR)/$$u || exit 1; \
+	done
+	$(INSTALL) -m 0644 $(addprefix $(OUT)/,$(MANPAGES)) $(DESTDIR)$(MANDIR)/man1/
 	$(INSTALL) -D -m 0644 $(OUT)/hostpull.bash $(DESTDIR)$(BASHCOMPDIR)/hostpull
 	$(INSTALL) -D -m 0644 $(OUT)/_hostpull $(DESTDIR)$(ZSHCOMPDIR)/_hostpull
 	$(INSTALL) -D -m 0644 $(OUT)/hostpull.fish $(DESTDIR)$(FISHCOMPDIR)/hostpull.fish

@@ -34,7 +34,7 @@ case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
-rig() { sed -n "s/^$1=//p" "$RIG_DIR/env"; }
+rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
 AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR) REGISTRY=$(rig RIG_REGISTRY)
 BASE_MIB=${BASE_MIB:-448} LAYER_MIB=${LAYER_MIB:-64}
 BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}

@@ -38,7 +38,7 @@ case $IMG in big|paced) ;; *) die "--image wants big or paced" ;; esac
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
-rig() { sed -n "s/^$1=//p" "$RIG_DIR/env"; }
+rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
 REGISTRY=$(rig RIG_REGISTRY) AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR)
 IMAGE=$(rig "RIG_IMG_${IMG^^}")
 [ -n "$IMAGE" ] || die "no RIG_IMG_${IMG^^} in $RIG_DIR/env (rig brought up with RIG_BIG=0, or before it had $IMG?)"

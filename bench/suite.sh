@@ -79,7 +79,7 @@ if [ -z "${BENCH_IN_SYSD:-}" ]; then
 fi
 
 # ---------------------------------------------------------------- measurements
-rig() { sed -n "s/^$1=//p" "$RIG_DIR/env"; }
+rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
 AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR)
 BIG=$(rig RIG_IMG_BIG) BIG2=$(rig RIG_IMG_BIG2) HUGE=$(rig RIG_IMG_HUGE)
 [ -n "$HUGE" ] && [ -n "$BIG2" ] || die "rig in $RIG_DIR lacks the benchmark images (RIG_BENCH=1)"

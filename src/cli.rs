@@ -76,11 +76,12 @@ pub enum Cmd {
     Rebase(Box<RebaseOpts>),
     /// Remove the blobs of an OCI image layout that no tag references.
     Prune(PruneOpts),
-    /// Print the man page (roff) on stdout.
-    #[command(hide = true)]
-    Man,
+    /// Print a man page (roff) on stdout: hostpull(1), or hostpull-VERB(1).
+    Man {
+        /// The verb whose page to print (pull, plan, rebase, prune, man, completions)
+        verb: Option<String>,
+    },
     /// Print shell completions on stdout.
-    #[command(hide = true)]
     Completions {
         /// The shell to complete for
         #[arg(value_enum)]
@@ -102,12 +103,14 @@ pub struct PruneOpts {
 #[derive(Debug, clap::Args)]
 // The fields' docs are --help's text: `<repository>` there is a placeholder.
 #[allow(rustdoc::invalid_html_tags)]
+// A consumer takes an OCI layout only: rebase refuses `--dest ostree:`.
+#[command(mut_arg("dest", |a| a.help("oci:DIR[:TAG]: the layout to pull into and hand over (instead of --layout)")))]
 pub struct RebaseOpts {
     /// Who takes the image
     #[arg(long, value_enum, default_value = "rpm-ostree")]
     pub consumer: crate::handoff::Consumer,
     /// The layout directory [default: /var/lib/hostpull/images/<repository>]
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "dest")]
     pub layout: Option<PathBuf>,
     /// Reboot into the new deployment (rpm-ostree --reboot, bootc --apply)
     #[arg(long)]
@@ -129,8 +132,8 @@ pub struct PullOpts {
     /// hostpull-pull@NAME.service runs); options given here still win
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
-    /// Read hostpull.d configuration and certs.d below this root instead of /
-    #[arg(long, value_name = "DIR", default_value = "/", hide = true)]
+    /// Read hostpull.d, pulls.d and certs.d below this root instead of /
+    #[arg(long, value_name = "DIR", default_value = "/")]
     pub config_root: PathBuf,
     /// Print one JSON object with the result on stdout
     #[arg(long)]
@@ -348,6 +351,26 @@ fn run_prune(opts: &PruneOpts) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `hostpull man [VERB]`: hostpull(1), or hostpull-VERB(1) (`make` renders
+/// each). Without the `help` verb, which has no page for hostpull(1) to list.
+fn man_page(verb: Option<&str>) -> anyhow::Result<()> {
+    let mut cli = <Cli as clap::CommandFactory>::command().disable_help_subcommand(true);
+    cli.build();
+    let page = match verb {
+        None => cli,
+        Some(v) => match cli.find_subcommand(v) {
+            Some(sub) => sub.clone(),
+            None => {
+                let verbs: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+                let msg = format!("no man page for {v:?}: the verbs are {}", verbs.join(", "));
+                return error::fail(Kind::Usage, msg);
+            }
+        },
+    };
+    clap_mangen::Man::new(page).render(&mut std::io::stdout().lock())?;
+    Ok(())
+}
+
 /// Logs go to stderr without timestamps, above the progress bars on a terminal.
 /// Under systemd, with stderr connected to the journal (`JOURNAL_STREAM`),
 /// events go to the journal directly instead, with their fields as journal
@@ -455,11 +478,7 @@ pub fn run_main() -> i32 {
             Cmd::Plan(o) => run_plan(o).await,
             Cmd::Rebase(o) => run_rebase(o, &screen).await,
             Cmd::Prune(o) => tokio::task::block_in_place(|| run_prune(o)),
-            Cmd::Man => {
-                let mut out = std::io::stdout().lock();
-                clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut out)?;
-                Ok(())
-            }
+            Cmd::Man { verb } => man_page(verb.as_deref()),
             Cmd::Completions { shell } => {
                 let mut cmd = <Cli as clap::CommandFactory>::command();
                 clap_complete::generate(*shell, &mut cmd, "hostpull", &mut std::io::stdout());

@@ -81,8 +81,10 @@ pub struct Options {
     /// Directory of CA certificates (*.crt) trusted for the registry
     #[arg(long)]
     pub cert_dir: Option<PathBuf>,
-    /// Require HTTPS and verify certificates [default: true]
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    /// Require HTTPS and verify certificates [default: true]; a value goes
+    /// after `=` (--tls-verify=false), as skopeo has it
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
     pub tls_verify: Option<bool>,
     /// OS/ARCH[/VARIANT] to choose from a multi-platform image; defaults to this host's
     #[arg(long)]
@@ -105,16 +107,18 @@ pub struct Options {
     #[arg(long)]
     pub cpu_quota: Option<String>,
     /// The worker's TasksMax= [default: 256]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub tasks_max: Option<u32>,
     /// The worker's IOWeight=, 1 to 10000 [default: 50]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub io_weight: Option<u32>,
     /// Give up after this many seconds, retries included [default: 3600]
-    #[arg(long, value_name = "SECS")]
+    // allow_negative_numbers: `-1` is a bad value, not an option (clap would
+    // suggest `-- -1`).
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub timeout: Option<u64>,
     /// Stop a worker that received no byte for this many seconds [default: 60]
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub stall_timeout: Option<u64>,
     /// At most this many bytes a second for the whole pull, all blobs
     /// together (with K, M, G, T: base 1024; at least 1K) [default: no limit]

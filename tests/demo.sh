@@ -4,11 +4,15 @@
 # and pull it through the sandboxed worker (a transient systemd unit with a dynamic
 # user). Where PID 1 is not systemd, a real systemd is booted for it (tests/sysd.sh).
 #
-# Knobs: RIG_DIR (default /tmp/hostpull-demo), SANDBOX (systemd or none; default systemd).
+# Knobs: RIG_DIR (default /tmp/hostpull-demo), SYSD_DIR (the state of the systemd it boots,
+# default $RIG_DIR-sysd: tests/sysd.sh names its cgroups after the directory's name, so
+# no two rigs share them), SANDBOX (systemd or none; default systemd). The defaults are
+# apart from tests/run.sh's (/tmp/hostpull-rig, /tmp/hostpull-sysd): .ci/run runs both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export RIG_DIR=${RIG_DIR:-/tmp/hostpull-demo} RIG_BIG=0
+SYSD_DIR=${SYSD_DIR:-${RIG_DIR%/}-sysd}
 SANDBOX=${SANDBOX:-systemd}
 
 bash tests/rig.sh install
@@ -25,7 +29,7 @@ pull=(target/release/hostpull pull "docker://$RIG_IMG_SMALL" --dest "oci:$dest"
       --authfile "$RIG_AUTHFILE" --cert-dir "$RIG_CERT_DIR" --sandbox "$SANDBOX" --json)
 echo "+ ${pull[*]}" >&2
 if [ "$SANDBOX" = systemd ] && [ "$(cat /proc/1/comm)" != systemd ]; then
-    export SYSD_DIR=$RIG_DIR/sysd SYSD_SHARE="$PWD $RIG_DIR"
+    export SYSD_DIR SYSD_SHARE="$PWD $RIG_DIR"
     trap 'bash tests/sysd.sh down; cleanup' EXIT
     bash tests/sysd.sh up
     bash tests/sysd.sh exec "${pull[@]}"

@@ -6,7 +6,7 @@
 #                            the newer skopeo workers (tests/skopeo-versions.sh)
 #   rig.sh workers           print the workers: PATH VERSION PROTOCOL, one a line
 #   rig.sh up                (re)create certs/credentials, start the registry, push images,
-#                            write $RIG_DIR/env (KEY=VALUE lines)
+#                            write $RIG_DIR/env (KEY='VALUE' lines, shell-quoted)
 #   rig.sh env               print $RIG_DIR/env; fails if the rig is not up
 #   rig.sh restart-registry  stop and start the registry again (same config, port, storage)
 #   rig.sh down              stop the registry
@@ -495,50 +495,60 @@ cmd_up() {
     tamper_layer=${tamper_layer#sha256:}
 
     {
-        echo "RIG_DIR=$RIG_DIR"
-        echo "RIG_REGISTRY=$REGISTRY"
-        echo "RIG_CLUSTER_NAME=$CLUSTER_NAME"
-        echo "RIG_MTLS_REGISTRY=127.0.0.1:$mtls_port"
-        echo "RIG_MIRROR_REGISTRY=127.0.0.1:$mirror_port"
-        echo "RIG_MIRROR_AUTHFILE=$RIG_DIR/mirror-auth.json"
-        echo "RIG_CLIENT_CERT=$RIG_DIR/client/client.cert"
-        echo "RIG_CLIENT_KEY=$RIG_DIR/client/client.key"
-        echo "RIG_PORT=$port"
-        echo "RIG_CA=$RIG_DIR/ca/ca.crt"
-        echo "RIG_CERT_DIR=$RIG_DIR/certs"
-        echo "RIG_CERTS_D=$RIG_DIR/certs.d"
-        echo "RIG_AUTHFILE=$RIG_DIR/auth.json"
-        echo "RIG_BAD_AUTHFILE=$RIG_DIR/bad-auth.json"
-        echo "RIG_USER=$RIG_USER"
-        echo "RIG_WORKERS=${WORKERS[*]}"
-        echo "RIG_PASSWORD_FILE=$RIG_DIR/password"
-        echo "RIG_STORAGE=$RIG_DIR/registry/data"
-        echo "RIG_REGISTRY_LOG=$LOGS/registry.log"
-        echo "RIG_IMG_SMALL=$REGISTRY/hostpull/small:v1"
-        echo "RIG_IMG_SMALL2=$REGISTRY/hostpull/small:v2"
-        echo "RIG_IMG_MULTI=$REGISTRY/hostpull/multi:v1"
-        echo "RIG_IMG_TAMPER=$REGISTRY/hostpull/tamper:v1"
-        echo "RIG_IMG_PACED=$REGISTRY/hostpull/paced:v1"
-        echo "RIG_SIG_DIR=$RIG_DIR/sig"
-        echo "RIG_SIGNER_FPR=$(cat "$RIG_DIR/sig/signer.fpr")"
-        echo "RIG_IMG_SIGNED=$REGISTRY/hostpull/signed:v1"
-        echo "RIG_IMG_COPIED=$REGISTRY/hostpull/copied:v2"
-        echo "RIG_IMG_COSIGNED=$REGISTRY/hostpull/cosigned:v1"
-        echo "RIG_IMG_COSIGN_COPIED=$REGISTRY/hostpull/cosign-copied:v2"
-        echo "RIG_TAMPER_BLOB=$RIG_DIR/registry/data/docker/registry/v2/blobs/sha256/${tamper_layer:0:2}/$tamper_layer/data"
+        env_line RIG_DIR "$RIG_DIR"
+        env_line RIG_REGISTRY "$REGISTRY"
+        env_line RIG_CLUSTER_NAME "$CLUSTER_NAME"
+        env_line RIG_MTLS_REGISTRY "127.0.0.1:$mtls_port"
+        env_line RIG_MIRROR_REGISTRY "127.0.0.1:$mirror_port"
+        env_line RIG_MIRROR_AUTHFILE "$RIG_DIR/mirror-auth.json"
+        env_line RIG_CLIENT_CERT "$RIG_DIR/client/client.cert"
+        env_line RIG_CLIENT_KEY "$RIG_DIR/client/client.key"
+        env_line RIG_PORT "$port"
+        env_line RIG_CA "$RIG_DIR/ca/ca.crt"
+        env_line RIG_CERT_DIR "$RIG_DIR/certs"
+        env_line RIG_CERTS_D "$RIG_DIR/certs.d"
+        env_line RIG_AUTHFILE "$RIG_DIR/auth.json"
+        env_line RIG_BAD_AUTHFILE "$RIG_DIR/bad-auth.json"
+        env_line RIG_USER "$RIG_USER"
+        env_line RIG_WORKERS "${WORKERS[*]}"
+        env_line RIG_PASSWORD_FILE "$RIG_DIR/password"
+        env_line RIG_STORAGE "$RIG_DIR/registry/data"
+        env_line RIG_REGISTRY_LOG "$LOGS/registry.log"
+        env_line RIG_IMG_SMALL "$REGISTRY/hostpull/small:v1"
+        env_line RIG_IMG_SMALL2 "$REGISTRY/hostpull/small:v2"
+        env_line RIG_IMG_MULTI "$REGISTRY/hostpull/multi:v1"
+        env_line RIG_IMG_TAMPER "$REGISTRY/hostpull/tamper:v1"
+        env_line RIG_IMG_PACED "$REGISTRY/hostpull/paced:v1"
+        env_line RIG_SIG_DIR "$RIG_DIR/sig"
+        env_line RIG_SIGNER_FPR "$(cat "$RIG_DIR/sig/signer.fpr")"
+        env_line RIG_IMG_SIGNED "$REGISTRY/hostpull/signed:v1"
+        env_line RIG_IMG_COPIED "$REGISTRY/hostpull/copied:v2"
+        env_line RIG_IMG_COSIGNED "$REGISTRY/hostpull/cosigned:v1"
+        env_line RIG_IMG_COSIGN_COPIED "$REGISTRY/hostpull/cosign-copied:v2"
+        env_line RIG_TAMPER_BLOB "$RIG_DIR/registry/data/docker/registry/v2/blobs/sha256/${tamper_layer:0:2}/$tamper_layer/data"
         if [ "$RIG_BIG" != 0 ]; then
-            echo "RIG_IMG_BIG=$REGISTRY/hostpull/big:v1"
-            echo "RIG_LAYOUT_BIG=$IMAGES/big"
+            env_line RIG_IMG_BIG "$REGISTRY/hostpull/big:v1"
+            env_line RIG_LAYOUT_BIG "$IMAGES/big"
         fi
         if [ "$RIG_BENCH" = 1 ]; then
-            echo "RIG_IMG_BIG2=$REGISTRY/hostpull/big:v2"
-            echo "RIG_IMG_HUGE=$REGISTRY/hostpull/huge:v1"
+            env_line RIG_IMG_BIG2 "$REGISTRY/hostpull/big:v2"
+            env_line RIG_IMG_HUGE "$REGISTRY/hostpull/huge:v1"
         fi
     } >"$RIG_DIR/env.tmp"
     mv "$RIG_DIR/env.tmp" "$RIG_DIR/env"
     rm -rf "$RIG_DIR/tmp"
     cmd_workers | while read -r n version protocol; do note "worker $n: skopeo $version, protocol $protocol"; done
     note "up: registry $REGISTRY pid $(cat "$PIDFILE"), images ${names[*]}, env $RIG_DIR/env ($(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')s)"
+}
+
+# env_line KEY VALUE: a line of $RIG_DIR/env, KEY='VALUE' with each ' of VALUE written '\''
+# (POSIX shell quoting). Its readers take it the same way: `.` (tests/demo.sh), a
+# subshell that sources it (bench's rig()), tests/util.rs's rig(); tests/rig_env.rs holds
+# them together.
+env_line() {
+    [[ $2 != *$'\n'* ]] || die "env: $1 has a newline in its value"
+    local q="'\\''"
+    printf "%s='%s'\n" "$1" "${2//\'/$q}"
 }
 
 cmd_env() {

@@ -20,11 +20,26 @@ pub fn rig() -> &'static HashMap<String, String> {
                 env.display()
             )
         });
-        text.lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect()
+        text.lines().map(env_line).collect()
     })
+}
+
+/// One line of the rig's env: `KEY='VALUE'`, each `'` of VALUE written `'\''`,
+/// as tests/rig.sh's `env_line` writes it and bash's `.` reads it. Anything
+/// else is a broken rig, not a value to guess at.
+pub fn env_line(line: &str) -> (String, String) {
+    let broken = || -> ! { panic!("not a KEY='VALUE' line in the rig's env: {line:?}") };
+    let Some((key, quoted)) = line.split_once('=') else {
+        broken()
+    };
+    let Some(inner) = (quoted.strip_prefix('\'')).and_then(|q| q.strip_suffix('\'')) else {
+        broken()
+    };
+    let parts: Vec<&str> = inner.split("'\\''").collect();
+    if key.is_empty() || parts.iter().any(|p| p.contains('\'')) {
+        broken();
+    }
+    (key.to_owned(), parts.join("'"))
 }
 
 pub fn var(key: &str) -> &'static str {

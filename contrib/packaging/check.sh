@@ -3,9 +3,10 @@
 #
 #   bash contrib/packaging/check.sh      (after cargo build --features ostree)
 #
-#  1. `make install DESTDIR=... PREFIX=/usr` with the built binary (BIN, by default
-#     target/debug/hostpull, which tests/run.sh has built; a release build would only
-#     take longer);
+#  1. make install the spec's way (`make generated`, then `make install PREFIX=/usr`) and
+#     README's (`make`, then `make install PREFIX=/usr`), each into a DESTDIR, with the built
+#     binary (BIN, by default target/debug/hostpull, which tests/run.sh has built; a release
+#     build would only take longer); every path the installed units name is installed;
 #  2. the installed example profile is valid: `hostpull plan --profile os` (no network);
 #  3. the spec's %files are exactly what make install installed: rpmbuild packages that
 #     tree (-bb --short-circuit: no cargo, no %install) and fails on a file installed but
@@ -48,16 +49,68 @@ trap 'rm -rf "$work"' EXIT
 rpmbuild=(rpmbuild --nodeps --load "$here/fedora.macros" --define "_topdir $work/rpm"
           --define "_build_id_links none" --define "_binary_payload w0.ufdio")
 
-# --- 1. make install ----------------------------------------------------------------
+# --- 1. make install, the two ways the project says -------------------------------------
+# The spec's: `%make_build generated ARGS` in %build, then `%make_install ARGS` in
+# %install, each with the spec's own ARGS (%{_prefix} is /usr). README's (an admin's):
+# `make`, then `make install PREFIX=/usr` as README has it. PREFIX reaches the second step
+# only; BIN (the built binary) and OUT are added to both, and README's `make` gets
+# CARGO=true for its release build, which would only take longer.
+spec_args() { sed -n "s/^%$1 //p" "$spec" | sed 's/%{_prefix}/\/usr/g'; }
+read -ra spec_build <<<"$(spec_args make_build)"
+read -ra spec_install <<<"$(spec_args make_install)"
+read -ra readme_install <<<"$(sed -n 's/^sudo make install \([^&]*\) &&.*/\1/p' "$top/README.md")"
 root=$work/root
-if make -s -C "$top" install DESTDIR="$root" PREFIX=/usr BIN="$BIN" OUT="$work/out" >"$work/make.log" 2>&1; then
-    ok "make install DESTDIR=... PREFIX=/usr ($(find "$root" -type f | wc -l) files)"
-else
-    sed 's/^/  /' "$work/make.log"
-    bad "make install"
+admin=$work/admin
+steps() { # NAME DESTDIR [FIRST-STEP-ARGS...] -- [INSTALL-ARGS...]
+    local name=$1 dest=$2 first=() second=()
+    shift 2
+    while [[ $1 != -- ]]; do first+=("$1"); shift; done
+    shift
+    second=("$@")
+    if make -s -C "$top" "${first[@]}" BIN="$BIN" OUT="$dest.out" >"$work/make.log" 2>&1 &&
+        make -s -C "$top" install "${second[@]}" DESTDIR="$dest" BIN="$BIN" OUT="$dest.out" \
+            >>"$work/make.log" 2>&1; then
+        ok "$name: make ${first[*]}, then make install ${second[*]} ($(find "$dest" -type f | wc -l) files)"
+    else
+        sed 's/^/  /' "$work/make.log"
+        bad "$name: make ${first[*]}, then make install ${second[*]}"
+        summary
+    fi
+}
+# units_resolve NAME DESTDIR PREFIX: every path the installed units name is installed:
+# the ExecStart= binary (executable), each Documentation= file:// and man: page, and
+# any other /usr/... word.
+units_resolve() {
+    local name=$1 dest=$2 prefix=$3 unit word page sec path missing=()
+    for unit in "$dest$prefix"/lib/systemd/system/*; do
+        for word in $(grep -v '^#' "$unit" | grep -oE '(=| )(file://)?/[^ ]+|man:[^ ]+'); do
+            word=${word#[= ]}
+            case $word in
+            man:*) page=${word#man:} && sec=${page##*(} && sec=${sec%)}
+                   path=$prefix/share/man/man$sec/${page%(*}.$sec ;;
+            file://*) path=${word#file://} ;;
+            *) path=$word ;;
+            esac
+            [[ -e $dest$path ]] || missing+=("${unit##*/}: $word")
+        done
+        word=$(sed -n 's/^ExecStart=[-@:+!]*\([^ ]*\).*/\1/p' "$unit")
+        [[ -z $word || -x $dest$word ]] || missing+=("${unit##*/}: ExecStart=$word (not executable)")
+    done
+    if [[ ${#missing[@]} -eq 0 ]]; then
+        ok "$name: every path the installed units name is installed under DESTDIR"
+    else
+        printf '  not installed: %s\n' "${missing[@]}"
+        bad "$name: the installed units name paths that are not installed"
+    fi
+}
+if [[ ${#spec_build[@]} -eq 0 || ${#spec_install[@]} -eq 0 || ${#readme_install[@]} -eq 0 ]]; then
+    bad "no %make_build and %make_install in the spec, or no 'sudo make install' in README"
     summary
 fi
-
+steps "the spec" "$root" "${spec_build[@]}" -- "${spec_install[@]}"
+units_resolve "the spec" "$root" /usr
+steps "README" "$admin" CARGO=true -- "${readme_install[@]}"
+units_resolve "README" "$admin" /usr
 # --- 2. the example profile ------------------------------------------------------------
 mkdir -p "$work/plan/etc/hostpull/pulls.d"
 cp "$root/usr/share/doc/hostpull/examples/pulls.d/os.toml" "$work/plan/etc/hostpull/pulls.d/"
