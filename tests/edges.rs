@@ -1,0 +1,149 @@
+//! The command line at its edges (issue 26): output that cannot be written.
+//! Each is the real binary: no panic, one `error:` line, the code README's
+//! table gives.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::util::*;
+
+fn hostpull(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.args(args).env("RUST_LOG", "warn");
+    c
+}
+
+/// `hostpull plan IMAGE --sandbox none` below a config root of its own.
+fn plan_in(root: &Path, image: &str, more: &[&str]) -> Command {
+    let mut c = hostpull(&["plan", image, "--sandbox", "none"]);
+    c.arg("--config-root").arg(config_root(root)).args(more);
+    c
+}
+
+/// Where a command's stdout or stderr goes.
+#[derive(Debug, Clone, Copy)]
+enum Sink {
+    /// A pipe whose reader is gone: every write is EPIPE.
+    ClosedPipe,
+    /// `/dev/full`: every write is ENOSPC.
+    Full,
+}
+
+impl Sink {
+    fn stdio(self) -> Stdio {
+        match self {
+            Self::ClosedPipe => {
+                let (reader, writer) = rustix::pipe::pipe().unwrap();
+                drop(reader);
+                Stdio::from(writer)
+            }
+            Self::Full => Stdio::from(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            ),
+        }
+    }
+}
+
+/// Run `c` with stdout into `sink` (`stderr: false`) or stderr into it.
+fn run_into(c: &mut Command, sink: Sink, stderr: bool) -> Run {
+    let out = if stderr {
+        c.stdout(Stdio::piped()).stderr(sink.stdio()).output()
+    } else {
+        c.stdout(sink.stdio()).stderr(Stdio::piped()).output()
+    }
+    .expect("running hostpull");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// Every verb that prints: a closed stdout ends quietly with exit 0, as
+/// ripgrep does (crates/core/main.rs); a full one is one `error:` line and
+/// exit 2; a stderr that cannot be written never makes a panic (exit 101).
+#[test]
+fn output_that_cannot_be_written_is_no_panic() {
+    let s = tempfile::tempdir().unwrap();
+    let root = s.path().join("root");
+    let layout = s.path().join("layout");
+    std::fs::create_dir_all(layout.join("blobs/sha256")).unwrap();
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        layout.join("index.json"),
+        r#"{"schemaVersion":2,"manifests":[]}"#,
+    )
+    .unwrap();
+    let image = "docker://quay.io/a/b";
+    let commands = [
+        plan_in(&root, image, &[]),
+        plan_in(&root, image, &["--json"]),
+        hostpull(&["prune", layout.to_str().unwrap(), "--json"]),
+        hostpull(&["man"]),
+        hostpull(&["completions", "bash"]),
+        hostpull(&["--help"]),
+        hostpull(&["plan", "--help"]),
+        hostpull(&["--version"]),
+    ];
+    for mut c in commands {
+        let line = shell_line(&c);
+        // prune tells on stderr what it removed; nothing else says a word.
+        let r = run_into(&mut c, Sink::ClosedPipe, false);
+        let said: Vec<&str> = r
+            .stderr
+            .lines()
+            .filter(|l| !l.starts_with("Pruned "))
+            .collect();
+        assert_eq!((r.code, said), (0, vec![]), "{line} | true: {}", r.stderr);
+        let r = run_into(&mut c, Sink::Full, false);
+        assert_eq!(r.code, 2, "{line} > /dev/full: {}", r.stderr);
+        let said: Vec<&str> = r
+            .stderr
+            .lines()
+            .filter(|l| !l.starts_with("Pruned "))
+            .collect();
+        assert_eq!(
+            said,
+            ["error: writing to stdout: No space left on device (os error 28)"],
+            "{line} > /dev/full"
+        );
+        for sink in [Sink::ClosedPipe, Sink::Full] {
+            let r = run_into(&mut c, sink, true);
+            assert_eq!(r.code, 0, "{line} 2> {sink:?}");
+            assert!(!r.stdout.is_empty(), "{line} 2> {sink:?}");
+        }
+    }
+    // A failure whose error line cannot be written keeps its code.
+    let mut c = plan_in(&root, "quay.io/A", &[]);
+    assert_eq!(run_into(&mut c, Sink::ClosedPipe, true).code, 2);
+}
+
+/// `pull --json` into a closed pipe or a full disk, against the rig: the
+/// pull is done, and then the result cannot be told.
+#[test]
+fn pull_json_that_cannot_be_written_is_no_panic() {
+    let s = scratch();
+    let dest = format!("oci:{}", s.path().join("l").display());
+    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &dest));
+    let r = run_into(&mut c, Sink::ClosedPipe, false);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("error:"), "{}", r.stderr);
+    let r = run_into(&mut c, Sink::Full, false);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .ends_with("error: writing to stdout: No space left on device (os error 28)\n"),
+        "{}",
+        r.stderr
+    );
+    let r = run_into(&mut c, Sink::ClosedPipe, true);
+    assert_eq!(r.code, 0);
+    assert_eq!(r.json()["layers_fetched"], 0, "the layout had it all");
+}
