@@ -203,7 +203,8 @@ pub fn load(root: &Dir) -> anyhow::Result<Options> {
 /// misspelled key fails: a profile is a unit's whole job.
 pub fn load_profile(root: &Dir, name: &str) -> anyhow::Result<Options> {
     if name.is_empty() || name.contains(['/', '.']) {
-        return Err(Failure::new(Kind::Usage, format!("invalid profile name {name:?}")).into());
+        let why = format!("invalid profile name: {}", crate::error::quoted(name));
+        return Err(Failure::new(Kind::Usage, why).into());
     }
     for dir in DIRS.iter().rev() {
         let rel = Path::new(dir).join("pulls.d").join(format!("{name}.toml"));
@@ -221,7 +222,10 @@ pub fn load_profile(root: &Dir, name: &str) -> anyhow::Result<Options> {
     }
     Err(Failure::new(
         Kind::Usage,
-        format!("no pull profile {name:?} in /etc, /run or /usr/lib hostpull/pulls.d"),
+        format!(
+            "no pull profile in /etc, /run or /usr/lib hostpull/pulls.d: {}",
+            crate::error::quoted(name)
+        ),
     )
     .into())
 }

@@ -1,6 +1,6 @@
-//! The command line at its edges (issue 26): output that cannot be written.
-//! Each is the real binary: no panic, one `error:` line, the code README's
-//! table gives.
+//! The command line at its edges (issue 26): output that cannot be written,
+//! a secret or 10 kB typed where an image belongs. Each is the real binary:
+//! no panic, one `error:` line, the code README's table gives.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -146,4 +146,75 @@ fn pull_json_that_cannot_be_written_is_no_panic() {
     let r = run_into(&mut c, Sink::ClosedPipe, true);
     assert_eq!(r.code, 0);
     assert_eq!(r.json()["layers_fetched"], 0, "the layout had it all");
+}
+
+/// Credentials typed into an image reference are refused (exit 2) naming
+/// where they go, by every verb that takes an image, and never repeated.
+#[test]
+fn a_secret_in_an_image_reference_is_refused_and_never_echoed() {
+    let s = tempfile::tempdir().unwrap();
+    let root = config_root(s.path().join("root"));
+    let dest = format!("oci:{}", s.path().join("l").display());
+    for image in [
+        "docker://bob:S3CRET@quay.io/a/b",
+        "bob:S3CRET@quay.io/a/b:v1",
+        "docker://bob:S3CRET@quay.io",
+        "https://bob:S3CRET@quay.io/a/b",
+    ] {
+        for verb in ["plan", "pull", "rebase"] {
+            let mut c = hostpull(&[verb, image, "--sandbox", "none", "--dest", &dest]);
+            c.arg("--config-root").arg(&root);
+            let r = run(&mut c);
+            assert_eq!(r.code, 2, "{verb} {image}: {}", r.stderr);
+            assert!(r.stderr.starts_with("error: "), "{}", r.stderr);
+            assert!(r.stderr.contains("--authfile"), "{}", r.stderr);
+            assert!(!(r.stdout + &r.stderr).contains("S3CRET"), "{verb} {image}");
+        }
+    }
+}
+
+/// A 10 kB argument gets its reason first and is quoted cut, in every
+/// error that quotes what was typed: a reference, a destination, a host.
+#[test]
+fn long_inputs_are_cut_after_the_reason() {
+    let s = tempfile::tempdir().unwrap();
+    let root = s.path().join("root");
+    let long = "a".repeat(10_000);
+    let image = format!("quay.io/{long}");
+    let cases: [(&str, Vec<String>, &str); 5] = [
+        (
+            &image,
+            vec![],
+            "invalid image reference: repository name longer",
+        ),
+        (
+            "quay.io/a",
+            vec!["--dest".into(), format!("oci:/x:{long}")],
+            "invalid destination: tag must be",
+        ),
+        (
+            "quay.io/a",
+            vec!["--add-host".into(), long.clone()],
+            "invalid --add-host: expected NAME:IP",
+        ),
+        (
+            "quay.io/a",
+            vec!["--ca".into(), format!("{long}=/x")],
+            "invalid --ca: not HOST[:PORT]",
+        ),
+        (
+            "quay.io/a",
+            vec!["--registry-token".into(), format!("{long}=/x")],
+            "invalid --registry-token: not HOST[:PORT]",
+        ),
+    ];
+    for (image, more, reason) in cases {
+        let more: Vec<&str> = more.iter().map(String::as_str).collect();
+        let r = run(&mut plan_in(&root, image, &more));
+        assert_eq!(r.code, 2, "{}", r.stderr);
+        let line = r.stderr.lines().next().unwrap();
+        assert!(line.starts_with(&format!("error: {reason}")), "{line}");
+        assert!(line.len() < 250, "{} bytes: {line}", line.len());
+        assert!(line.ends_with(" bytes)"), "{line}");
+    }
 }

@@ -28,7 +28,7 @@ pub mod worker;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::{Failure, Kind, fail};
+use crate::error::{Failure, Kind, fail, quoted};
 use crate::manifest::Platform;
 use crate::options::{Options, SandboxMode};
 use host::{FileKind, Host};
@@ -542,8 +542,9 @@ fn max_rate(req: &Request) -> anyhow::Result<Option<u64>> {
         _ => fail(
             Kind::Usage,
             format!(
-                "invalid --max-rate {r:?}: expected bytes a second, at least 1K, \
-                 with an optional K, M, G or T"
+                "invalid --max-rate: expected bytes a second, at least 1K, \
+                 with an optional K, M, G or T: {}",
+                quoted(r)
             ),
         ),
     }
@@ -556,7 +557,10 @@ fn limits(req: &Request) -> anyhow::Result<Limits> {
         if worker::parse_size(m).is_none() {
             return fail(
                 Kind::Usage,
-                format!("invalid --memory-max {m:?}: expected bytes with an optional K, M, G or T"),
+                format!(
+                    "invalid --memory-max: expected bytes with an optional K, M, G or T: {}",
+                    quoted(m)
+                ),
             );
         }
         l.memory_max = m.clone();
@@ -565,7 +569,10 @@ fn limits(req: &Request) -> anyhow::Result<Limits> {
         if !worker::valid_cpu_quota(q) {
             return fail(
                 Kind::Usage,
-                format!("invalid --cpu-quota {q:?}: expected a percentage such as 50%"),
+                format!(
+                    "invalid --cpu-quota: expected a percentage such as 50%: {}",
+                    quoted(q)
+                ),
             );
         }
         l.cpu_quota = Some(q.clone());

@@ -18,7 +18,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::error::{Failure, Kind, fail};
+use crate::error::{Failure, Kind, fail, quoted};
 use crate::plan::host::{Host, PluginCall};
 
 mod keyring;
@@ -121,14 +121,20 @@ pub fn parse_token(arg: &str, username: &str) -> anyhow::Result<Source> {
     let Some((prefix, file)) = arg.split_once('=') else {
         return fail(
             Kind::Usage,
-            format!("invalid --registry-token {arg:?}: expected HOST[:PORT][/PATH]=FILE"),
+            format!(
+                "invalid --registry-token: expected HOST[:PORT][/PATH]=FILE: {}",
+                quoted(arg)
+            ),
         );
     };
     let host = prefix.split('/').next().unwrap_or_default();
     if !crate::plan::imgref::valid_domain(host) {
         return fail(
             Kind::Usage,
-            format!("invalid --registry-token {arg:?}: {host:?} is not HOST[:PORT]"),
+            format!(
+                "invalid --registry-token: not HOST[:PORT]: {}",
+                quoted(host)
+            ),
         );
     }
     Ok(Source::Token {
