@@ -175,6 +175,20 @@ impl Host for System {
     fn selinux_enabled(&self) -> bool {
         Path::new("/sys/fs/selinux/enforce").exists()
     }
+
+    fn writable(&self, path: &Path) -> bool {
+        use rustix::fs::{Access, AtFlags};
+        let opened = self
+            .below_root(path)
+            .and_then(|rel| self.open_in_root(rel, OFlags::PATH | OFlags::DIRECTORY));
+        match opened {
+            // The directory itself, as `.` of its own descriptor.
+            Some(Ok(fd)) => rustix::fs::accessat(&fd, ".", Access::WRITE_OK, AtFlags::empty()),
+            Some(Err(_)) => return false,
+            None => rustix::fs::access(path, Access::WRITE_OK),
+        }
+        .is_ok()
+    }
 }
 
 /// Run a credential helper or provider plugin as root: `input` on its stdin,
@@ -326,5 +340,10 @@ mod tests {
         names.sort();
         assert_eq!(names, ["d", "inside", "link"]);
         assert_eq!(h.read_text(&root.join("etc/inside")).unwrap(), "in");
+        // A directory below the root and one outside it can be written; what
+        // is missing cannot (a read-only mount: edges::host_pass_an_unwritable_…).
+        assert!(h.writable(&root.join("etc/d")));
+        assert!(h.writable(td.path()));
+        assert!(!h.writable(&root.join("etc/missing")));
     }
 }

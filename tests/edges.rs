@@ -1,11 +1,17 @@
 //! The command line at its edges (issue 26): output that cannot be written,
-//! a secret or 10 kB typed where an image belongs. Each is the real binary:
-//! no panic, one `error:` line, the code README's table gives.
+//! a secret or 10 kB typed where an image belongs, a destination that cannot
+//! be written. Each is the real binary: no panic, one `error:` line, the code
+//! README's table gives, decided before any network.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::util::*;
+
+/// An image no pull may reach: a network error there costs 12 s of retries,
+/// so a refusal that comes at once came before the network.
+const UNREACHABLE: &str = "127.0.0.1:1/x:v1";
 
 fn hostpull(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
@@ -216,5 +222,93 @@ fn long_inputs_are_cut_after_the_reason() {
         assert!(line.starts_with(&format!("error: {reason}")), "{line}");
         assert!(line.len() < 250, "{} bytes: {line}", line.len());
         assert!(line.ends_with(" bytes)"), "{line}");
+    }
+}
+
+/// What the layout writer would refuse (or could not do) after the network
+/// is refused before it, naming the path, by `plan` and `pull` alike.
+#[test]
+fn destinations_are_checked_before_the_network() {
+    let s = tempfile::tempdir().unwrap();
+    let root = config_root(s.path().join("root"));
+    let d = s.path();
+    std::fs::write(d.join("file"), "x").unwrap();
+    std::fs::create_dir_all(d.join("full")).unwrap();
+    std::fs::write(d.join("full/data"), "x").unwrap();
+    std::fs::create_dir_all(d.join("old")).unwrap();
+    std::fs::write(d.join("old/oci-layout"), "{}").unwrap();
+    std::fs::create_dir_all(d.join("noblobs/oci-layout")).unwrap();
+    let p = |rel: &str| d.join(rel).to_str().unwrap().to_owned();
+    // (--dest, what the error must name)
+    let cases = [
+        (format!("oci:{}", p("file")), p("file")),
+        (format!("oci:{}", p("file/sub")), p("file")),
+        (format!("oci:{}", p("full")), p("full")),
+        (format!("oci:{}", p("old")), p("old/oci-layout")),
+        (format!("oci:{}", p("noblobs")), p("noblobs/oci-layout")),
+        (format!("ostree:{}", p("file")), p("file")),
+        (format!("ostree:{}", p("full")), p("full")),
+        (String::new(), "invalid destination".to_owned()),
+    ];
+    for (dest, names) in &cases {
+        for verb in ["plan", "pull"] {
+            let mut c = hostpull(&[verb, UNREACHABLE, "--sandbox", "none", "--dest", dest]);
+            c.arg("--config-root").arg(&root);
+            let t = Instant::now();
+            let r = run(&mut c);
+            assert_eq!(r.code, 2, "{verb} --dest {dest}: {}", r.stderr);
+            assert!(r.stderr.starts_with("error: "), "{}", r.stderr);
+            assert!(
+                r.stderr.contains(names.as_str()),
+                "{verb} --dest {dest}: {}",
+                r.stderr
+            );
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{verb} --dest {dest}: {:?}",
+                t.elapsed()
+            );
+        }
+    }
+}
+
+/// A destination below a read-only mount: its layout, or the directory it
+/// would be created in, cannot be written (root's permission bits would not
+/// stop root). In a mount namespace of its own: host pass only.
+#[test]
+fn host_pass_an_unwritable_destination_is_refused_before_the_network() {
+    let s = tempfile::tempdir().unwrap();
+    let root = config_root(s.path().join("root"));
+    let ro = s.path().join("ro");
+    std::fs::create_dir_all(ro.join("layout")).unwrap();
+    for dest in [ro.join("layout"), ro.join("new"), ro.join("new/deeper")] {
+        let pull = {
+            let mut c = hostpull(&["pull", UNREACHABLE, "--sandbox", "none", "--dest"]);
+            c.arg(format!("oci:{}", dest.display()))
+                .arg("--config-root")
+                .arg(&root);
+            c
+        };
+        let mut c = Command::new("unshare");
+        c.args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount --bind {0} {0} && mount -o remount,bind,ro {0} && exec \"$@\"",
+                ro.display()
+            ))
+            .arg("sh")
+            .arg(pull.get_program())
+            .args(pull.get_args());
+        let t = Instant::now();
+        let r = run(&mut c);
+        assert_eq!(r.code, 2, "{}: {}", dest.display(), r.stderr);
+        let want = if dest.ends_with("layout") { &dest } else { &ro };
+        assert!(
+            r.stderr
+                .contains(&format!("{} is not writable", want.display())),
+            "{}: {}",
+            dest.display(),
+            r.stderr
+        );
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     }
 }

@@ -90,6 +90,9 @@ pub trait Host {
     fn systemd_booted(&self) -> bool;
     /// Whether SELinux is enabled (`/sys/fs/selinux/enforce` exists).
     fn selinux_enabled(&self) -> bool;
+    /// Whether this process may create files in the directory `path`, as
+    /// `access(2)` with `W_OK` says (its mode, a read-only mount).
+    fn writable(&self, path: &Path) -> bool;
 
     /// A file's text, as `std::fs::read_to_string` gives it (and its errors).
     fn read_text(&self, path: &Path) -> io::Result<String> {
@@ -181,5 +184,8 @@ impl Host for Recording<'_> {
     }
     fn selinux_enabled(&self) -> bool {
         self.inner.selinux_enabled()
+    }
+    fn writable(&self, path: &Path) -> bool {
+        self.inner.writable(path)
     }
 }

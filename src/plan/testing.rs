@@ -18,6 +18,7 @@ pub struct MemHost {
     root: PathBuf,
     files: BTreeMap<PathBuf, Vec<u8>>,
     dirs: BTreeSet<PathBuf>,
+    read_only: BTreeSet<PathBuf>,
     vars: BTreeMap<String, OsString>,
     /// What [`Host::now`] says.
     pub now: SystemTime,
@@ -41,6 +42,7 @@ impl MemHost {
             root: root.into(),
             files: BTreeMap::new(),
             dirs: BTreeSet::new(),
+            read_only: BTreeSet::new(),
             vars: BTreeMap::new(),
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
             systemd: false,
@@ -66,6 +68,14 @@ impl MemHost {
     pub fn dir(mut self, path: impl AsRef<Path>) -> Self {
         let p = self.path(path);
         self.dirs.insert(p);
+        self
+    }
+
+    /// Make `path` (a file or directory added) one [`Host::writable`] says
+    /// no to.
+    pub fn read_only(mut self, path: impl AsRef<Path>) -> Self {
+        let p = self.path(path);
+        self.read_only.insert(p);
         self
     }
 
@@ -189,5 +199,9 @@ impl Host for MemHost {
 
     fn selinux_enabled(&self) -> bool {
         self.selinux
+    }
+
+    fn writable(&self, path: &Path) -> bool {
+        self.kind(path).is_ok() && !self.read_only.contains(path)
     }
 }
