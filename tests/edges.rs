@@ -1,8 +1,10 @@
 //! The command line at its edges (issue 26): output that cannot be written,
 //! a secret or 10 kB typed where an image belongs, a destination that cannot
-//! be written. Each is the real binary: no panic, one `error:` line, the code
-//! README's table gives, decided before any network.
+//! be written, host files that are missing, too big or nested too deep. Each
+//! is the real binary: no panic, one `error:` line, the code README's table
+//! gives, decided before any network.
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -310,5 +312,134 @@ fn host_pass_an_unwritable_destination_is_refused_before_the_network() {
             r.stderr
         );
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+}
+
+/// The host's setup is exit 2 naming what is wrong, at once: a credential
+/// helper or provider plugin that is not there or answers more than 1 MiB,
+/// a host file nested 100 000 levels deep, a drop-in that is a directory.
+#[test]
+fn host_setup_errors_are_usage_errors_naming_them() {
+    let s = tempfile::tempdir().unwrap();
+    let d = s.path();
+    let root = config_root(d.join("root"));
+    let write = |name: &str, text: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_owned()
+    };
+    let helper = write(
+        "helper.json",
+        r#"{"auths":{},"credHelpers":{"127.0.0.1:1":"hostpull-no-such-helper"}}"#,
+    );
+    let providers = write(
+        "providers.yaml",
+        "kind: CredentialProviderConfig\nproviders:\n- name: big\n  matchImages: [\"127.0.0.1:1\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+    );
+    let bin = dir_under_run();
+    let empty_bin = dir_under_run();
+    let big = bin.path().join("big");
+    std::fs::write(&big, "#!/bin/sh\nexec head -c 1100000 /dev/zero\n").unwrap();
+    std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let deep = "[".repeat(100_000);
+    let deep_json = write("deep.json", &deep);
+    std::fs::create_dir_all(d.join("registries.d")).unwrap();
+    write("registries.d/deep.yaml", &deep);
+    let deep_toml = write("deep.conf", &format!("a = {deep}"));
+    let dropin = config_root(d.join("dropin"));
+    std::fs::create_dir_all(dropin.join("etc/containers/registries.conf.d/50-x.conf")).unwrap();
+    let cfg_dropin = config_root(d.join("cfgdropin"));
+    std::fs::create_dir_all(cfg_dropin.join("etc/hostpull/config.d")).unwrap();
+    std::fs::write(
+        cfg_dropin.join("etc/hostpull/config.d/deep.toml"),
+        format!("a = {deep}"),
+    )
+    .unwrap();
+    let rd = d.join("registries.d");
+    let s_ = |p: &Path| p.to_str().unwrap().to_owned();
+    // (root, options, what the error names)
+    let cases: Vec<(&Path, Vec<String>, String)> = vec![
+        (
+            &root,
+            vec!["--authfile".into(), helper],
+            "docker-credential-hostpull-no-such-helper".into(),
+        ),
+        (
+            &root,
+            vec![
+                "--credential-provider-config".into(),
+                providers.clone(),
+                "--credential-provider-bin-dir".into(),
+                s_(empty_bin.path()),
+            ],
+            s_(&empty_bin.path().join("big")),
+        ),
+        (
+            &root,
+            vec![
+                "--credential-provider-config".into(),
+                providers.clone(),
+                "--credential-provider-bin-dir".into(),
+                s_(bin.path()),
+            ],
+            format!("{}: its answer is larger than 1024 KiB", big.display()),
+        ),
+        (
+            &root,
+            vec!["--authfile".into(), deep_json.clone()],
+            deep_json.clone(),
+        ),
+        (
+            &root,
+            vec!["--pull-secret".into(), deep_json.clone()],
+            deep_json.clone(),
+        ),
+        (
+            &root,
+            vec![
+                "--credential-provider-config".into(),
+                deep_json.clone(),
+                "--credential-provider-bin-dir".into(),
+                s_(bin.path()),
+            ],
+            deep_json.clone(),
+        ),
+        (
+            &root,
+            vec!["--policy".into(), deep_json.clone()],
+            deep_json.clone(),
+        ),
+        (
+            &root,
+            vec!["--registries.d".into(), s_(&rd)],
+            s_(&rd.join("deep.yaml")),
+        ),
+        (
+            &root,
+            vec!["--registries-conf".into(), deep_toml.clone()],
+            deep_toml.clone(),
+        ),
+        (
+            &dropin,
+            vec![],
+            s_(&dropin.join("etc/containers/registries.conf.d/50-x.conf")),
+        ),
+        (
+            &cfg_dropin,
+            vec![],
+            "/etc/hostpull/config.d/deep.toml".into(),
+        ),
+    ];
+    for (root, options, names) in cases {
+        let mut c = hostpull(&["plan", UNREACHABLE, "--sandbox", "none", "--config-root"]);
+        c.arg(root).args(&options);
+        let t = Instant::now();
+        let r = run(&mut c);
+        let elapsed = t.elapsed();
+        assert_eq!(r.code, 2, "{options:?}: {}", r.stderr);
+        assert!(r.stderr.starts_with("error: "), "{options:?}: {}", r.stderr);
+        assert!(r.stderr.contains(&names), "{options:?}: {}", r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(elapsed < Duration::from_secs(1), "{options:?}: {elapsed:?}");
     }
 }

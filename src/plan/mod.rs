@@ -17,6 +17,7 @@ mod dest;
 pub mod dns;
 pub mod host;
 pub mod imgref;
+pub mod nesting;
 pub mod policy;
 pub mod provider;
 pub mod registries;
@@ -965,14 +966,14 @@ mod tests {
                 ],
             ),
             (
-                "a drop-in replaces the table of its prefix; a directory or \
-                 another suffix in registries.conf.d is no drop-in",
+                "a drop-in replaces the table of its prefix; another suffix in \
+                 registries.conf.d, a file's or a directory's, is no drop-in",
                 base()
                     .file(
                         "etc/containers/registries.conf.d/50-m2.conf",
                         "[[registry]]\nlocation = \"h.io\"\n[[registry.mirror]]\nlocation = \"m2.io\"\n",
                     )
-                    .file("etc/containers/registries.conf.d/60-x.conf/a", "")
+                    .file("etc/containers/registries.conf.d/60-x.d/a", "")
                     .file("etc/containers/registries.conf.d/README", "[[[")
                     .file("etc/containers/certs.d/m2.io/ca.crt", "pem"),
                 |r| r.no_default_creds = true,

@@ -9,7 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::plan::host::{FileKind, Host, PluginCall};
+use crate::plan::host::{FileKind, Host, PLUGIN_ANSWER_MAX, PluginCall, PluginError};
 
 /// A machine in memory. Relative paths given to its builders are below its
 /// root.
@@ -86,7 +86,9 @@ impl MemHost {
     }
 
     /// What the plugin `program` (a path or a bare name, as run) answers:
-    /// its stdout, or why it failed.
+    /// its stdout, or why it failed ([`PluginError::Failed`]). One not
+    /// given is missing, and an answer over [`PLUGIN_ANSWER_MAX`] too big
+    /// ([`PluginError::Setup`]), as `host::System` says.
     pub fn plugin(mut self, program: impl AsRef<Path>, answer: Result<&str, &str>) -> Self {
         let p = program.as_ref().to_owned();
         self.plugins.insert(
@@ -164,16 +166,20 @@ impl Host for MemHost {
         self.now
     }
 
-    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, String> {
+    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, PluginError> {
         self.ran
             .borrow_mut()
             .push((call.label.clone(), call.input.to_vec()));
+        let program = call.program.display();
         match self.plugins.get(call.program) {
-            Some(answer) => answer.clone(),
-            None => Err(format!(
-                "{}: No such file or directory (os error 2)",
-                call.program.display()
-            )),
+            Some(Ok(a)) if a.len() as u64 > PLUGIN_ANSWER_MAX => Err(PluginError::Setup(format!(
+                "{program}: its answer is larger than {} KiB",
+                PLUGIN_ANSWER_MAX >> 10
+            ))),
+            Some(answer) => answer.clone().map_err(PluginError::Failed),
+            None => Err(PluginError::Setup(format!(
+                "{program}: No such file or directory (os error 2)"
+            ))),
         }
     }
 
