@@ -212,11 +212,49 @@ fn plan_blocking(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
     plan::plan(&req, &host)
 }
 
-fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+/// stdout was a pipe whose reader has gone (`hostpull plan | head -1`): the
+/// command ends quietly with exit 0, as ripgrep does (crates/core/main.rs:
+/// "a broken pipe means graceful termination"). Only [`to_stdout`] makes it,
+/// so a worker's broken pipe is never taken for this.
+#[derive(Debug)]
+struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout was closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Write `bytes` to stdout and flush it. A closed pipe is [`StdoutClosed`];
+/// any other error (a full disk: `> /dev/full`) is one `error:` line, exit 2.
+fn to_stdout(bytes: &[u8]) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer(&mut out, value)?;
-    writeln!(out)?;
-    Ok(())
+    stdout_written(out.write_all(bytes).and_then(|()| out.flush()))
+}
+
+/// What a write to stdout gave, as [`to_stdout`] says.
+fn stdout_written(r: std::io::Result<()>) -> anyhow::Result<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(e) => error::fail(Kind::Usage, format!("writing to stdout: {e}")),
+    }
+}
+
+/// A line for the human on stderr. Where stderr cannot be written (a closed
+/// pipe, a full disk) there is no one to tell: the line is dropped, never a
+/// panic as `eprintln!` would.
+fn to_stderr(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut bytes = serde_json::to_vec(value)?;
+    bytes.push(b'\n');
+    to_stdout(&bytes)
 }
 
 async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
@@ -227,7 +265,7 @@ async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
     let progress = Progress::new(opts.progress_fd, screen)?.with_max_rate(plan.max_rate);
     let report = pull_to_dest(plan, &progress).await?;
     progress.done();
-    eprintln!("{}", report.summary());
+    to_stderr(&report.summary());
     journal_report(&report);
     if opts.json {
         print_json(&report)?;
@@ -313,12 +351,15 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
     let progress = Progress::new(opts.pull.progress_fd, screen)?.with_max_rate(plan.max_rate);
     let report = crate::fetch::pull(&plan, &progress).await?;
     progress.done();
-    eprintln!("{}", report.summary());
+    to_stderr(&report.summary());
     journal_report(&report);
-    if opts.pull.json {
-        print_json(&report)?;
-    }
-    crate::handoff::run(opts.consumer, dir, tag, opts.reboot)
+    // A stdout that cannot take the result does not stop the hand-off.
+    let printed = match opts.pull.json {
+        true => print_json(&report),
+        false => Ok(()),
+    };
+    crate::handoff::run(opts.consumer, dir, tag, opts.reboot)?;
+    printed
 }
 
 async fn run_plan(opts: &PullOpts) -> anyhow::Result<()> {
@@ -326,8 +367,7 @@ async fn run_plan(opts: &PullOpts) -> anyhow::Result<()> {
     if opts.json {
         print_json(&summary)
     } else {
-        print!("{}", summary.text());
-        Ok(())
+        to_stdout(summary.text().as_bytes())
     }
 }
 
@@ -339,14 +379,14 @@ fn run_prune(opts: &PruneOpts) -> anyhow::Result<()> {
         );
     }
     let pruned = crate::store::Layout::open_locked(&opts.dir)?.prune()?;
-    eprintln!(
+    to_stderr(&format!(
         "Pruned {} blobs, {:.1} MiB, from {}",
         pruned.blobs,
         pruned.bytes as f64 / (1 << 20) as f64,
         opts.dir.display()
-    );
+    ));
     if opts.json {
-        println!("{}", serde_json::to_string(&pruned)?);
+        print_json(&pruned)?;
     }
     Ok(())
 }
@@ -367,8 +407,9 @@ fn man_page(verb: Option<&str>) -> anyhow::Result<()> {
             }
         },
     };
-    clap_mangen::Man::new(page).render(&mut std::io::stdout().lock())?;
-    Ok(())
+    let mut out = Vec::new();
+    clap_mangen::Man::new(page).render(&mut out)?;
+    to_stdout(&out)
 }
 
 /// Logs go to stderr without timestamps, above the progress bars on a terminal.
@@ -447,13 +488,15 @@ pub fn run_main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.use_stderr() {
-                Kind::Usage.exit_code()
-            } else {
-                0
+            if e.use_stderr() {
+                let _ = e.print();
+                return Kind::Usage.exit_code();
+            }
+            // --help and --version: on stdout, with its errors.
+            return match stdout_written(e.print().and_then(|()| std::io::stdout().flush())) {
+                Ok(()) => 0,
+                Err(e) => report_error(&e),
             };
-            let _ = e.print();
-            return code;
         }
     };
     let screen = Screen::stderr();
@@ -468,7 +511,7 @@ pub fn run_main() -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
+            to_stderr(&format!("error: starting the async runtime: {e}"));
             return Kind::Internal.exit_code();
         }
     };
@@ -480,27 +523,31 @@ pub fn run_main() -> i32 {
             Cmd::Prune(o) => tokio::task::block_in_place(|| run_prune(o)),
             Cmd::Man { verb } => man_page(verb.as_deref()),
             Cmd::Completions { shell } => {
+                // Into memory first: clap_complete panics on a write error.
                 let mut cmd = <Cli as clap::CommandFactory>::command();
-                clap_complete::generate(*shell, &mut cmd, "hostpull", &mut std::io::stdout());
-                Ok(())
+                let mut script = Vec::new();
+                clap_complete::generate(*shell, &mut cmd, "hostpull", &mut script);
+                to_stdout(&script)
             }
         }
     });
     match r {
         Ok(()) => 0,
-        Err(e) => {
-            match error::failure(&e) {
-                Some(f) => {
-                    eprintln!("error: {}", error::one_line(&format!("{e:#}")));
-                    if let Some(d) = &f.detail {
-                        eprintln!("{d}");
-                    }
-                }
-                None => eprintln!("error: {}", error::one_line(&format!("{e:#}"))),
-            }
-            error::exit_code(&e)
-        }
+        Err(e) => report_error(&e),
     }
+}
+
+/// Print `e` as the one `error:` line (and its detail line), and return its
+/// exit code; a closed stdout ends quietly, exit 0.
+fn report_error(e: &anyhow::Error) -> i32 {
+    if e.downcast_ref::<StdoutClosed>().is_some() {
+        return 0;
+    }
+    to_stderr(&format!("error: {}", error::one_line(&format!("{e:#}"))));
+    if let Some(d) = error::failure(e).and_then(|f| f.detail.as_ref()) {
+        to_stderr(d);
+    }
+    error::exit_code(e)
 }
 
 #[cfg(test)]

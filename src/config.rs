@@ -84,6 +84,8 @@ pub fn parse(name: &str, text: &str) -> anyhow::Result<Options> {
             ),
         )
     };
+    use crate::plan::nesting::{TOML_MAX_DEPTH, check};
+    check(text, TOML_MAX_DEPTH).map_err(|why| invalid(serde::de::Error::custom(why)))?;
     let file: toml::Table = toml::from_str(text).map_err(invalid)?;
     let (keys, unknown) = known_keys(file).map_err(invalid)?;
     let options = Options::deserialize(keys).map_err(invalid)?;
@@ -117,6 +119,8 @@ fn known_keys(file: toml::Table) -> Result<(toml::Table, Vec<String>), toml::de:
 /// Parse a pull profile. A misspelled key fails: a profile is a unit's whole job.
 fn parse_profile(text: &str) -> Result<Options, toml::de::Error> {
     use serde::de::Error;
+    crate::plan::nesting::check(text, crate::plan::nesting::TOML_MAX_DEPTH)
+        .map_err(Error::custom)?;
     let keys: toml::Table = toml::from_str(text)?;
     if let Some(key) = keys.keys().find(|k| !PROFILE_KEYS.contains(&k.as_str())) {
         return Err(Error::unknown_field(key, PROFILE_KEYS));
@@ -203,7 +207,8 @@ pub fn load(root: &Dir) -> anyhow::Result<Options> {
 /// misspelled key fails: a profile is a unit's whole job.
 pub fn load_profile(root: &Dir, name: &str) -> anyhow::Result<Options> {
     if name.is_empty() || name.contains(['/', '.']) {
-        return Err(Failure::new(Kind::Usage, format!("invalid profile name {name:?}")).into());
+        let why = format!("invalid profile name: {}", crate::error::quoted(name));
+        return Err(Failure::new(Kind::Usage, why).into());
     }
     for dir in DIRS.iter().rev() {
         let rel = Path::new(dir).join("pulls.d").join(format!("{name}.toml"));
@@ -221,7 +226,10 @@ pub fn load_profile(root: &Dir, name: &str) -> anyhow::Result<Options> {
     }
     Err(Failure::new(
         Kind::Usage,
-        format!("no pull profile {name:?} in /etc, /run or /usr/lib hostpull/pulls.d"),
+        format!(
+            "no pull profile in /etc, /run or /usr/lib hostpull/pulls.d: {}",
+            crate::error::quoted(name)
+        ),
     )
     .into())
 }

@@ -140,6 +140,19 @@ pub fn failure(err: &anyhow::Error) -> Option<&Failure> {
     err.chain().find_map(|e| e.downcast_ref::<Failure>())
 }
 
+/// How an error quotes what the user typed, after its reason: `{:?}`, cut
+/// after [`QUOTED_MAX`] characters and then saying how long it was, so that a
+/// 10 kB argument is never echoed whole.
+pub fn quoted(s: &str) -> String {
+    match s.char_indices().nth(QUOTED_MAX) {
+        None => format!("{s:?}"),
+        Some((i, _)) => format!("{:?}… ({} bytes)", &s[..i], s.len()),
+    }
+}
+
+/// The characters of user input an error quotes, at most.
+pub const QUOTED_MAX: usize = 64;
+
 /// Fold a multi-line text into one line, so that an error is always one line.
 pub fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")

@@ -14,7 +14,9 @@ use rustix::fd::{AsFd as _, OwnedFd};
 use rustix::fs::{OFlags, ResolveFlags};
 
 use crate::error::{Kind, fail};
-use crate::plan::host::{FileKind, Host, PLUGIN_ANSWER_MAX, PROVIDER_CACHE, PluginCall};
+use crate::plan::host::{
+    FileKind, Host, PLUGIN_ANSWER_MAX, PROVIDER_CACHE, PluginCall, PluginError,
+};
 
 /// This machine, with its default files below `root`.
 #[derive(Debug)]
@@ -132,7 +134,7 @@ impl Host for System {
         SystemTime::now()
     }
 
-    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, String> {
+    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, PluginError> {
         let mut cmd = std::process::Command::new(call.program);
         cmd.args(call.args);
         for (k, v) in call.env {
@@ -175,30 +177,46 @@ impl Host for System {
     fn selinux_enabled(&self) -> bool {
         Path::new("/sys/fs/selinux/enforce").exists()
     }
+
+    fn writable(&self, path: &Path) -> bool {
+        use rustix::fs::{Access, AtFlags};
+        let opened = self
+            .below_root(path)
+            .and_then(|rel| self.open_in_root(rel, OFlags::PATH | OFlags::DIRECTORY));
+        match opened {
+            // The directory itself, as `.` of its own descriptor.
+            Some(Ok(fd)) => rustix::fs::accessat(&fd, ".", Access::WRITE_OK, AtFlags::empty()),
+            Some(Err(_)) => return false,
+            None => rustix::fs::access(path, Access::WRITE_OK),
+        }
+        .is_ok()
+    }
 }
 
 /// Run a credential helper or provider plugin as root: `input` on its stdin,
 /// its stdout back, killed after `timeout`. Its stderr is dropped: it may hold
 /// secrets. Its stdout is read while it runs (a pipe holds only 64 KiB, and a
 /// plugin blocked on a full one never exits), and at most [`PLUGIN_ANSWER_MAX`]
-/// of it. The error is a short reason, for the caller to put in context.
+/// of it. One that cannot be started, or answers more, is the host's setup
+/// ([`PluginError::Setup`], naming the program).
 fn run_root_plugin(
     mut cmd: std::process::Command,
     input: &[u8],
     timeout: Duration,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, PluginError> {
+    use PluginError::{Failed, Setup};
     use std::io::{Read as _, Write as _};
     use std::process::Stdio;
     let program = cmd.get_program().to_string_lossy().into_owned();
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    let mut child = cmd.spawn().map_err(|e| format!("{program}: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| Setup(format!("{program}: {e}")))?;
     let start = std::time::Instant::now();
     let (Some(stdout), Some(mut stdin)) = (child.stdout.take(), child.stdin.take()) else {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(format!("{program}: no pipes"));
+        return Err(Failed(format!("{program}: no pipes")));
     };
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -209,7 +227,7 @@ fn run_root_plugin(
     // A plugin that exits without reading its input is its own business.
     let _ = stdin.write_all(input);
     drop(stdin);
-    let stop = |child: &mut std::process::Child, why: String| {
+    let stop = |child: &mut std::process::Child, why: PluginError| {
         let _ = child.kill();
         let _ = child.wait();
         Err(why)
@@ -217,22 +235,23 @@ fn run_root_plugin(
     let no_answer = format!("no answer in {}s", timeout.as_secs());
     let answer = match rx.recv_timeout(timeout) {
         Ok(Ok(a)) if a.len() as u64 > PLUGIN_ANSWER_MAX => {
-            return stop(
-                &mut child,
-                format!("its answer is larger than {} KiB", PLUGIN_ANSWER_MAX >> 10),
+            let why = format!(
+                "{program}: its answer is larger than {} KiB",
+                PLUGIN_ANSWER_MAX >> 10
             );
+            return stop(&mut child, Setup(why));
         }
         Ok(Ok(a)) => a,
-        Ok(Err(e)) => return stop(&mut child, format!("reading its answer: {e}")),
-        Err(_) => return stop(&mut child, no_answer),
+        Ok(Err(e)) => return stop(&mut child, Failed(format!("reading its answer: {e}"))),
+        Err(_) => return stop(&mut child, Failed(no_answer)),
     };
     loop {
         match child.try_wait() {
             Ok(Some(status)) if status.success() => return Ok(answer),
-            Ok(Some(status)) => return Err(format!("it exited with {status}")),
-            Ok(None) if start.elapsed() > timeout => return stop(&mut child, no_answer),
+            Ok(Some(status)) => return Err(Failed(format!("it exited with {status}"))),
+            Ok(None) if start.elapsed() > timeout => return stop(&mut child, Failed(no_answer)),
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(Failed(e.to_string())),
         }
     }
 }
@@ -283,26 +302,46 @@ mod tests {
                 let mut c = std::process::Command::new("sh");
                 c.args(["-c", script]);
                 match super::run_root_plugin(c, input, timeout) {
-                    Err(e) if e.contains("signal: 9 (SIGKILL)") => continue,
+                    Err(e) if e.to_string().contains("signal: 9 (SIGKILL)") => continue,
                     r => return r,
                 }
             }
-            Err("killed five times".to_owned())
+            Err(PluginError::Failed("killed five times".to_owned()))
         };
         let t = std::time::Instant::now();
         let out = run_root_plugin("head -c 300000 /dev/zero", b"{}", TIMEOUT).unwrap();
         assert_eq!(out.len(), 300000);
         let huge = format!("head -c {} /dev/zero", PLUGIN_ANSWER_MAX + 1);
+        // Too big is the host's setup (exit 2), naming the program.
         let e = run_root_plugin(&huge, b"{}", TIMEOUT).unwrap_err();
-        assert!(e.contains("larger than 1024 KiB"), "{e}");
+        assert_eq!(
+            e,
+            PluginError::Setup("sh: its answer is larger than 1024 KiB".into())
+        );
         // Endless output is cut at the limit too, and the plugin killed.
         let e = run_root_plugin("cat /dev/zero", b"{}", TIMEOUT).unwrap_err();
-        assert!(e.contains("larger than"), "{e}");
+        assert!(
+            matches!(&e, PluginError::Setup(w) if w.contains("larger than")),
+            "{e}"
+        );
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         let e = run_root_plugin("exec sleep 30", b"{}", Duration::from_millis(300));
-        assert_eq!(e.unwrap_err(), "no answer in 0s");
+        assert_eq!(
+            e.unwrap_err(),
+            PluginError::Failed("no answer in 0s".into())
+        );
         let e = run_root_plugin("echo {}; exit 3", b"{}", TIMEOUT).unwrap_err();
-        assert!(e.contains("exit status: 3"), "{e}");
+        assert!(
+            matches!(&e, PluginError::Failed(w) if w.contains("exit status: 3")),
+            "{e}"
+        );
+        // A program that is not there is the host's setup too.
+        let c = std::process::Command::new("/nonexistent/docker-credential-x");
+        let e = super::run_root_plugin(c, b"", TIMEOUT).unwrap_err();
+        assert!(
+            matches!(&e, PluginError::Setup(w) if w.starts_with("/nonexistent/docker-credential-x: ")),
+            "{e}"
+        );
     }
 
     /// Below the root, an absolute symlink resolves inside it; elsewhere a
@@ -326,5 +365,10 @@ mod tests {
         names.sort();
         assert_eq!(names, ["d", "inside", "link"]);
         assert_eq!(h.read_text(&root.join("etc/inside")).unwrap(), "in");
+        // A directory below the root and one outside it can be written; what
+        // is missing cannot (a read-only mount: edges::host_pass_an_unwritable_…).
+        assert!(h.writable(&root.join("etc/d")));
+        assert!(h.writable(td.path()));
+        assert!(!h.writable(&root.join("etc/missing")));
     }
 }

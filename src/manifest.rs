@@ -337,7 +337,10 @@ impl Platform {
             }
             _ => fail(
                 Kind::Usage,
-                format!("invalid platform {s:?}: expected OS/ARCH[/VARIANT]"),
+                format!(
+                    "invalid platform: expected OS/ARCH[/VARIANT]: {}",
+                    crate::error::quoted(s)
+                ),
             ),
         }
     }

@@ -375,7 +375,7 @@ fn max_rate_from_flag_profile_and_config() {
     let r = plan(&direct);
     r.assert_failure(2);
     assert!(
-        r.stderr.contains("invalid --max-rate \"fast\""),
+        r.stderr.contains("invalid --max-rate: ") && r.stderr.contains(": \"fast\""),
         "{}",
         r.stderr
     );

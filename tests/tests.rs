@@ -3,6 +3,7 @@
 
 mod architecture;
 mod creds;
+mod edges;
 mod fault;
 mod handoff;
 mod hostile;

@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use crate::error::{Kind, fail};
+use crate::error::{Kind, fail, quoted};
 use crate::plan::imgref::valid_hostname;
 
 /// The worker's resolver settings for one pull.
@@ -29,7 +29,7 @@ impl Dns {
             s.parse::<IpAddr>().or_else(|_| {
                 fail(
                     Kind::Usage,
-                    format!("invalid {flag} {s:?}: not an IP address"),
+                    format!("invalid {flag}: not an IP address: {}", quoted(s)),
                 )
             })
         };
@@ -41,7 +41,7 @@ impl Dns {
             if !valid_hostname(d.trim_end_matches('.')) {
                 return fail(
                     Kind::Usage,
-                    format!("invalid --dns-search {d:?}: not a domain name"),
+                    format!("invalid --dns-search: not a domain name: {}", quoted(d)),
                 );
             }
             dns.search.push(d.clone());
@@ -51,13 +51,13 @@ impl Dns {
             let Some((name, addr)) = h.split_once(':') else {
                 return fail(
                     Kind::Usage,
-                    format!("invalid --add-host {h:?}: expected NAME:IP"),
+                    format!("invalid --add-host: expected NAME:IP: {}", quoted(h)),
                 );
             };
             if !valid_hostname(name) {
                 return fail(
                     Kind::Usage,
-                    format!("invalid --add-host {h:?}: {name:?} is not a host name"),
+                    format!("invalid --add-host: not a host name: {}", quoted(name)),
                 );
             }
             dns.hosts.push((

@@ -9,6 +9,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use crate::error::Kind;
+
 /// What a path names, symlinks followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileKind {
@@ -48,6 +50,38 @@ impl std::fmt::Debug for PluginCall<'_> {
     }
 }
 
+/// Why a root plugin gave no answer: a short reason, for the caller to put in
+/// context, and whose fault it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginError {
+    /// The host's setup: the program cannot be started (missing, not
+    /// executable) or its answer is over [`PLUGIN_ANSWER_MAX`]. The reason
+    /// names the program. A usage error (exit 2), never "authentication
+    /// refused".
+    Setup(String),
+    /// It ran and failed: it exited non-zero or gave no answer in time.
+    Failed(String),
+}
+
+impl PluginError {
+    /// The exit code's kind: [`Kind::Usage`] for [`PluginError::Setup`],
+    /// `failed` for a plugin that ran and failed.
+    pub fn kind(&self, failed: Kind) -> Kind {
+        match self {
+            Self::Setup(_) => Kind::Usage,
+            Self::Failed(_) => failed,
+        }
+    }
+}
+
+impl std::fmt::Display for PluginError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Setup(why) | Self::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Where credential provider answers are cached, root-only, below the root.
 pub const PROVIDER_CACHE: &str = "var/cache/hostpull/credential-providers";
 
@@ -79,9 +113,8 @@ pub trait Host {
     fn current_dir(&self) -> io::Result<PathBuf>;
     /// Run a root plugin: `call.input` on its stdin, its stdout back (at most
     /// [`PLUGIN_ANSWER_MAX`]), its stderr dropped (it may hold secrets),
-    /// killed after `call.timeout`. The error is a short reason, for the
-    /// caller to put in context.
-    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, String>;
+    /// killed after `call.timeout`.
+    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, PluginError>;
     /// A credential provider cache entry, by file name, if there is one.
     fn cache_get(&self, name: &str) -> Option<Vec<u8>>;
     /// Store a credential provider cache entry, root-only.
@@ -90,6 +123,9 @@ pub trait Host {
     fn systemd_booted(&self) -> bool;
     /// Whether SELinux is enabled (`/sys/fs/selinux/enforce` exists).
     fn selinux_enabled(&self) -> bool;
+    /// Whether this process may create files in the directory `path`, as
+    /// `access(2)` with `W_OK` says (its mode, a read-only mount).
+    fn writable(&self, path: &Path) -> bool;
 
     /// A file's text, as `std::fs::read_to_string` gives it (and its errors).
     fn read_text(&self, path: &Path) -> io::Result<String> {
@@ -163,7 +199,7 @@ impl Host for Recording<'_> {
     fn now(&self) -> SystemTime {
         self.inner.now()
     }
-    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, String> {
+    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, PluginError> {
         self.ran.borrow_mut().push(call.label.clone());
         self.inner.run(call)
     }
@@ -181,5 +217,8 @@ impl Host for Recording<'_> {
     }
     fn selinux_enabled(&self) -> bool {
         self.inner.selinux_enabled()
+    }
+    fn writable(&self, path: &Path) -> bool {
+        self.inner.writable(path)
     }
 }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use crate::digest::Sha256Digest;
-use crate::error::{Kind, fail};
+use crate::error::{Kind, fail, quoted};
 
 const DEFAULT_DOMAIN: &str = "docker.io";
 const DEFAULT_TAG: &str = "latest";
@@ -55,6 +55,32 @@ impl PartialEq for ImageRef {
 
 impl Eq for ImageRef {}
 
+/// The refusal of a reference with `USER[:PASSWORD]@` before its host; it
+/// quotes nothing of the reference.
+const CREDENTIALS_IN_REFERENCE: &str = "invalid image reference: it holds credentials \
+    (USER:PASSWORD@HOST/…), which are never taken from a reference: give them with \
+    --authfile, --pull-secret or --registry-token";
+
+/// Whether a reference (without its transport) starts with `USER[:PASSWORD]@`,
+/// as a URL's userinfo: an `@` before any `/`, with a path after it, or after
+/// a `USER:PASSWORD` when what follows is no sha256 digest. The docker
+/// reference grammar has `@` only before a digest (`NAME@sha256:HEX`).
+fn holds_credentials(s: &str) -> bool {
+    let Some((before, after)) = s.split_once('@') else {
+        return false;
+    };
+    !before.contains('/')
+        && (after.contains('/') || before.contains(':') && !after.starts_with("sha256:"))
+}
+
+/// `invalid WHAT: WHY: "INPUT"`, the input quoted last and cut.
+fn invalid<T>(what: &str, why: &str, input: &str) -> anyhow::Result<T> {
+    fail(
+        Kind::Usage,
+        format!("invalid {what}: {why}: {}", quoted(input)),
+    )
+}
+
 /// `input` without `docker://`; `Err(transport)` for another transport.
 fn without_transport(input: &str) -> Result<&str, &str> {
     match input.split_once(':') {
@@ -69,15 +95,15 @@ fn without_transport(input: &str) -> Result<&str, &str> {
 impl ImageRef {
     /// Parse `docker://NAME[:TAG|@DIGEST]` or the same without `docker://`.
     pub fn parse(input: &str) -> anyhow::Result<Self> {
-        let bad = |why: &str| {
-            fail(
-                Kind::Usage,
-                format!("invalid image reference {input:?}: {why}"),
-            )
-        };
+        let bad = |why: &str| invalid("image reference", why, input);
+        // Before anything quotes it: the reference would carry the password.
+        if holds_credentials(input.split_once("://").map_or(input, |(_, rest)| rest)) {
+            return fail(Kind::Usage, CREDENTIALS_IN_REFERENCE);
+        }
         let s = match without_transport(input) {
             Ok(s) => s,
-            Err(t) => return bad(&format!("unsupported transport {t:?}, only docker://")),
+            // The transport is quoted with the input, cut.
+            Err(_) => return bad("unsupported transport, only docker://"),
         };
         if s.is_empty() {
             return bad("empty");
@@ -310,7 +336,7 @@ impl Dest {
     /// Parse `oci:DIR[:TAG]` or `ostree:REPO[:REF]`. As in containers/image, DIR
     /// ends at the first colon.
     pub fn parse(input: &str) -> anyhow::Result<Self> {
-        let bad = |why: &str| fail(Kind::Usage, format!("invalid destination {input:?}: {why}"));
+        let bad = |why: &str| invalid("destination", why, input);
         let (ostree, rest) = match (input.strip_prefix("oci:"), input.strip_prefix("ostree:")) {
             (Some(rest), _) => (false, rest),
             (_, Some(rest)) => (true, rest),
@@ -531,6 +557,54 @@ mod tests {
             assert_eq!(crate::error::exit_code(&e), 2, "{input}: {e}");
             assert!(!e.to_string().contains('\n'));
         }
+    }
+
+    /// Issue 26: credentials in a reference are refused naming where they
+    /// go, and never quoted back; a digest is not mistaken for them.
+    #[test]
+    fn credentials_in_a_reference_are_refused_unquoted() {
+        for input in [
+            "docker://bob:S3CRET@quay.io/a/b",
+            "bob:S3CRET@quay.io/a/b:v1",
+            "docker://bob:S3CRET@quay.io",
+            "docker://bob:S3CRET@quay.io:5000",
+            "https://bob:S3CRET@quay.io/a/b",
+            "docker://S3CRET@quay.io/a/b",
+            &format!("docker://bob:S3CRET@quay.io/a/b@{D}"),
+        ] {
+            let e = ImageRef::parse(input).expect_err(input);
+            assert_eq!(crate::error::exit_code(&e), 2, "{input}");
+            let e = e.to_string();
+            assert!(!e.contains("S3CRET"), "{input}: {e}");
+            assert!(e.contains("--authfile"), "{input}: {e}");
+        }
+        for input in [format!("fedora@{D}"), format!("quay.io/a/b@{D}")] {
+            ImageRef::parse(&input).unwrap();
+        }
+        let e = ImageRef::parse(&format!("fedora:40@{D}")).unwrap_err();
+        assert!(e.to_string().contains("a tag and a digest"), "{e}");
+    }
+
+    /// The reason comes first, and what is quoted of a long input is cut.
+    #[test]
+    fn long_inputs_are_cut_after_the_reason() {
+        let long = format!("quay.io/{}", "a".repeat(10_000));
+        for e in [
+            ImageRef::parse(&long).unwrap_err(),
+            Dest::parse(&format!("oci:/x:{}", "t".repeat(10_000))).unwrap_err(),
+            Dest::parse(&format!("dir:{}", "x".repeat(10_000))).unwrap_err(),
+        ] {
+            let e = e.to_string();
+            assert!(e.len() < 250, "{} bytes: {e}", e.len());
+            let (reason, quoted) = e.split_once(": \"").unwrap();
+            assert!(
+                reason.starts_with("invalid ") && reason.contains(": "),
+                "{e}"
+            );
+            assert!(quoted.ends_with(" bytes)"), "{e}");
+        }
+        let e = ImageRef::parse("quay.io/A").unwrap_err().to_string();
+        assert!(e.ends_with(r#": "quay.io/A""#), "{e}");
     }
 
     #[test]

@@ -13,9 +13,11 @@
 //! no `--credential-provider-config`, an authfile without `credHelpers`).
 
 pub mod auth;
+mod dest;
 pub mod dns;
 pub mod host;
 pub mod imgref;
+pub mod nesting;
 pub mod policy;
 pub mod provider;
 pub mod registries;
@@ -28,11 +30,11 @@ pub mod worker;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::{Failure, Kind, fail};
+use crate::error::{Failure, Kind, fail, quoted};
 use crate::manifest::Platform;
 use crate::options::{Options, SandboxMode};
-use host::{FileKind, Host};
-use imgref::{Dest, ImageRef, OstreeDest, Target};
+use host::Host;
+use imgref::{ImageRef, Target};
 pub use summary::{HostSummary, Summary};
 use worker::{Isolation, Limits, WorkerSpec};
 
@@ -128,28 +130,6 @@ impl std::ops::DerefMut for Request {
     }
 }
 
-/// An ostree destination needs a build with the `ostree` feature, and an
-/// existing repository: hostpull does not choose a repository's mode for it.
-fn check_ostree(host: &dyn Host, d: &OstreeDest, built_with_ostree: bool) -> anyhow::Result<()> {
-    if !built_with_ostree {
-        return fail(
-            Kind::Usage,
-            "this hostpull was built without ostree support (cargo feature `ostree`): \
-             --dest ostree: is not available",
-        );
-    }
-    if host.kind(&d.repo.join("config")).ok() != Some(FileKind::File) {
-        return fail(
-            Kind::Usage,
-            format!(
-                "{} is not an ostree repository (create it with ostree init)",
-                d.repo.display()
-            ),
-        );
-    }
-    Ok(())
-}
-
 /// The environment variable naming one more authfile, read after the
 /// `--authfile` ones, as containers/image reads it.
 pub const REGISTRY_AUTH_FILE: &str = "REGISTRY_AUTH_FILE";
@@ -179,7 +159,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
     req.authfiles
         .extend(host.env(REGISTRY_AUTH_FILE).map(PathBuf::from));
     let req = &req;
-    let (image, dest) = destination(req, host)?;
+    let (image, dest) = dest::destination(req, host)?;
     let platform = match &req.platform {
         Some(p) => Platform::parse(p)?,
         None => Platform::host(),
@@ -260,39 +240,6 @@ fn worker(
                 .unwrap_or_else(|| WORKER_SELINUX_CONTEXT.to_owned())
         }),
     })
-}
-
-/// The image, where it goes, and the tag it is written under.
-fn destination(req: &Request, host: &dyn Host) -> anyhow::Result<(ImageRef, Option<Target>)> {
-    let image = ImageRef::parse(req.image.as_deref().unwrap_or_default())?;
-    let dest = match req.dest.as_deref().unwrap_or_default() {
-        "" if req.dry_run => return Ok((image, None)),
-        d => Dest::parse(d)?,
-    };
-    let target = match dest {
-        Dest::Ostree(dest) => {
-            check_ostree(host, &dest, cfg!(feature = "ostree"))?;
-            let tag = image.tag.clone().unwrap_or_else(|| "latest".to_owned());
-            Target::Ostree { dest, tag }
-        }
-        Dest::Oci { dir, tag } => {
-            let Some(tag) = tag.or_else(|| image.tag.clone()) else {
-                return fail(
-                    Kind::Usage,
-                    "the image is pinned by digest: name the tag to write with --dest oci:DIR:TAG",
-                );
-            };
-            let dir = match req.absolute_dest {
-                // `absolute` of an absolute path only tidies it (no current
-                // directory read): as `std::path::absolute(dir)` would.
-                true if dir.is_relative() => std::path::absolute(host.current_dir()?.join(dir))?,
-                true => std::path::absolute(dir)?,
-                false => dir,
-            };
-            Target::Oci { dir, tag }
-        }
-    };
-    Ok((image, Some(target)))
 }
 
 /// Every file and directory the request names exists.
@@ -542,8 +489,9 @@ fn max_rate(req: &Request) -> anyhow::Result<Option<u64>> {
         _ => fail(
             Kind::Usage,
             format!(
-                "invalid --max-rate {r:?}: expected bytes a second, at least 1K, \
-                 with an optional K, M, G or T"
+                "invalid --max-rate: expected bytes a second, at least 1K, \
+                 with an optional K, M, G or T: {}",
+                quoted(r)
             ),
         ),
     }
@@ -556,7 +504,10 @@ fn limits(req: &Request) -> anyhow::Result<Limits> {
         if worker::parse_size(m).is_none() {
             return fail(
                 Kind::Usage,
-                format!("invalid --memory-max {m:?}: expected bytes with an optional K, M, G or T"),
+                format!(
+                    "invalid --memory-max: expected bytes with an optional K, M, G or T: {}",
+                    quoted(m)
+                ),
             );
         }
         l.memory_max = m.clone();
@@ -565,7 +516,10 @@ fn limits(req: &Request) -> anyhow::Result<Limits> {
         if !worker::valid_cpu_quota(q) {
             return fail(
                 Kind::Usage,
-                format!("invalid --cpu-quota {q:?}: expected a percentage such as 50%"),
+                format!(
+                    "invalid --cpu-quota: expected a percentage such as 50%: {}",
+                    quoted(q)
+                ),
             );
         }
         l.cpu_quota = Some(q.clone());
@@ -591,6 +545,7 @@ fn limits(req: &Request) -> anyhow::Result<Limits> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use imgref::OstreeDest;
     use testing::MemHost;
 
     const ACCEPT_ANYTHING: &str = r#"{"default":[{"type":"insecureAcceptAnything"}]}"#;
@@ -601,11 +556,12 @@ mod tests {
         MemHost::new("/nonexistent-root").file("/policy.json", ACCEPT_ANYTHING)
     }
 
+    /// A request for `image` into `dest`; `""` is none given.
     fn req(image: &str, dest: &str) -> Request {
         Request {
             options: Options {
                 image: Some(image.into()),
-                dest: Some(dest.into()),
+                dest: (!dest.is_empty()).then(|| dest.into()),
                 sandbox: Some(SandboxMode::None),
                 policy: Some("/policy.json".into()),
                 ..Default::default()
@@ -804,19 +760,19 @@ mod tests {
             repo: "/repo".into(),
             ostree_ref: None,
         };
-        let e = check_ostree(&host(), &d, false).unwrap_err();
+        let e = super::dest::check_ostree(&host(), &d, false).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(
             e.to_string().contains("built without ostree support"),
             "{e}"
         );
-        let e = check_ostree(&host(), &d, true).unwrap_err();
+        let e = super::dest::check_ostree(&host(), &d, true).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("not an ostree repository"), "{e}");
-        let e = check_ostree(&host().dir("/repo/config"), &d, true).unwrap_err();
+        let e = super::dest::check_ostree(&host().dir("/repo/config"), &d, true).unwrap_err();
         assert!(e.to_string().contains("not an ostree repository"), "{e}");
         let h = host().file("/repo/config", "[core]\n");
-        check_ostree(&h, &d, true).unwrap();
+        super::dest::check_ostree(&h, &d, true).unwrap();
         let pinned =
             "h.io/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
         match super::plan(&req(pinned, "ostree:/repo:os/stable"), &h) {
@@ -863,7 +819,7 @@ mod tests {
             ),
         ];
         for (secrets, want) in cases {
-            let mut r = req("test.registry.io/app:v1", "oci:/d");
+            let mut r = req("test.registry.io/app:v1", "oci:/out");
             r.pull_secrets = secrets.iter().map(Into::into).collect();
             r.provider_config = Some("/d/providers.yaml".into());
             r.provider_bin_dir = Some("/d".into());
@@ -897,7 +853,7 @@ mod tests {
         // Asked each time: its answer is not to be cached.
         assert_eq!(h.ran().len(), 3);
         assert_eq!(
-            super::plan(&req("test.registry.io/app:v1", "oci:/d"), &h)
+            super::plan(&req("test.registry.io/app:v1", "oci:/out"), &h)
                 .map(|p| p.plugins_run)
                 .unwrap(),
             Vec::<String>::new()
@@ -1010,14 +966,14 @@ mod tests {
                 ],
             ),
             (
-                "a drop-in replaces the table of its prefix; a directory or \
-                 another suffix in registries.conf.d is no drop-in",
+                "a drop-in replaces the table of its prefix; another suffix in \
+                 registries.conf.d, a file's or a directory's, is no drop-in",
                 base()
                     .file(
                         "etc/containers/registries.conf.d/50-m2.conf",
                         "[[registry]]\nlocation = \"h.io\"\n[[registry.mirror]]\nlocation = \"m2.io\"\n",
                     )
-                    .file("etc/containers/registries.conf.d/60-x.conf/a", "")
+                    .file("etc/containers/registries.conf.d/60-x.d/a", "")
                     .file("etc/containers/registries.conf.d/README", "[[[")
                     .file("etc/containers/certs.d/m2.io/ca.crt", "pem"),
                 |r| r.no_default_creds = true,

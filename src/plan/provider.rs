@@ -97,8 +97,7 @@ fn bad(name: &Path, why: impl std::fmt::Display) -> anyhow::Error {
 /// Read and check a `CredentialProviderConfig` (YAML or JSON); no error quotes its values.
 pub fn load_config(host: &dyn Host, path: &Path) -> anyhow::Result<ProviderConfig> {
     let text = host.read_text(path).map_err(|e| bad(path, e))?;
-    let v = crate::plan::auth::parse_json_or_yaml(&text)
-        .ok_or_else(|| bad(path, "not JSON or YAML"))?;
+    let v = crate::plan::auth::parse_json_or_yaml(&text).map_err(|why| bad(path, why))?;
     if v["kind"] != "CredentialProviderConfig" {
         return Err(bad(path, "kind is not CredentialProviderConfig"));
     }
@@ -237,7 +236,10 @@ fn exec(host: &dyn Host, p: &Provider, bin_dir: &Path, image: &str) -> anyhow::R
         timeout: TIMEOUT,
     };
     let stdout = host.run(&call).map_err(|why| {
-        Failure::new(Kind::Auth, format!("credential provider {}: {why}", p.name))
+        Failure::new(
+            why.kind(Kind::Auth),
+            format!("credential provider {}: {why}", p.name),
+        )
     })?;
     parse_answer(&p.name, &stdout)
 }
@@ -430,6 +432,52 @@ mod tests {
         h.now += Duration::from_secs(601);
         assert_eq!(ask(&h, "reg.io/a"), 1);
         assert_eq!(h.ran().len(), 2);
+    }
+
+    /// Issue 26: a plugin that is not there, or answers more than
+    /// `PLUGIN_ANSWER_MAX`, is the host's setup (exit 2, naming it); one
+    /// that ran and failed is still "authentication refused" (exit 3). A
+    /// config nested 100 000 levels deep is refused at once.
+    #[test]
+    fn plugin_failures_have_their_exit_codes() {
+        use crate::plan::testing::MemHost;
+        let config = "kind: CredentialProviderConfig\nproviders:\n- name: p\n  matchImages: [\"reg.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n";
+        let huge = format!(
+            r#"{{"kind":"CredentialProviderResponse","auth":{{}},"x":"{}"}}"#,
+            "a".repeat(1 << 20)
+        );
+        // (what the plugin answers, none: not there; the exit code; the words)
+        type Answer<'a> = Option<Result<&'a str, &'a str>>;
+        let cases: [(Answer, i32, &str); 3] = [
+            (None, 2, "/bin/p: No such file or directory"),
+            (
+                Some(Ok(&huge)),
+                2,
+                "/bin/p: its answer is larger than 1024 KiB",
+            ),
+            (
+                Some(Err("it exited with exit status: 1")),
+                3,
+                "exit status: 1",
+            ),
+        ];
+        let image = ImageRef::parse("reg.io/a").unwrap();
+        for (answer, code, want) in cases {
+            let mut h = MemHost::new("/").file("/c.yaml", config);
+            if let Some(a) = answer {
+                h = h.plugin("/bin/p", a);
+            }
+            let config = load_config(&h, Path::new("/c.yaml")).unwrap();
+            let e = credentials(&h, &config, Path::new("/bin"), &image).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), code, "{e}");
+            assert!(e.to_string().contains(want), "{e}");
+        }
+        let h = MemHost::new("/").file("/c.yaml", "[".repeat(100_000));
+        let t = std::time::Instant::now();
+        let e = load_config(&h, Path::new("/c.yaml")).unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("nested more than 128 levels"), "{e}");
     }
 
     #[test]

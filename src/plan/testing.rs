@@ -9,7 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::plan::host::{FileKind, Host, PluginCall};
+use crate::plan::host::{FileKind, Host, PLUGIN_ANSWER_MAX, PluginCall, PluginError};
 
 /// A machine in memory. Relative paths given to its builders are below its
 /// root.
@@ -18,6 +18,7 @@ pub struct MemHost {
     root: PathBuf,
     files: BTreeMap<PathBuf, Vec<u8>>,
     dirs: BTreeSet<PathBuf>,
+    read_only: BTreeSet<PathBuf>,
     vars: BTreeMap<String, OsString>,
     /// What [`Host::now`] says.
     pub now: SystemTime,
@@ -41,6 +42,7 @@ impl MemHost {
             root: root.into(),
             files: BTreeMap::new(),
             dirs: BTreeSet::new(),
+            read_only: BTreeSet::new(),
             vars: BTreeMap::new(),
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
             systemd: false,
@@ -69,6 +71,14 @@ impl MemHost {
         self
     }
 
+    /// Make `path` (a file or directory added) one [`Host::writable`] says
+    /// no to.
+    pub fn read_only(mut self, path: impl AsRef<Path>) -> Self {
+        let p = self.path(path);
+        self.read_only.insert(p);
+        self
+    }
+
     /// Set an environment variable.
     pub fn var(mut self, name: &str, value: impl Into<OsString>) -> Self {
         self.vars.insert(name.to_owned(), value.into());
@@ -76,7 +86,9 @@ impl MemHost {
     }
 
     /// What the plugin `program` (a path or a bare name, as run) answers:
-    /// its stdout, or why it failed.
+    /// its stdout, or why it failed ([`PluginError::Failed`]). One not
+    /// given is missing, and an answer over [`PLUGIN_ANSWER_MAX`] too big
+    /// ([`PluginError::Setup`]), as `host::System` says.
     pub fn plugin(mut self, program: impl AsRef<Path>, answer: Result<&str, &str>) -> Self {
         let p = program.as_ref().to_owned();
         self.plugins.insert(
@@ -154,16 +166,20 @@ impl Host for MemHost {
         self.now
     }
 
-    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, String> {
+    fn run(&self, call: &PluginCall<'_>) -> Result<Vec<u8>, PluginError> {
         self.ran
             .borrow_mut()
             .push((call.label.clone(), call.input.to_vec()));
+        let program = call.program.display();
         match self.plugins.get(call.program) {
-            Some(answer) => answer.clone(),
-            None => Err(format!(
-                "{}: No such file or directory (os error 2)",
-                call.program.display()
-            )),
+            Some(Ok(a)) if a.len() as u64 > PLUGIN_ANSWER_MAX => Err(PluginError::Setup(format!(
+                "{program}: its answer is larger than {} KiB",
+                PLUGIN_ANSWER_MAX >> 10
+            ))),
+            Some(answer) => answer.clone().map_err(PluginError::Failed),
+            None => Err(PluginError::Setup(format!(
+                "{program}: No such file or directory (os error 2)"
+            ))),
         }
     }
 
@@ -189,5 +205,9 @@ impl Host for MemHost {
 
     fn selinux_enabled(&self) -> bool {
         self.selinux
+    }
+
+    fn writable(&self, path: &Path) -> bool {
+        self.kind(path).is_ok() && !self.read_only.contains(path)
     }
 }

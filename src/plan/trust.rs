@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::error::{Kind, fail};
+use crate::error::{Kind, fail, quoted};
 use crate::plan::host::{FileKind, Host};
 use crate::plan::imgref::valid_domain;
 
@@ -34,13 +34,13 @@ pub fn parse_ca(host_fs: &dyn Host, arg: &str) -> anyhow::Result<(String, PathBu
     let Some((host, file)) = arg.split_once('=') else {
         return fail(
             Kind::Usage,
-            format!("invalid --ca {arg:?}: expected HOST[:PORT]=FILE"),
+            format!("invalid --ca: expected HOST[:PORT]=FILE: {}", quoted(arg)),
         );
     };
     if !valid_domain(host) {
         return fail(
             Kind::Usage,
-            format!("invalid --ca {arg:?}: {host:?} is not HOST[:PORT]"),
+            format!("invalid --ca: not HOST[:PORT]: {}", quoted(host)),
         );
     }
     check_file(host_fs, Path::new(file)).with_context(|| format!("--ca {arg}"))?;

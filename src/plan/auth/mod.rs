@@ -18,7 +18,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::error::{Failure, Kind, fail};
+use crate::error::{Failure, Kind, fail, quoted};
 use crate::plan::host::{Host, PluginCall};
 
 mod keyring;
@@ -121,14 +121,20 @@ pub fn parse_token(arg: &str, username: &str) -> anyhow::Result<Source> {
     let Some((prefix, file)) = arg.split_once('=') else {
         return fail(
             Kind::Usage,
-            format!("invalid --registry-token {arg:?}: expected HOST[:PORT][/PATH]=FILE"),
+            format!(
+                "invalid --registry-token: expected HOST[:PORT][/PATH]=FILE: {}",
+                quoted(arg)
+            ),
         );
     };
     let host = prefix.split('/').next().unwrap_or_default();
     if !crate::plan::imgref::valid_domain(host) {
         return fail(
             Kind::Usage,
-            format!("invalid --registry-token {arg:?}: {host:?} is not HOST[:PORT]"),
+            format!(
+                "invalid --registry-token: not HOST[:PORT]: {}",
+                quoted(host)
+            ),
         );
     }
     Ok(Source::Token {
@@ -232,10 +238,17 @@ fn bad(name: &Path, why: impl std::fmt::Display) -> anyhow::Error {
 /// JSON, which every writer of these files produces, else YAML (a Kubernetes
 /// Secret as `kubectl get -o yaml` prints it). JSON first: YAML refuses some
 /// valid JSON, such as a surrogate-pair escape or a key over 1024 characters.
-pub(crate) fn parse_json_or_yaml(text: &str) -> Option<Value> {
-    serde_json::from_str(text)
-        .ok()
-        .or_else(|| serde_yaml::from_str(text).ok())
+/// The error is a short reason that quotes nothing of the text.
+pub(crate) fn parse_json_or_yaml(text: &str) -> Result<Value, &'static str> {
+    if let Ok(v) = serde_json::from_str(text) {
+        return Ok(v);
+    }
+    use crate::plan::nesting::{TOO_DEEP, yaml};
+    match yaml(text) {
+        Ok(v) => Ok(v),
+        Err(why) if why == TOO_DEEP => Err(TOO_DEEP),
+        Err(_) => Err("not JSON or YAML"),
+    }
 }
 
 /// What one credentials file holds: `{key: entry}` and, in an authfile, the
@@ -255,7 +268,7 @@ struct FileCreds {
 /// read (and checked) only with `helpers`: for an authfile.
 fn read_creds(name: &Path, text: &str, helpers: bool) -> anyhow::Result<FileCreds> {
     // Errors never echo the file, which holds secrets.
-    let v = parse_json_or_yaml(text).ok_or_else(|| bad(name, "not JSON or YAML"))?;
+    let v = parse_json_or_yaml(text).map_err(|why| bad(name, why))?;
     let mut config_json = v.get("auths").is_some();
     let v = if v["kind"] == "Secret" {
         let field = match v["type"].as_str() {
@@ -341,7 +354,7 @@ fn run_helper(h: &dyn Host, helper: &str, host: &str) -> anyhow::Result<Secret> 
     };
     let stdout = h.run(&call).map_err(|why| {
         Failure::new(
-            Kind::Auth,
+            why.kind(Kind::Auth),
             format!("credential helper {program} for {host}: {why}"),
         )
     })?;
@@ -1165,6 +1178,55 @@ mod tests {
                 assert_eq!(crate::error::exit_code(&e), 2, "{text}");
                 assert!(e.to_string().contains("credHelpers"), "{e}");
             }
+        }
+    }
+
+    /// Issue 26: a helper that is not on PATH, or answers more than
+    /// `PLUGIN_ANSWER_MAX`, is the host's setup (exit 2, naming it); one that
+    /// ran and failed is "authentication refused" (exit 3). An authfile
+    /// nested 100 000 levels deep is refused at once (YAML's scanner took
+    /// over 30 s).
+    #[test]
+    fn helper_failures_and_deep_files_have_their_exit_codes() {
+        use crate::plan::testing::MemHost;
+        let huge = format!(r#"{{"Username":"u","Secret":"{}"}}"#, "s".repeat(1 << 20));
+        // (what the plugin answers, none: not there; the exit code; the words)
+        type Answer<'a> = Option<Result<&'a str, &'a str>>;
+        let cases: [(Answer, i32, &str); 3] = [
+            (None, 2, "docker-credential-x: No such file or directory"),
+            (
+                Some(Ok(&huge)),
+                2,
+                "docker-credential-x: its answer is larger than",
+            ),
+            (
+                Some(Err("it exited with exit status: 1")),
+                3,
+                "exit status: 1",
+            ),
+        ];
+        for (answer, code, want) in cases {
+            let mut h = MemHost::new("/");
+            if let Some(a) = answer {
+                h = h.plugin("docker-credential-x", a);
+            }
+            let e = run_helper(&h, "x", "reg.io").unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), code, "{e}");
+            assert!(e.to_string().contains(want), "{e}");
+        }
+        for deep in ["[".repeat(100_000), "{\"a\":".repeat(100_000)] {
+            let t = std::time::Instant::now();
+            let e = read_creds(Path::new("/auth.json"), &deep, true).unwrap_err();
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(1),
+                "{:?}",
+                t.elapsed()
+            );
+            assert_eq!(crate::error::exit_code(&e), 2);
+            assert!(
+                e.to_string().contains("/auth.json: nested more than 128"),
+                "{e}"
+            );
         }
     }
 

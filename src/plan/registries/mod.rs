@@ -309,13 +309,13 @@ fn load_files(
     if let Some(dir) = dir {
         match host.list(dir) {
             Ok(names) => {
-                let mut d: Vec<PathBuf> = Vec::new();
-                for name in names {
-                    let path = dir.join(&name);
-                    if !host.directory(&path) && name.to_string_lossy().ends_with(".conf") {
-                        d.push(path);
-                    }
-                }
+                // Every `*.conf`, a directory too: reading it fails, naming
+                // it, where containers/image would skip it in silence.
+                let mut d: Vec<PathBuf> = names
+                    .into_iter()
+                    .filter(|name| name.to_string_lossy().ends_with(".conf"))
+                    .map(|name| dir.join(name))
+                    .collect();
                 d.sort();
                 files.extend(d.into_iter().map(|p| (p, true)));
             }
@@ -1514,7 +1514,7 @@ location = "second.example"
     fn drop_ins_replace_by_prefix_and_errors_name_the_file() {
         let td = tempfile::tempdir().unwrap();
         let dir = td.path().join("etc/containers/registries.conf.d");
-        std::fs::create_dir_all(dir.join("sub.conf")).unwrap();
+        std::fs::create_dir_all(dir.join("sub.d")).unwrap();
         std::fs::write(
             td.path().join("etc/containers/registries.conf"),
             "[[registry]]\nprefix = \"quay.io\"\nlocation = \"quay.io\"\n",
@@ -1530,6 +1530,13 @@ location = "second.example"
             crate::error::exit_code(&route(&tables, &img("quay.io/a/b")).unwrap_err()),
             2
         );
+        // A drop-in that cannot be read, a directory named `*.conf`, is
+        // refused naming it (containers/image skips it in silence).
+        std::fs::create_dir(dir.join("15-sub.conf")).unwrap();
+        let e = load(&sys(td.path()), None).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("15-sub.conf"), "{e}");
+        std::fs::remove_dir(dir.join("15-sub.conf")).unwrap();
         std::fs::write(dir.join("20-bad.conf"), "[[registry]\n").unwrap();
         let e = load(&sys(td.path()), None).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);

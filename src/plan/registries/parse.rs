@@ -13,6 +13,7 @@ use crate::plan::imgref;
 /// file: its tables, checked, sorted by prefix, one per prefix (the first in
 /// the file wins).
 pub(super) fn parse(text: &str, drop_in: bool) -> anyhow::Result<(Vec<Table>, FileShortNames)> {
+    crate::plan::nesting::check(text, crate::plan::nesting::TOML_MAX_DEPTH).map_err(invalid)?;
     let f: File = toml::from_str(text).map_err(|e| invalid(crate::error::one_line(e.message())))?;
     let v1 = f.registries.as_ref().is_some_and(V1::is_set);
     let mut tables = f.registry.clone().unwrap_or_default();

@@ -1,0 +1,271 @@
+//! Where the pull goes, decided before the network: the destination parsed
+//! ([`Dest::parse`]), and what the host can tell of it now checked now (a
+//! file where the layout goes, a directory that is not a layout, a parent
+//! that cannot be written, a repository that is not one), so that a pull
+//! never fetches for minutes into a destination it cannot write.
+
+use std::io::ErrorKind;
+use std::path::Path;
+
+use super::Request;
+use super::host::{FileKind, Host};
+use super::imgref::{Dest, ImageRef, OstreeDest, Target};
+use crate::error::{Kind, fail};
+
+/// Whether `bytes` are an `oci-layout` file of the version the writer
+/// writes and reads (image-spec's `imageLayoutVersion` 1.0.0), as
+/// `store::Layout` checks it.
+fn valid_oci_layout(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(bytes)
+        .is_ok_and(|v| v["imageLayoutVersion"] == "1.0.0")
+}
+
+/// The image, where it goes, and the tag it is written under.
+pub(super) fn destination(
+    req: &Request,
+    host: &dyn Host,
+) -> anyhow::Result<(ImageRef, Option<Target>)> {
+    let image = ImageRef::parse(req.image.as_deref().unwrap_or_default())?;
+    // Only a plan may go without a destination; one given empty is an error.
+    let dest = match req.dest.as_deref() {
+        None if req.dry_run => return Ok((image, None)),
+        d => Dest::parse(d.unwrap_or_default())?,
+    };
+    let target = match dest {
+        Dest::Ostree(dest) => {
+            check_ostree(host, &dest, cfg!(feature = "ostree"))?;
+            let tag = image.tag.clone().unwrap_or_else(|| "latest".to_owned());
+            Target::Ostree { dest, tag }
+        }
+        Dest::Oci { dir, tag } => {
+            let Some(tag) = tag.or_else(|| image.tag.clone()) else {
+                return fail(
+                    Kind::Usage,
+                    "the image is pinned by digest: name the tag to write with --dest oci:DIR:TAG",
+                );
+            };
+            let dir = match req.absolute_dest {
+                // `absolute` of an absolute path only tidies it (no current
+                // directory read): as `std::path::absolute(dir)` would.
+                true if dir.is_relative() => std::path::absolute(host.current_dir()?.join(dir))?,
+                true => std::path::absolute(dir)?,
+                false => dir,
+            };
+            check_oci(host, &dir)?;
+            Target::Oci { dir, tag }
+        }
+    };
+    Ok((image, Some(target)))
+}
+
+/// An ostree destination needs a build with the `ostree` feature, and an
+/// existing repository: hostpull does not choose a repository's mode for it.
+pub(super) fn check_ostree(
+    host: &dyn Host,
+    d: &OstreeDest,
+    built_with_ostree: bool,
+) -> anyhow::Result<()> {
+    if !built_with_ostree {
+        return fail(
+            Kind::Usage,
+            "this hostpull was built without ostree support (cargo feature `ostree`): \
+             --dest ostree: is not available",
+        );
+    }
+    if host.kind(&d.repo.join("config")).ok() != Some(FileKind::File) {
+        return fail(
+            Kind::Usage,
+            format!(
+                "{} is not an ostree repository (create it with ostree init)",
+                d.repo.display()
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// What the layout writer (`store::Layout::open_locked`) would refuse, or
+/// could not do, refused now (exit 2, naming the path): `dir` is a layout
+/// (an `oci-layout` file of version 1.0.0) or an empty directory, and can be
+/// written; or it does not exist, and the nearest directory above it, where
+/// the writer creates it, can be written.
+fn check_oci(host: &dyn Host, dir: &Path) -> anyhow::Result<()> {
+    let shown = dir.display();
+    match host.kind(dir) {
+        Ok(FileKind::Dir) => {}
+        Ok(_) => {
+            return fail(
+                Kind::Usage,
+                format!("{shown} exists and is not a directory"),
+            );
+        }
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+            return check_creatable(host, dir);
+        }
+        Err(e) => return fail(Kind::Usage, format!("{shown}: {e}")),
+    }
+    let layout = dir.join("oci-layout");
+    match host.read(&layout) {
+        Ok(bytes) if valid_oci_layout(&bytes) => {}
+        Ok(_) => {
+            return fail(
+                Kind::Usage,
+                format!(
+                    "{}: not an oci-layout file of imageLayoutVersion 1.0.0",
+                    layout.display()
+                ),
+            );
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            let empty = host.list(dir).map(|names| names.is_empty());
+            if !empty.or_else(|e| fail(Kind::Usage, format!("reading {shown}: {e}")))? {
+                return fail(
+                    Kind::Usage,
+                    format!(
+                        "{shown} exists, is not empty and is not an OCI image layout (no oci-layout file)"
+                    ),
+                );
+            }
+        }
+        Err(e) => return fail(Kind::Usage, format!("reading {}: {e}", layout.display())),
+    }
+    if !host.writable(dir) {
+        return fail(Kind::Usage, format!("{shown} is not writable"));
+    }
+    Ok(())
+}
+
+/// `dir` does not exist: the nearest path above it that does must be a
+/// directory this process can write.
+fn check_creatable(host: &dyn Host, dir: &Path) -> anyhow::Result<()> {
+    let current;
+    let full = if dir.is_relative() {
+        current = host.current_dir()?.join(dir);
+        &current
+    } else {
+        dir
+    };
+    for above in full.ancestors().skip(1) {
+        let why = match host.kind(above) {
+            Ok(FileKind::Dir) if host.writable(above) => return Ok(()),
+            Ok(FileKind::Dir) => " is not writable".to_owned(),
+            Ok(_) => " is not a directory".to_owned(),
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                continue;
+            }
+            Err(e) => format!(": {e}"),
+        };
+        return fail(
+            Kind::Usage,
+            format!("cannot create {}: {}{why}", dir.display(), above.display()),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::Options;
+    use crate::plan::testing::MemHost;
+
+    fn req(dest: Option<&str>, dry_run: bool) -> Request {
+        Request {
+            options: Options {
+                image: Some("q.io/a:v1".into()),
+                dest: dest.map(str::to_owned),
+                ..Options::default()
+            },
+            dry_run,
+            absolute_dest: false,
+        }
+    }
+
+    /// Issue 26: what the layout writer would refuse after minutes of
+    /// network is refused by the planner, naming the path; what it accepts
+    /// (a layout, an empty directory, a path it can create) plans.
+    #[test]
+    fn oci_destinations_are_checked_before_the_network() {
+        const LAYOUT: &str = r#"{"imageLayoutVersion":"1.0.0"}"#;
+        let h = MemHost::new("/root")
+            .file("/file", "x")
+            .file("/layout/oci-layout", LAYOUT)
+            .file("/layout/index.json", "{}")
+            .dir("/empty")
+            .file("/full/data", "x")
+            .file("/old/oci-layout", r#"{"imageLayoutVersion":"0.9"}"#)
+            .dir("/broken/oci-layout")
+            .file("/ro/layout/oci-layout", LAYOUT)
+            .read_only("/ro/layout")
+            .dir("/ro/parent")
+            .read_only("/ro/parent");
+        // (dest, what the error names, with what)
+        let cases: &[(&str, Option<(&str, &str)>)] = &[
+            ("oci:/layout", None),
+            ("oci:/layout:v2", None),
+            ("oci:/empty", None),
+            ("oci:/new", None),
+            ("oci:/new/deeper/still", None),
+            ("oci:rel/new", None),
+            (
+                "oci:/file",
+                Some(("/file", "exists and is not a directory")),
+            ),
+            ("oci:/file/x", Some(("/file", "is not a directory"))),
+            (
+                "oci:/full",
+                Some(("/full", "is not empty and is not an OCI image layout")),
+            ),
+            (
+                "oci:/old",
+                Some(("/old/oci-layout", "not an oci-layout file")),
+            ),
+            (
+                "oci:/broken",
+                Some(("/broken/oci-layout", "Is a directory")),
+            ),
+            ("oci:/ro/layout", Some(("/ro/layout", "is not writable"))),
+            (
+                "oci:/ro/parent/new",
+                Some(("/ro/parent", "is not writable")),
+            ),
+            (
+                "oci:/ro/parent/new/deeper",
+                Some(("/ro/parent", "is not writable")),
+            ),
+            (
+                "ostree:/file",
+                Some(("/file", "is not an ostree repository")),
+            ),
+            (
+                "ostree:/empty",
+                Some(("/empty", "is not an ostree repository")),
+            ),
+        ];
+        for &(dest, want) in cases {
+            match (destination(&req(Some(dest), false), &h), want) {
+                (Ok((_, Some(_))), None) => {}
+                (Err(e), Some((path, why))) => {
+                    assert_eq!(crate::error::exit_code(&e), 2, "{dest}: {e}");
+                    let e = e.to_string();
+                    assert!(e.contains(path) && e.contains(why), "{dest}: {e}");
+                }
+                (r, _) => panic!("{dest}: {r:?}"),
+            }
+        }
+    }
+
+    /// Only `hostpull plan` may go without a destination; an empty one is an
+    /// error for every verb.
+    #[test]
+    fn an_empty_destination_is_an_error() {
+        let h = MemHost::new("/root");
+        let (_, dest) = destination(&req(None, true), &h).unwrap();
+        assert_eq!(dest, None);
+        for dry_run in [true, false] {
+            let e = destination(&req(Some(""), dry_run), &h).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{e}");
+            assert!(e.to_string().starts_with("invalid destination: "), "{e}");
+        }
+    }
+}
