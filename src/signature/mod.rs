@@ -17,11 +17,14 @@ use crate::sandbox::Worker;
 
 mod gpg;
 mod identity;
+mod rekor;
 mod sigstore;
+mod x509;
 
 use gpg::{gpg_verify, lookaside};
 pub use identity::{ATOMIC, COSIGN, check_payload};
-use sigstore::{Attached, attachments, sigstore_verify};
+pub use sigstore::verify_attachment;
+use sigstore::{Attached, accepted, attachments};
 
 /// What `--json` says about signatures.
 #[derive(Debug, Clone, Serialize)]
@@ -76,7 +79,8 @@ pub async fn check(
                 gpg_checked(worker.scratch(), image, sigs, keyring, identity).await?
             }
             Requirement::SigstoreSigned {
-                keys,
+                signer,
+                rekor,
                 source,
                 identity,
             } => {
@@ -91,13 +95,10 @@ pub async fn check(
                     sigstore = Some(attachments(worker, image, digests).await?);
                 }
                 let attached = sigstore.as_deref().unwrap_or_default();
+                let now = now();
                 attached
                     .iter()
-                    .map(|a| {
-                        sigstore_verify(keys, &a.payload, &a.signature)?;
-                        check_payload(&a.payload, COSIGN, &a.digest, image, identity)?;
-                        Ok(format!("sigstore {source}"))
-                    })
+                    .map(|a| accepted(signer, rekor.as_ref(), source, identity, image, a, now))
                     .collect()
             }
         };
@@ -128,6 +129,13 @@ async fn gpg_checked(
         }));
     }
     Ok(checked)
+}
+
+/// Seconds since the epoch, when a PKI certificate must be valid.
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Why no signature satisfied a requirement, from each one's verdict.
