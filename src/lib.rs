@@ -46,5 +46,5 @@ pub(crate) mod verify;
 #[doc(hidden)]
 pub mod internals {
     pub use crate::rate::{LEAD, SLICE, in_flight};
-    pub use crate::signature::{ATOMIC, COSIGN, check_payload};
+    pub use crate::signature::{ATOMIC, COSIGN, check_payload, verify_attachment};
 }

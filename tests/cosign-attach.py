@@ -7,8 +7,13 @@ of an OCI manifest tagged sha256-<hex>.sig in the same repository, through the
 registry API with basic auth. The password is read from $RIG_DIR/password.
 
 usage: cosign-attach.py REGISTRY REPO HEX IDENTITY KIND:KEY... [--payload-digest HEX]
+        [--cert PEM --chain PEM --rekor KEY --integrated-time SECONDS]
   KIND is p256 or ed25519; HEX is the image's manifest digest (the tag to attach
   to); --payload-digest signs another digest instead (a mismatching signature).
+  --cert and --chain add the signing certificate and its chain as annotations, as
+  cosign does for Fulcio; --rekor adds a Rekor SET (`dev.sigstore.cosign/bundle`)
+  signed by KEY (a P-256 key standing in for Rekor's) that logs the signature,
+  its payload and its certificate at --integrated-time.
 """
 
 import base64
@@ -24,13 +29,54 @@ import urllib.request
 COSIGN_PAYLOAD = "application/vnd.dev.cosign.simplesigning.v1+json"
 
 
+def option(args, name):
+    if name not in args:
+        return None
+    i = args.index(name)
+    value = args[i + 1]
+    del args[i : i + 2]
+    return value
+
+
+def rekor_set(rekor_key, cert_pem, sig, payload, integrated_time):
+    """A SET as Rekor returns it and cosign stores it: the canonical JSON (RFC
+    8785; all ASCII here) of the entry's payload, signed with ECDSA-P256-SHA256."""
+    entry = {
+        "apiVersion": "0.0.1",
+        "kind": "hashedrekord",
+        "spec": {
+            "data": {"hash": {"algorithm": "sha256", "value": hashlib.sha256(payload).hexdigest()}},
+            "signature": {
+                "content": base64.b64encode(sig).decode(),
+                "publicKey": {"content": base64.b64encode(cert_pem).decode()},
+            },
+        },
+    }
+    body = {
+        "body": base64.b64encode(json.dumps(entry).encode()).decode(),
+        "integratedTime": int(integrated_time),
+        "logIndex": 1,
+        "logID": hashlib.sha256(b"hostpull test rekor").hexdigest(),
+    }
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(canonical)
+        f.flush()
+        set_sig = subprocess.run(
+            ["openssl", "dgst", "-sha256", "-sign", rekor_key, f.name],
+            capture_output=True,
+            check=True,
+        ).stdout
+    return json.dumps({"SignedEntryTimestamp": base64.b64encode(set_sig).decode(), "Payload": body})
+
+
 def main():
     args = sys.argv[1:]
-    signed = None
-    if "--payload-digest" in args:
-        i = args.index("--payload-digest")
-        signed = args[i + 1]
-        del args[i : i + 2]
+    signed = option(args, "--payload-digest")
+    cert = option(args, "--cert")
+    chain = option(args, "--chain")
+    rekor = option(args, "--rekor")
+    integrated_time = option(args, "--integrated-time")
     registry, repo, hexd, identity, *keys = args
     rig = os.environ["RIG_DIR"]
     user = os.environ.get("RIG_USER", "hostpull")
@@ -80,15 +126,17 @@ def main():
         else:
             sys.exit(f"unknown key kind {kind}")
         sig = subprocess.run(cmd, capture_output=True, check=True).stdout
-        layers.append(
-            dict(
-                blob(payload),
-                mediaType=COSIGN_PAYLOAD,
-                annotations={
-                    "dev.cosignproject.cosign/signature": base64.b64encode(sig).decode()
-                },
-            )
-        )
+        annotations = {"dev.cosignproject.cosign/signature": base64.b64encode(sig).decode()}
+        if cert:
+            cert_pem = open(cert, "rb").read()
+            annotations["dev.sigstore.cosign/certificate"] = cert_pem.decode()
+            if chain:
+                annotations["dev.sigstore.cosign/chain"] = open(chain).read()
+            if rekor:
+                annotations["dev.sigstore.cosign/bundle"] = rekor_set(
+                    rekor, cert_pem, sig, payload, integrated_time
+                )
+        layers.append(dict(blob(payload), mediaType=COSIGN_PAYLOAD, annotations=annotations))
     config = json.dumps(
         {"architecture": "", "os": "", "config": {}, "rootfs": {"type": "layers", "diff_ids": []}}
     ).encode()

@@ -7,6 +7,11 @@
 # Sigstore: keys made with openssl (P-256 "cosign", P-256 "other", ed25519);
 # hostpull/cosigned:v1 has a `sha256-<hex>.sig` attachment with two signatures (P-256,
 # ed25519); hostpull/cosign-copied:v2 has one whose payload names cosigned's digest.
+# Keyless (make_keyless): a test CA standing in for Fulcio (a P-384 root and
+# intermediate, a P-256 leaf for signer@hostpull.test with Fulcio's OIDC issuer
+# extensions) and a P-256 Rekor key; hostpull/keyless:v1 is signed with the leaf, with
+# the certificate, its chain and a Rekor SET logged now; hostpull/keyless-early:v1 has
+# a SET logged a day before the certificate was issued.
 
 make_signatures() {
     local sig=$RIG_DIR/sig fpr digest copied
@@ -55,6 +60,60 @@ make_signatures() {
     run_logged "$LOGS/sign.log" env RIG_DIR="$RIG_DIR" python3 "$TESTS/cosign-attach.py" "$REGISTRY" \
         hostpull/cosign-copied "$copied" "$REGISTRY/hostpull/cosigned:v1" \
         "p256:$sig/cosign.key" --payload-digest "$digest"
+    make_keyless "$sig" "$digest"
+}
+
+# make_keyless DIR HEX: the test Fulcio CA, Rekor keys, and the keyless images.
+make_keyless() {
+    local sig=$1 digest=$2 issuer=https://issuer.hostpull.test ext now
+    ext=$sig/fulcio.cnf
+    cat >"$ext" <<EXT
+[int]
+basicConstraints=critical,CA:true,pathlen:0
+keyUsage=critical,keyCertSign,cRLSign
+extendedKeyUsage=codeSigning
+subjectKeyIdentifier=hash
+authorityKeyIdentifier=keyid
+[leaf]
+keyUsage=critical,digitalSignature
+extendedKeyUsage=codeSigning
+subjectAltName=critical,email:signer@hostpull.test
+1.3.6.1.4.1.57264.1.1=DER:$(printf %s "$issuer" | od -An -tx1 | tr -d ' \n')
+1.3.6.1.4.1.57264.1.8=ASN1:UTF8String:$issuer
+EXT
+    for r in fulcio-root other-root; do
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-384 -nodes -days 3650 \
+            -keyout "$sig/$r.key" -out "$sig/$r.crt" -subj "/O=hostpull.test/CN=$r" \
+            -addext basicConstraints=critical,CA:true -addext keyUsage=critical,keyCertSign,cRLSign \
+            2>>"$LOGS/sign.log"
+    done
+    issue "$sig" fulcio-intermediate P-384 fulcio-root int 12
+    issue "$sig" keyless-leaf P-256 fulcio-intermediate leaf 13
+    cat "$sig/fulcio-intermediate.crt" "$sig/fulcio-root.crt" >"$sig/fulcio-chain.pem"
+    for k in rekor other-rekor; do
+        openssl ecparam -genkey -name prime256v1 -noout -out "$sig/$k.key" 2>/dev/null
+        openssl pkey -in "$sig/$k.key" -pubout -out "$sig/$k.pub"
+    done
+    push "$IMAGES/small" v1 hostpull/keyless
+    push "$IMAGES/small" v1 hostpull/keyless-early
+    now=$(date +%s)
+    for repo in keyless:$now keyless-early:$((now - 86400)); do
+        run_logged "$LOGS/sign.log" env RIG_DIR="$RIG_DIR" python3 "$TESTS/cosign-attach.py" \
+            "$REGISTRY" "hostpull/${repo%%:*}" "$digest" "$REGISTRY/hostpull/${repo%%:*}:v1" \
+            "p256:$sig/keyless-leaf.key" --cert "$sig/keyless-leaf.crt" --chain "$sig/fulcio-chain.pem" \
+            --rekor "$sig/rekor.key" --integrated-time "${repo#*:}"
+    done
+}
+
+# issue DIR NAME CURVE ISSUER SECTION SERIAL: a key and a certificate from ISSUER.
+issue() {
+    local sig=$1 name=$2 curve=$3 ca=$4 section=$5 serial=$6
+    openssl req -new -newkey ec -pkeyopt "ec_paramgen_curve:$curve" -nodes \
+        -keyout "$sig/$name.key" -subj "/O=hostpull.test/CN=$name" -out "$sig/$name.csr" \
+        2>>"$LOGS/sign.log"
+    openssl x509 -req -in "$sig/$name.csr" -CA "$sig/$ca.crt" -CAkey "$sig/$ca.key" \
+        -set_serial "$serial" -days 3650 -sha384 -extfile "$sig/fulcio.cnf" -extensions "$section" \
+        -out "$sig/$name.crt" 2>>"$LOGS/sign.log"
 }
 
 # manifest_hex IMAGE TAG: the hex digest of a built image's manifest.

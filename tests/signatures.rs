@@ -316,6 +316,147 @@ fn sigstore_signed() {
     }
 }
 
+fn sig_file(name: &str) -> String {
+    format!("{}/{name}", var("RIG_SIG_DIR"))
+}
+
+const ISSUER: &str = "https://issuer.hostpull.test";
+const EMAIL: &str = "signer@hostpull.test";
+
+/// `sigstoreSigned` with the rig's stand-in Fulcio CA and Rekor key.
+fn fulcio(ca: &str, issuer: &str, email: &str, rekor: &str) -> Value {
+    json!([{
+        "type": "sigstoreSigned",
+        "fulcio": {"caPath": sig_file(ca), "oidcIssuer": issuer, "subjectEmail": email},
+        "rekorPublicKeyPath": sig_file(rekor),
+    }])
+}
+
+fn pki(roots: &str, subject: Value) -> Value {
+    let mut p = json!({"caRootsPath": sig_file(roots)});
+    p.as_object_mut()
+        .unwrap()
+        .extend(subject.as_object().unwrap().clone());
+    json!([{"type": "sigstoreSigned", "pki": p}])
+}
+
+/// Issue 23: keyless signatures (tests/sign.sh `make_keyless`), pulled through
+/// the registry and the worker, verified on root's side: the certificate's
+/// chain to the stand-in Fulcio root, its OIDC issuer and email, the Rekor
+/// SET, and the certificate's validity when Rekor logged it; the same
+/// certificate under `pki`.
+#[test]
+fn keyless_signed() {
+    let s = scratch();
+    let ok = |name: &str, image: &str, reqs: Value| -> String {
+        let d = s.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        let rd = registries_d(&d, &file_lookaside(), true);
+        let (r, out) = pull(&d, image, &policy(&d, reqs), &rd);
+        let j = r.json();
+        assert!(out.join("index.json").is_file(), "{name}");
+        j["signature"]["verified_by"][0]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let root = "fulcio-root.crt";
+    let by = ok(
+        "fulcio",
+        var("RIG_IMG_KEYLESS"),
+        fulcio(root, ISSUER, EMAIL, "rekor.pub"),
+    );
+    assert!(
+        by.starts_with(&format!(
+            "sigstore fulcio {EMAIL} from {ISSUER}, in Rekor at 20"
+        )),
+        "{by}"
+    );
+    // PKI judges the certificate now, and reads no SET: the early one passes.
+    for (i, image) in [var("RIG_IMG_KEYLESS"), var("RIG_IMG_KEYLESS_EARLY")]
+        .iter()
+        .enumerate()
+    {
+        let by = ok(
+            &format!("pki{i}"),
+            image,
+            pki(root, json!({"subjectEmail": EMAIL})),
+        );
+        assert_eq!(by, format!("sigstore pki {EMAIL}"));
+    }
+    let cases = [
+        (
+            var("RIG_IMG_KEYLESS"),
+            fulcio(root, "https://other.issuer.test", EMAIL, "rekor.pub"),
+            format!("unexpected Fulcio OIDC issuer \"{ISSUER}\""),
+        ),
+        (
+            var("RIG_IMG_KEYLESS"),
+            fulcio(root, ISSUER, "other@hostpull.test", "rekor.pub"),
+            "required email \"other@hostpull.test\" not found".into(),
+        ),
+        // Logged before the certificate was issued: the certificate was not
+        // valid then, though it is now.
+        (
+            var("RIG_IMG_KEYLESS_EARLY"),
+            fulcio(root, ISSUER, EMAIL, "rekor.pub"),
+            "has expired or is not yet valid".into(),
+        ),
+        (
+            var("RIG_IMG_KEYLESS"),
+            fulcio(root, ISSUER, EMAIL, "other-rekor.pub"),
+            "verification of Rekor SET failed".into(),
+        ),
+        (
+            var("RIG_IMG_KEYLESS"),
+            fulcio("other-root.crt", ISSUER, EMAIL, "rekor.pub"),
+            "certificate signed by unknown authority".into(),
+        ),
+        // A key-signed attachment carries no certificate or SET.
+        (
+            var("RIG_IMG_COSIGNED"),
+            fulcio(root, ISSUER, EMAIL, "rekor.pub"),
+            "missing dev.sigstore.cosign/bundle annotation".into(),
+        ),
+        (
+            var("RIG_IMG_KEYLESS"),
+            pki("other-root.crt", json!({"subjectEmail": EMAIL})),
+            "certificate signed by unknown authority".into(),
+        ),
+        (
+            var("RIG_IMG_KEYLESS"),
+            pki(root, json!({"subjectHostname": "host.hostpull.test"})),
+            "not valid for \"host.hostpull.test\"".into(),
+        ),
+    ];
+    for (i, (image, reqs, why)) in cases.into_iter().enumerate() {
+        let d = s.path().join(i.to_string());
+        std::fs::create_dir(&d).unwrap();
+        let rd = registries_d(&d, &file_lookaside(), true);
+        let (r, out) = pull(&d, image, &policy(&d, reqs), &rd);
+        assert_rejected(&r, &out, "sigstoreSigned by a", &why);
+    }
+    // `plan` says who must have signed, in words.
+    let d = s.path().join("plan");
+    std::fs::create_dir(&d).unwrap();
+    let rd = registries_d(&d, &file_lookaside(), true);
+    let p = policy(&d, fulcio(root, ISSUER, EMAIL, "rekor.pub"));
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.args(["plan", var("RIG_IMG_KEYLESS"), "--dest", "oci:/nonexistent"])
+        .args(["--sandbox", "none", "--policy"])
+        .arg(&p)
+        .arg("--registries.d")
+        .arg(&rd);
+    let r = run(&mut c);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let want = format!(
+        "signature sigstoreSigned by a Fulcio certificate for {EMAIL} from OIDC issuer {ISSUER} (CA {}), logged in Rekor (keys {}), matchRepoDigestOrExact",
+        sig_file(root),
+        sig_file("rekor.pub")
+    );
+    assert!(r.stdout.contains(&want), "{want}\n{}", r.stdout);
+}
+
 #[test]
 fn require_signature_and_plan() {
     let s = scratch();

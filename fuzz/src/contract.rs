@@ -32,6 +32,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("provider_config", provider_config_target),
     ("provider_answer", provider_answer_target),
     ("sigstore_payload", sigstore_payload_target),
+    ("sigstore_attachment", sigstore_attachment_target),
     ("hostpull_config", hostpull_config_target),
     ("classify", classify_target),
 ];
@@ -439,6 +440,71 @@ pub fn sigstore_payload_target(data: &[u8]) {
                 assert_eq!(c["image"]["docker-manifest-digest"], digest.as_str());
                 assert_eq!(c["type"], kind);
             }
+        }
+    }
+}
+
+/// A sigstore attachment layer: its annotations (JSON) and, after a NUL, its
+/// payload; checked under Fulcio + Rekor, keys + Rekor and PKI trust roots
+/// (containers/image's fixtures). Certificates, chains and Rekor SETs are
+/// parsed from untrusted bytes: no panic, and whatever is accepted verified.
+pub fn sigstore_attachment_target(data: &[u8]) {
+    use hostpull::internals::verify_attachment;
+    use hostpull::plan::policy::{
+        Fulcio, Identity, Pki, PublicKey, Rekor, Signer, parse_pem_certificates,
+    };
+    const FULCIO: &str = include_str!("../../src/signature/testdata/fulcio_v1.crt.pem");
+    const REKOR: &str = include_str!("../../src/signature/testdata/rekor.pub");
+    const COSIGN: &str = include_str!("../../src/signature/testdata/cosign.pub");
+    const ROOTS: &str = include_str!("../../src/signature/testdata/pki_root_crts.pem");
+    let _ = parse_pem_certificates(data);
+    let _ = std::str::from_utf8(data).map(PublicKey::from_pem);
+    let (annotations, payload) = split(data);
+    let Ok(annotations) =
+        serde_json::from_slice::<std::collections::BTreeMap<String, String>>(annotations)
+    else {
+        return;
+    };
+    let rekor = Rekor {
+        keys: vec![PublicKey::from_pem(REKOR).unwrap()],
+        source: "rekor.pub".into(),
+    };
+    let signers = [
+        Signer::Fulcio(Box::new(Fulcio {
+            ca: parse_pem_certificates(FULCIO.as_bytes()).unwrap(),
+            ca_source: "fulcio".into(),
+            oidc_issuer: "https://github.com/login/oauth".into(),
+            subject_email: "mitr@redhat.com".into(),
+        })),
+        Signer::Keys(vec![PublicKey::from_pem(COSIGN).unwrap()]),
+        Signer::Pki(Box::new(Pki {
+            roots: parse_pem_certificates(ROOTS.as_bytes()).unwrap(),
+            intermediates: Vec::new(),
+            source: "pki".into(),
+            subject_email: Some("qiwan@redhat.com".into()),
+            subject_hostname: Some("myhost.example.com".into()),
+        })),
+    ];
+    let digest = Sha256Digest::from_hex(&"a".repeat(64));
+    for (i, signer) in signers.iter().enumerate() {
+        let rekor = (i < 2).then_some(&rekor);
+        let r = verify_attachment(
+            signer,
+            rekor,
+            &Identity::MatchRepository,
+            &image(),
+            &digest,
+            annotations.clone(),
+            payload.to_vec(),
+            1_764_633_600,
+        );
+        if r.is_ok() {
+            // Accepted: the payload names this digest.
+            let v: serde_json::Value = serde_json::from_slice(payload).expect("accepted, not JSON");
+            assert_eq!(
+                v["critical"]["image"]["docker-manifest-digest"],
+                digest.as_str()
+            );
         }
     }
 }

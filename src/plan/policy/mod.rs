@@ -15,6 +15,8 @@ use crate::plan::imgref::ImageRef;
 
 mod parse;
 use parse::*;
+mod sigstore;
+pub use sigstore::{Fulcio, Pki, PublicKey, Rekor, Signer, parse_pem_certificates};
 
 /// The default policy and registries.d, below the root.
 pub const POLICY: &str = "etc/containers/policy.json";
@@ -73,11 +75,14 @@ pub enum Requirement {
         /// How the signed reference must match the image.
         identity: Identity,
     },
-    /// Sigstore (cosign) attachments checked with public keys.
+    /// Sigstore (cosign) attachments checked with public keys, a Fulcio
+    /// certificate or a PKI's certificate.
     SigstoreSigned {
-        /// The keys a signature may be made with.
-        keys: Vec<PublicKey>,
-        /// Where the keys came from, for messages.
+        /// Who may have made a signature.
+        signer: Signer,
+        /// The Rekor keys whose signed entry timestamp a signature must carry.
+        rekor: Option<Rekor>,
+        /// Where the keys or certificates came from, for messages.
         source: String,
         /// How the signed reference must match the image.
         identity: Identity,
@@ -102,8 +107,20 @@ impl fmt::Display for Requirement {
                 write!(f, "signedBy GPGKeys {keys}, {identity}")
             }
             Self::SigstoreSigned {
-                source, identity, ..
-            } => write!(f, "sigstoreSigned {source}, {identity}"),
+                signer,
+                rekor,
+                source,
+                identity,
+            } => {
+                match signer {
+                    Signer::Keys(_) => write!(f, "sigstoreSigned {source}")?,
+                    _ => write!(f, "sigstoreSigned by {signer}")?,
+                }
+                if let Some(r) = rekor {
+                    write!(f, ", logged in Rekor (keys {})", r.source)?;
+                }
+                write!(f, ", {identity}")
+            }
             Self::Unsatisfiable { what, .. } => write!(f, "{what} (rejects every image)"),
         }
     }
@@ -160,26 +177,6 @@ impl fmt::Display for Identity {
     }
 }
 
-/// A sigstore public key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PublicKey {
-    /// ECDSA P-256.
-    P256(p256::ecdsa::VerifyingKey),
-    /// ed25519.
-    Ed25519(ed25519_dalek::VerifyingKey),
-}
-
-impl PublicKey {
-    /// A PEM `PUBLIC KEY` (SubjectPublicKeyInfo) of ECDSA P-256 or ed25519.
-    fn from_pem(pem: &str) -> Option<Self> {
-        use p256::pkcs8::DecodePublicKey as _;
-        p256::ecdsa::VerifyingKey::from_public_key_pem(pem)
-            .map(Self::P256)
-            .or_else(|_| ed25519_dalek::VerifyingKey::from_public_key_pem(pem).map(Self::Ed25519))
-            .ok()
-    }
-}
-
 fn bad_policy<T>(file: &Path, why: &str) -> anyhow::Result<T> {
     fail(
         Kind::Usage,
@@ -218,14 +215,19 @@ pub fn apply(
     })
 }
 
-/// Key files' bytes, with a name for messages.
-fn read_keys(host: &dyn Host, file: &Path, keys: &Keys) -> anyhow::Result<(Vec<Vec<u8>>, String)> {
+/// Key files' bytes, with a name for messages: the paths, or `FIELDData(s)`.
+fn read_keys(
+    host: &dyn Host,
+    file: &Path,
+    keys: &Keys,
+    field: &str,
+) -> anyhow::Result<(Vec<Vec<u8>>, String)> {
     let paths: Vec<&PathBuf> = match keys {
-        Keys::Data(d) => return Ok((vec![d.clone()], "keyData".into())),
-        Keys::Datas(d) => return Ok((d.clone(), "keyDatas".into())),
+        Keys::Data(d) => return Ok((vec![d.clone()], format!("{field}Data"))),
+        Keys::Datas(d) => return Ok((d.clone(), format!("{field}Datas"))),
         Keys::Path(p) => vec![p],
         Keys::Paths(p) => p.iter().collect(),
-        Keys::Fulcio | Keys::Pki => Vec::new(),
+        Keys::Fulcio(_) | Keys::Pki(_) => Vec::new(),
     };
     let mut out = Vec::new();
     for p in &paths {
@@ -247,8 +249,7 @@ fn read_keys(host: &dyn Host, file: &Path, keys: &Keys) -> anyhow::Result<(Vec<V
 
 /// What hostpull enforces for one parsed requirement of the image's scope.
 /// What containers/image does not implement either (`signedBaseLayer`,
-/// `keyType` other than `GPGKeys`) rejects the image, as there; what it
-/// implements and hostpull does not is a configuration error (exit 2).
+/// `keyType` other than `GPGKeys`) rejects the image, as there.
 fn requirement_for(host: &dyn Host, file: &Path, raw: &Raw) -> anyhow::Result<Requirement> {
     Ok(match raw {
         Raw::InsecureAcceptAnything => Requirement::InsecureAcceptAnything,
@@ -263,7 +264,7 @@ fn requirement_for(host: &dyn Host, file: &Path, raw: &Raw) -> anyhow::Result<Re
         },
         Raw::SignedBy { keys, identity, .. } => {
             let identity = identity.clone();
-            let (files, names) = read_keys(host, file, keys)?;
+            let (files, names) = read_keys(host, file, keys, "key")?;
             if files.is_empty() {
                 return Ok(Requirement::Unsatisfiable {
                     what: "signedBy with an empty keyPaths".into(),
@@ -287,41 +288,7 @@ fn requirement_for(host: &dyn Host, file: &Path, raw: &Raw) -> anyhow::Result<Re
             keys,
             rekor,
             identity,
-        } => {
-            if matches!(keys, Keys::Fulcio | Keys::Pki) || *rekor {
-                return bad_policy(
-                    file,
-                    "sigstoreSigned with fulcio, pki or rekor is not supported, only public keys \
-                     (keyPath, keyPaths, keyData, keyDatas): hostpull verifies no certificate \
-                     chain or transparency-log entry",
-                );
-            }
-            let identity = identity.clone();
-            let (files, names) = read_keys(host, file, keys)?;
-            let keys = files
-                .iter()
-                .map(|k| {
-                    std::str::from_utf8(k)
-                        .ok()
-                        .and_then(PublicKey::from_pem)
-                        .ok_or_else(|| {
-                            Failure::new(
-                                Kind::Usage,
-                                format!(
-                                    "invalid signature policy {}: {names}: not a PEM ECDSA P-256 or ed25519 public key",
-                                    file.display()
-                                ),
-                            )
-                            .into()
-                        })
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            Requirement::SigstoreSigned {
-                keys,
-                source: names,
-                identity,
-            }
-        }
+        } => sigstore::requirement(host, file, keys, rekor.as_ref(), identity)?,
     })
 }
 
@@ -722,7 +689,7 @@ mod tests {
             (
                 "example.com/sigstore/key-data-example:1",
                 "",
-                "not a PEM ECDSA P-256 or ed25519 public key",
+                "is not a PEM ECDSA (P-256, P-384), ed25519 or RSA public key",
             ),
             (
                 "example.com/sigstore/key-path-example:1",
@@ -1049,8 +1016,7 @@ mod tests {
         }
     }
 
-    /// Issue 14: what hostpull supports of sigstoreSigned, and what the image's
-    /// scope may hold that hostpull cannot check (exit 2, named).
+    /// Issue 14: sigstoreSigned with public keys.
     #[test]
     fn sigstore_key_sources() {
         let p256 = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEYS/00/JBdLxyVqE5aPi0i2kAX18e\nwKePsScfMRPxQiLKjMoz7pxXIh1lPT5BwrDOin+NCw2ViOfUCrk12v2iqQ==\n-----END PUBLIC KEY-----\n";
@@ -1062,7 +1028,14 @@ mod tests {
             b64(ed)
         );
         let a = apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
-        let [Requirement::SigstoreSigned { keys, source, .. }] = &a.requirements[..] else {
+        let [
+            Requirement::SigstoreSigned {
+                signer: Signer::Keys(keys),
+                source,
+                ..
+            },
+        ] = &a.requirements[..]
+        else {
             panic!("{a:?}")
         };
         assert!(
@@ -1070,32 +1043,151 @@ mod tests {
             "{keys:?}"
         );
         assert_eq!(source, "keyDatas");
+        let key = Signer::Keys(keys.clone());
+        assert_eq!(key.to_string(), "keys");
+    }
+
+    fn testdata(name: &str) -> String {
+        format!(
+            "{}/src/signature/testdata/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    }
+
+    /// Issue 23: Fulcio, PKI and Rekor keys are read and parsed with the
+    /// policy (containers/image's fixtures), and `plan` says each in words.
+    #[test]
+    fn sigstore_certificates_and_rekor() {
+        let b64 = |name: &str| {
+            base64::engine::general_purpose::STANDARD.encode(std::fs::read(testdata(name)).unwrap())
+        };
+        let get = |req: String| {
+            let text = format!(r#"{{"default":[{req}]}}"#);
+            apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1"))
+        };
+        let fulcio = format!(
+            r#"{{"type":"sigstoreSigned","fulcio":{{"caPath":"{}","oidcIssuer":"https://github.com/login/oauth","subjectEmail":"mitr@redhat.com"}},"rekorPublicKeyPaths":["{}","{}"]}}"#,
+            testdata("fulcio_v1.crt.pem"),
+            testdata("rekor.pub"),
+            testdata("cosign.pub")
+        );
+        let a = get(fulcio).unwrap();
+        let [
+            Requirement::SigstoreSigned {
+                signer: Signer::Fulcio(f),
+                rekor: Some(r),
+                ..
+            },
+        ] = &a.requirements[..]
+        else {
+            panic!("{a:?}")
+        };
+        assert_eq!((f.ca.len(), r.keys.len()), (1, 2));
+        assert_eq!(
+            a.requirements[0].to_string(),
+            format!(
+                "sigstoreSigned by a Fulcio certificate for mitr@redhat.com from OIDC issuer https://github.com/login/oauth (CA {}), logged in Rekor (keys {} {}), matchRepoDigestOrExact",
+                testdata("fulcio_v1.crt.pem"),
+                testdata("rekor.pub"),
+                testdata("cosign.pub")
+            )
+        );
+        let pki = format!(
+            r#"{{"type":"sigstoreSigned","pki":{{"caRootsData":"{}","caIntermediatesData":"{}","subjectEmail":"qiwan@redhat.com","subjectHostname":"myhost.example.com"}},"signedIdentity":{{"type":"matchRepository"}}}}"#,
+            b64("pki_root_crts.pem"),
+            b64("pki_intermediate_crts.pem")
+        );
+        let a = get(pki).unwrap();
+        assert_eq!(
+            a.requirements[0].to_string(),
+            "sigstoreSigned by a PKI certificate for email qiwan@redhat.com and host myhost.example.com (CAs pki.caRootsData pki.caIntermediatesData), matchRepository"
+        );
+        let keyed = format!(
+            r#"{{"type":"sigstoreSigned","keyData":"{}","rekorPublicKeyData":"{}"}}"#,
+            b64("cosign.pub"),
+            b64("rekor.pub")
+        );
+        assert_eq!(
+            get(keyed).unwrap().requirements[0].to_string(),
+            "sigstoreSigned keyData, logged in Rekor (keys rekorPublicKeyData), matchRepoDigestOrExact"
+        );
+        // policy_eval_sigstore_test.go's prepareTrustRoot failures.
         for (req, why) in [
             (
-                r#"{"type":"sigstoreSigned","fulcio":{"caData":"YWJj","oidcIssuer":"https://example.com","subjectEmail":"a@example.com"},"rekorPublicKeyData":"YWJj"}"#,
-                "fulcio, pki or rekor is not supported",
+                format!(
+                    r#"{{"type":"sigstoreSigned","fulcio":{{"caData":"YWJj","oidcIssuer":"https://example.com","subjectEmail":"a@example.com"}},"rekorPublicKeyData":"{}"}}"#,
+                    b64("rekor.pub")
+                ),
+                "fulcio.caData: no certificate found",
             ),
             (
-                r#"{"type":"sigstoreSigned","pki":{"caRootsData":"YWJj","subjectHostname":"h"}}"#,
-                "fulcio, pki or rekor is not supported",
+                format!(
+                    r#"{{"type":"sigstoreSigned","fulcio":{{"caPath":"{}","oidcIssuer":"https://example.com","subjectEmail":"a@example.com"}},"rekorPublicKeyData":"{}"}}"#,
+                    testdata("cosign.pub"),
+                    b64("rekor.pub")
+                ),
+                "not PEM certificates",
             ),
             (
-                r#"{"type":"sigstoreSigned","keyData":"YWJj","rekorPublicKeyData":"YWJj"}"#,
-                "fulcio, pki or rekor is not supported",
+                format!(
+                    r#"{{"type":"sigstoreSigned","fulcio":{{"caPath":"/this/does/not/exist","oidcIssuer":"https://example.com","subjectEmail":"a@example.com"}},"rekorPublicKeyData":"{}"}}"#,
+                    b64("rekor.pub")
+                ),
+                "reading key /this/does/not/exist",
+            ),
+            (
+                format!(
+                    r#"{{"type":"sigstoreSigned","keyData":"{}","rekorPublicKeyData":"dGhpcyBpcyBpbnZhbGlk"}}"#,
+                    b64("cosign.pub")
+                ),
+                "rekorPublicKeyData: key 1 is not a PEM",
+            ),
+            (
+                format!(
+                    r#"{{"type":"sigstoreSigned","keyData":"{}","rekorPublicKeyPaths":["{}","{}"]}}"#,
+                    b64("cosign.pub"),
+                    testdata("rekor.pub"),
+                    testdata("fulcio_v1.crt.pem")
+                ),
+                "key 2 is not a PEM",
+            ),
+            (
+                format!(
+                    r#"{{"type":"sigstoreSigned","keyData":"{}","rekorPublicKeyPath":"{}"}}"#,
+                    b64("cosign.pub"),
+                    testdata("some-rsa-key.pub")
+                ),
+                "Rekor public key 1 is not using ECDSA",
+            ),
+            (
+                format!(
+                    r#"{{"type":"sigstoreSigned","pki":{{"caRootsData":"{}","caIntermediatesData":"YWJj","subjectEmail":"e"}}}}"#,
+                    b64("pki_root_crts.pem")
+                ),
+                "pki.caIntermediatesData: no certificate found",
+            ),
+            (
+                format!(
+                    r#"{{"type":"sigstoreSigned","pki":{{"caRootsPath":"{}","subjectEmail":"e"}}}}"#,
+                    testdata("cosign.pub")
+                ),
+                "not PEM certificates",
             ),
         ] {
-            let text = format!(
-                r#"{{"default":[{req}],"transports":{{"docker":{{"other.io":[{req}]}}}}}}"#
-            );
-            let e = apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap_err();
-            assert!(format!("{e:#}").contains(why), "{e:#}");
+            let e = get(req.clone()).unwrap_err();
+            assert!(format!("{e:#}").contains(why), "{req}: {e:#}");
             assert_eq!(crate::error::exit_code(&e), 2);
-            // In a scope the image does not use, the same requirement is fine.
-            let text = format!(
-                r#"{{"default":[{{"type":"reject"}}],"transports":{{"docker":{{"other.io":[{req}]}}}}}}"#
-            );
-            apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
         }
+        // An RSA public key is fine for keyPath (containers/image's cryptoutils takes it).
+        let rsa = format!(
+            r#"{{"type":"sigstoreSigned","keyPath":"{}"}}"#,
+            testdata("some-rsa-key.pub")
+        );
+        let a = get(rsa).unwrap();
+        assert!(
+            matches!(&a.requirements[..], [Requirement::SigstoreSigned { signer: Signer::Keys(k), .. }] if matches!(k[..], [PublicKey::Rsa(_)])),
+            "{a:?}"
+        );
     }
 
     /// signedBaseLayer and the keyTypes containers/image parses but does not
@@ -1184,7 +1276,7 @@ mod tests {
             ),
             (
                 r#"{"default":[{"type":"sigstoreSigned","keyData":"aGVsbG8="}]}"#,
-                "not a PEM ECDSA P-256 or ed25519 public key",
+                "is not a PEM ECDSA (P-256, P-384), ed25519 or RSA public key",
             ),
         ] {
             let e = apply(&sys(), f, text, &img).unwrap_err();
@@ -1209,12 +1301,12 @@ mod tests {
         let a = apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
         let [
             Requirement::SigstoreSigned {
-                keys: k1,
+                signer: Signer::Keys(k1),
                 identity: i1,
                 ..
             },
             Requirement::SigstoreSigned {
-                keys: k2,
+                signer: Signer::Keys(k2),
                 identity: i2,
                 ..
             },

@@ -152,10 +152,30 @@ pub(super) enum Keys {
     Paths(Vec<PathBuf>),
     Data(Vec<u8>),
     Datas(Vec<Vec<u8>>),
-    /// Keyless sigstore: Fulcio certificates (validated, not supported).
-    Fulcio,
-    /// Sigstore with an X.509 PKI (validated, not supported).
-    Pki,
+    /// Keyless sigstore: Fulcio certificates.
+    Fulcio(Box<RawFulcio>),
+    /// Sigstore with an X.509 PKI.
+    Pki(Box<RawPki>),
+}
+
+/// `fulcio` as containers/image parses it (`prSigstoreSignedFulcio`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RawFulcio {
+    /// `caPath` or `caData`.
+    pub(super) ca: Keys,
+    pub(super) oidc_issuer: String,
+    pub(super) subject_email: String,
+}
+
+/// `pki` as containers/image parses it (`prSigstoreSignedPKI`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RawPki {
+    /// `caRootsPath` or `caRootsData`.
+    pub(super) roots: Keys,
+    /// `caIntermediatesPath` or `caIntermediatesData`.
+    pub(super) intermediates: Option<Keys>,
+    pub(super) subject_email: Option<String>,
+    pub(super) subject_hostname: Option<String>,
 }
 
 /// One requirement as containers/image parses it.
@@ -171,7 +191,8 @@ pub(super) enum Raw {
     SignedBaseLayer,
     SigstoreSigned {
         keys: Keys,
-        rekor: bool,
+        /// `rekorPublicKey{Path,Paths,Data,Datas}`.
+        rekor: Option<Keys>,
         identity: Identity,
     },
 }

@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use super::{Json, Keys, Raw, Why, bytes, get, object, signed_identity, string, strings};
+use super::{
+    Json, Keys, Raw, RawFulcio, RawPki, Why, bytes, get, object, signed_identity, string, strings,
+};
 
 /// containers/image's `prSigstoreSigned.UnmarshalJSON` and `newPRSigstoreSigned`
 /// (signature/policy_config_sigstore.go).
@@ -59,14 +61,13 @@ pub(super) fn sigstore(v: &Json, what: &str) -> Result<Raw, Why> {
         ));
     }
     if let Some(f) = get(m, "fulcio") {
-        fulcio(f)?;
-        sources.push(Keys::Fulcio);
+        sources.push(Keys::Fulcio(Box::new(fulcio(f)?)));
     }
     if let Some(p) = get(m, "pki") {
-        pki(p)?;
-        sources.push(Keys::Pki);
+        sources.push(Keys::Pki(Box::new(pki(p)?)));
     }
-    let rekor = rekor_keys(m, what)?;
+    let mut rekor_sources = rekor_keys(m, what)?;
+    let rekor = rekor_sources.len();
     if sources.len() != 1 {
         return Err(format!(
             "{what}: exactly one of keyPath, keyPaths, keyData, keyDatas, fulcio, and pki must be specified"
@@ -78,25 +79,25 @@ pub(super) fn sigstore(v: &Json, what: &str) -> Result<Raw, Why> {
             "{what}: at most one of rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas can be used simultaneously"
         ));
     }
-    if keys == Keys::Fulcio && rekor == 0 {
+    if matches!(keys, Keys::Fulcio(_)) && rekor == 0 {
         return Err(format!(
             "{what}: At least one of rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas must be specified if fulcio is used"
         ));
     }
-    if keys == Keys::Pki && rekor > 0 {
+    if matches!(keys, Keys::Pki(_)) && rekor > 0 {
         return Err(format!(
             "{what}: rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas are not supported for pki"
         ));
     }
     Ok(Raw::SigstoreSigned {
         keys,
-        rekor: rekor > 0,
+        rekor: rekor_sources.pop(),
         identity: signed_identity(get(m, "signedIdentity"), what)?,
     })
 }
 
-/// `fulcio`, checked (keyless sigstore: validated, not supported).
-fn fulcio(f: &Json) -> Result<(), Why> {
+/// `fulcio`, checked (keyless sigstore).
+fn fulcio(f: &Json) -> Result<RawFulcio, Why> {
     let f = object(
         f,
         "fulcio",
@@ -108,29 +109,34 @@ fn fulcio(f: &Json) -> Result<(), Why> {
     let data = get(f, "caData")
         .map(|d| bytes(d, "fulcio.caData"))
         .transpose()?;
-    match (path.filter(|p| !p.is_empty()), data) {
+    let ca = match (path.filter(|p| !p.is_empty()), data) {
         (Some(_), Some(_)) => {
             return Err("fulcio: caPath and caData cannot be used simultaneously".into());
         }
         (None, None) => {
             return Err("fulcio: At least one of caPath and caData must be specified".into());
         }
-        _ => {}
-    }
+        (Some(p), None) => Keys::Path(p.into()),
+        (None, Some(d)) => Keys::Data(d),
+    };
+    let mut fields = Vec::new();
     for k in ["oidcIssuer", "subjectEmail"] {
-        if get(f, k)
-            .map(|v| string(v, k))
-            .transpose()?
-            .is_none_or(str::is_empty)
-        {
-            return Err(format!("fulcio: {k} not specified"));
+        match get(f, k).map(|v| string(v, k)).transpose()? {
+            Some(v) if !v.is_empty() => fields.push(v.to_owned()),
+            _ => return Err(format!("fulcio: {k} not specified")),
         }
     }
-    Ok(())
+    let subject_email = fields.pop().unwrap_or_default();
+    let oidc_issuer = fields.pop().unwrap_or_default();
+    Ok(RawFulcio {
+        ca,
+        oidc_issuer,
+        subject_email,
+    })
 }
 
-/// `pki`, checked (an X.509 PKI: validated, not supported).
-fn pki(p: &Json) -> Result<(), Why> {
+/// `pki`, checked (an X.509 PKI).
+fn pki(p: &Json) -> Result<RawPki, Why> {
     let p = object(
         p,
         "pki",
@@ -151,7 +157,7 @@ fn pki(p: &Json) -> Result<(), Why> {
             .map(str::to_owned))
     };
     let b = |k: &str| get(p, k).map(|v| bytes(v, k)).transpose();
-    match (s("caRootsPath")?, b("caRootsData")?) {
+    let roots = match (s("caRootsPath")?, b("caRootsData")?) {
         (Some(_), Some(_)) => {
             return Err("pki: caRootsPath and caRootsData cannot be used simultaneously".into());
         }
@@ -160,22 +166,34 @@ fn pki(p: &Json) -> Result<(), Why> {
                 "pki: At least one of caRootsPath and caRootsData must be specified".into(),
             );
         }
-        _ => {}
-    }
-    let (path, data) = (s("caIntermediatesPath")?, b("caIntermediatesData")?);
-    if path.is_some() && data.is_some() {
-        return Err(
-            "pki: caIntermediatesPath and caIntermediatesData cannot be used simultaneously".into(),
-        );
-    }
-    if s("subjectEmail")?.is_none() && s("subjectHostname")?.is_none() {
+        (Some(p), None) => Keys::Path(p.into()),
+        (None, Some(d)) => Keys::Data(d),
+    };
+    let intermediates = match (s("caIntermediatesPath")?, b("caIntermediatesData")?) {
+        (Some(_), Some(_)) => {
+            return Err(
+                "pki: caIntermediatesPath and caIntermediatesData cannot be used simultaneously"
+                    .into(),
+            );
+        }
+        (Some(p), None) => Some(Keys::Path(p.into())),
+        (None, Some(d)) => Some(Keys::Data(d)),
+        (None, None) => None,
+    };
+    let (subject_email, subject_hostname) = (s("subjectEmail")?, s("subjectHostname")?);
+    if subject_email.is_none() && subject_hostname.is_none() {
         return Err("pki: At least one of subjectEmail, subjectHostname must be specified".into());
     }
-    Ok(())
+    Ok(RawPki {
+        roots,
+        intermediates,
+        subject_email,
+        subject_hostname,
+    })
 }
 
-/// How many of the `rekorPublicKey*` fields are set, each checked.
-fn rekor_keys(m: &[(String, Json)], what: &str) -> Result<usize, Why> {
+/// The `rekorPublicKey*` fields that are set, each checked.
+fn rekor_keys(m: &[(String, Json)], what: &str) -> Result<Vec<Keys>, Why> {
     let nonempty = |k: &str, n: usize| {
         if n == 0 {
             Err(format!("{what}: {k:?} contains no entries"))
@@ -183,7 +201,7 @@ fn rekor_keys(m: &[(String, Json)], what: &str) -> Result<usize, Why> {
             Ok(())
         }
     };
-    let mut rekor = 0;
+    let mut rekor = Vec::new();
     for k in [
         "rekorPublicKeyPath",
         "rekorPublicKeyPaths",
@@ -191,28 +209,29 @@ fn rekor_keys(m: &[(String, Json)], what: &str) -> Result<usize, Why> {
         "rekorPublicKeyDatas",
     ] {
         let Some(v) = get(m, k) else { continue };
-        let counts = match k {
-            "rekorPublicKeyPath" => !string(v, k)?.is_empty(),
-            "rekorPublicKeyData" => {
-                bytes(v, k)?;
-                true
-            }
+        let keys = match k {
+            "rekorPublicKeyPath" => match string(v, k)? {
+                "" => continue,
+                p => Keys::Path(p.into()),
+            },
+            "rekorPublicKeyData" => Keys::Data(bytes(v, k)?),
             _ => {
                 let Json::Array(a) = v else {
                     return Err(format!("{what}: {k} must be a list"));
                 };
                 nonempty(k, a.len())?;
-                for e in a {
-                    if k == "rekorPublicKeyPaths" {
-                        string(e, k)?;
-                    } else {
-                        bytes(e, k)?;
-                    }
+                if k == "rekorPublicKeyPaths" {
+                    Keys::Paths(
+                        a.iter()
+                            .map(|e| string(e, k).map(PathBuf::from))
+                            .collect::<Result<_, _>>()?,
+                    )
+                } else {
+                    Keys::Datas(a.iter().map(|e| bytes(e, k)).collect::<Result<_, _>>()?)
                 }
-                true
             }
         };
-        rekor += usize::from(counts);
+        rekor.push(keys);
     }
     Ok(rekor)
 }

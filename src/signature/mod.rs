@@ -1,0 +1,168 @@
+//! Signature policy, enforced on root's side before anything is published.
+//! skopeo 1.9.3's proxy enforces no policy and returns no signatures, and the
+//! worker is untrusted anyway: it only fetches signature bytes; root verifies
+//! them (gpgv for GPG simple signing, RustCrypto for sigstore keys) and checks
+//! that each signs this image's manifest digest under an accepted identity.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::digest::Sha256Digest;
+use crate::error::{Kind, fail};
+use crate::plan::Plan;
+use crate::plan::imgref::ImageRef;
+use crate::plan::policy::{Identity, Requirement};
+use crate::sandbox::Worker;
+
+mod gpg;
+mod identity;
+mod rekor;
+mod sigstore;
+mod x509;
+
+use gpg::{gpg_verify, lookaside};
+pub use identity::{ATOMIC, COSIGN, check_payload};
+pub use sigstore::verify_attachment;
+use sigstore::{Attached, accepted, attachments};
+
+/// What `--json` says about signatures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// The policy scope that applied.
+    pub scope: String,
+    /// The requirements of that scope.
+    pub requirement: String,
+    /// Who signed, one entry per satisfied signature requirement:
+    /// `gpg FINGERPRINT` or `sigstore KEY`.
+    pub verified_by: Vec<String>,
+}
+
+/// The image's manifest digests that a signature may name: the manifest the
+/// registry served for the reference (an index, for a multi-platform image)
+/// and the one chosen from it.
+pub async fn check(
+    worker: &Worker,
+    plan: &Plan,
+    digests: &[Sha256Digest],
+) -> anyhow::Result<Verdict> {
+    let policy = &plan.policy;
+    let reqs: Vec<String> = policy.requirements.iter().map(|r| r.to_string()).collect();
+    let mut verdict = Verdict {
+        scope: policy.scope.clone(),
+        requirement: reqs.join(", "),
+        verified_by: Vec::new(),
+    };
+    let image = &plan.image;
+    let mut gpg: Option<Vec<(Sha256Digest, Vec<u8>)>> = None;
+    let mut sigstore: Option<Vec<Attached>> = None;
+    for req in &policy.requirements {
+        // Each signature's verdict: who signed it, or why it does not count.
+        let checked: Vec<Result<String, String>> = match req {
+            Requirement::InsecureAcceptAnything => continue,
+            Requirement::Reject => return rejected(plan, req, "the policy rejects this image"),
+            Requirement::Unsatisfiable { why, .. } => return rejected(plan, req, why),
+            Requirement::SignedBy {
+                keyring, identity, ..
+            } => {
+                let Some(base) = &policy.lookaside else {
+                    return rejected(
+                        plan,
+                        req,
+                        "no lookaside is configured for it in registries.d",
+                    );
+                };
+                if gpg.is_none() {
+                    gpg = Some(lookaside(worker, base, image, digests).await?);
+                }
+                let sigs = gpg.as_deref().unwrap_or_default();
+                gpg_checked(worker.scratch(), image, sigs, keyring, identity).await?
+            }
+            Requirement::SigstoreSigned {
+                signer,
+                rekor,
+                source,
+                identity,
+            } => {
+                if !policy.sigstore_attachments {
+                    return rejected(
+                        plan,
+                        req,
+                        "use-sigstore-attachments is not enabled for it in registries.d",
+                    );
+                }
+                if sigstore.is_none() {
+                    sigstore = Some(attachments(worker, image, digests).await?);
+                }
+                let attached = sigstore.as_deref().unwrap_or_default();
+                let now = now();
+                attached
+                    .iter()
+                    .map(|a| accepted(signer, rekor.as_ref(), source, identity, image, a, now))
+                    .collect()
+            }
+        };
+        if let Some(by) = checked.iter().find_map(|r| r.as_ref().ok()) {
+            verdict.verified_by.push(by.clone());
+            continue;
+        }
+        return rejected(plan, req, &why_none(&checked));
+    }
+    Ok(verdict)
+}
+
+/// Each lookaside signature's verdict under `keyring`: who signed it, or why
+/// it does not count.
+async fn gpg_checked(
+    scratch: &Path,
+    image: &ImageRef,
+    sigs: &[(Sha256Digest, Vec<u8>)],
+    keyring: &[u8],
+    identity: &Identity,
+) -> anyhow::Result<Vec<Result<String, String>>> {
+    let mut checked = Vec::new();
+    for (d, sig) in sigs {
+        let r = gpg_verify(scratch, keyring, sig).await?;
+        checked.push(r.and_then(|(fpr, payload)| {
+            check_payload(&payload, ATOMIC, d, image, identity)?;
+            Ok(format!("gpg {fpr}"))
+        }));
+    }
+    Ok(checked)
+}
+
+/// Seconds since the epoch, when a PKI certificate must be valid.
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Why no signature satisfied a requirement, from each one's verdict.
+fn why_none(checked: &[Result<String, String>]) -> String {
+    if checked.is_empty() {
+        return "no signature found".to_owned();
+    }
+    let tried: Vec<&str> = checked
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .map(String::as_str)
+        .collect();
+    format!(
+        "none of {} signature(s) is acceptable: {}",
+        tried.len(),
+        tried.join("; ")
+    )
+}
+
+fn rejected<T>(plan: &Plan, req: &Requirement, why: &str) -> anyhow::Result<T> {
+    fail(
+        Kind::Signature,
+        format!(
+            "signature policy rejected {}: {req} (scope {:?} in {}): {why}",
+            plan.image,
+            plan.policy.scope,
+            plan.policy.file.display()
+        ),
+    )
+}
