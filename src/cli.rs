@@ -503,6 +503,7 @@ mod tests {
             Worker,
             Signature,
             Handoff,
+            NoSpace,
             Interrupted,
             Terminated,
         ];
@@ -510,7 +511,7 @@ mod tests {
         for k in kinds {
             match k {
                 Internal | Usage | Auth | NotFound | Tls | Network | Verify | Worker
-                | Signature | Handoff | Interrupted | Terminated => {}
+                | Signature | Handoff | NoSpace | Interrupted | Terminated => {}
             }
         }
         let codes: Vec<i32> = error::EXIT_CODES.iter().map(|(c, _)| *c).collect();

@@ -367,7 +367,8 @@ async fn check_signature(
 
 /// Lock the layout, and list the blobs it lacks. What an ostree destination
 /// has already (store::ostree::held) need not come: it is neither fetched
-/// nor staged.
+/// nor staged. Then, before any blob is fetched, whether they fit
+/// (`plan::space`): if not, exit 11, and the layout is left as it was.
 async fn open_layout(
     plan: &Plan,
     dir: LayoutDir<'_>,
@@ -389,6 +390,13 @@ async fn open_layout(
         {
             missing.push(d.clone());
         }
+    }
+    if let Some(rule) = &plan.space {
+        let fs = crate::host::statvfs(&rule.path)
+            .with_context(|| format!("Measuring the free space of {}", rule.path.display()))?;
+        let sizes: Vec<u64> = missing.iter().map(|d| d.size).collect();
+        let root = rustix::process::geteuid().is_root();
+        crate::plan::space::check(rule, &fs, root, &sizes, resolved.raw.len() as u64)?;
     }
     Ok((Arc::new(layout), missing))
 }

@@ -12,6 +12,7 @@ mod pull;
 mod rate;
 mod robust;
 mod signatures;
+mod space;
 mod systemd;
 mod tty;
 mod util;

@@ -20,6 +20,21 @@ pub enum FileKind {
     Other,
 }
 
+/// A filesystem's `statvfs` figures that the rule uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fs {
+    /// `f_bsize`: the block size libostree counts in.
+    pub bsize: u64,
+    /// `f_frsize`.
+    pub frsize: u64,
+    /// `f_blocks`: the filesystem's size, in `frsize` units.
+    pub blocks: u64,
+    /// `f_bfree`: free blocks, root's reserve included.
+    pub bfree: u64,
+    /// `f_bavail`: free blocks for anyone.
+    pub bavail: u64,
+}
+
 /// A root plugin to run: its program, arguments and environment, what it gets
 /// on stdin, and how long it may take. Its `Debug` names only the program:
 /// arguments and environment may hold secrets.
@@ -90,6 +105,8 @@ pub trait Host {
     fn systemd_booted(&self) -> bool;
     /// Whether SELinux is enabled (`/sys/fs/selinux/enforce` exists).
     fn selinux_enabled(&self) -> bool;
+    /// The `statvfs` of the filesystem `path` is on.
+    fn free_space(&self, path: &Path) -> io::Result<Fs>;
 
     /// A file's text, as `std::fs::read_to_string` gives it (and its errors).
     fn read_text(&self, path: &Path) -> io::Result<String> {
@@ -181,5 +198,8 @@ impl Host for Recording<'_> {
     }
     fn selinux_enabled(&self) -> bool {
         self.inner.selinux_enabled()
+    }
+    fn free_space(&self, path: &Path) -> io::Result<Fs> {
+        self.inner.free_space(path)
     }
 }
