@@ -504,6 +504,7 @@ mod tests {
             Signature,
             Handoff,
             NoSpace,
+            Deferred,
             Interrupted,
             Terminated,
         ];
@@ -511,7 +512,7 @@ mod tests {
         for k in kinds {
             match k {
                 Internal | Usage | Auth | NotFound | Tls | Network | Verify | Worker
-                | Signature | Handoff | NoSpace | Interrupted | Terminated => {}
+                | Signature | Handoff | NoSpace | Deferred | Interrupted | Terminated => {}
             }
         }
         let codes: Vec<i32> = error::EXIT_CODES.iter().map(|(c, _)| *c).collect();

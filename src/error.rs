@@ -32,6 +32,8 @@ pub enum Kind {
     Handoff = 10,
     /// The destination's filesystem has not the room this pull needs.
     NoSpace = 11,
+    /// Deferred: a pull that waits out metered links found one.
+    Deferred = 12,
     /// Stopped by SIGINT (128 + 2).
     Interrupted = 130,
     /// Stopped by SIGTERM (128 + 15).
@@ -55,6 +57,7 @@ pub const EXIT_CODES: &[(i32, &str)] = &[
     (9, "the signature policy rejected the image; `--require-signature` under a policy that accepts it unsigned"),
     (10, "`rebase`: the consumer (rpm-ostree, bootc) failed after a good pull; with `--dest ostree:`, the import into the repository failed after a good pull (e.g. not an ostree-encapsulated image)"),
     (11, "not enough space on the destination's filesystem: what the destination lacks, less what an ostree repository keeps free (`min-free-space-*`), does not fit, checked before the first blob is fetched (or a write ran out of space); nothing is published"),
+    (12, "deferred: `--defer-if-metered` (the installed timer's unit) and NetworkManager says the connection is metered, without `--allow-metered`; nothing was fetched"),
     (130, "stopped by SIGINT"),
     (143, "stopped by SIGTERM"),
 ];

@@ -104,6 +104,9 @@ pub async fn pull_into(
     if let Some(e) = plan.sandbox_error {
         return fail(Kind::Worker, e);
     }
+    if plan.defer_if_metered {
+        crate::metered::check().await?;
+    }
     // As kubelet does: when the registry refuses a credential, the next one,
     // each try with a worker and an authfile of its own.
     let tries = crate::plan::auth::attempts(&plan.credentials).max(1);

@@ -83,6 +83,9 @@ pub struct Plan {
     /// What the destination's filesystem must hold: checked against what
     /// the pull lacks once the manifest says it. None without a destination.
     pub space: Option<space::Rule>,
+    /// `--defer-if-metered` without `allow-metered`: a metered connection
+    /// (NetworkManager) defers the pull (exit 12) before the worker starts.
+    pub defer_if_metered: bool,
 }
 
 /// How long a pull may take, and how long it may go without a byte.
@@ -232,6 +235,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
         policy,
         plugins_run: Vec::new(),
         space: dest.as_ref().map(|d| space::rule(host, d)).transpose()?,
+        defer_if_metered: req.defer_if_metered && !req.allow_metered,
     })
 }
 
@@ -805,9 +809,10 @@ mod tests {
 
     /// Issue 24: the plan carries the destination's space rule with its
     /// filesystem as the host measures it (an ostree repository's
-    /// `min-free-space-*` read from its config); `hostpull plan` shows it.
+    /// `min-free-space-*` read from its config), and whether a metered link
+    /// defers the pull; `hostpull plan` shows both.
     #[test]
-    fn space_rule_is_planned() {
+    fn space_rule_and_metered_link_are_planned() {
         let fs = host::Fs {
             bsize: 4096,
             frsize: 4096,
@@ -835,6 +840,7 @@ mod tests {
             text.contains("space     2252800 bytes writable on the filesystem of /var/lib/l/new; the blobs it lacks are checked against it once the manifest is fetched (exit 11)\n"),
             "{text}"
         );
+        assert!(text.contains("metered   not checked"), "{text}");
         let dry = Request {
             dry_run: true,
             ..req("h.io/a:1", "")
@@ -858,6 +864,20 @@ mod tests {
                     .starts_with("/repo/config: Invalid min-free-space-size '5': "),
                 "{e}"
             );
+        }
+        for (defer, allow, want) in [
+            (false, false, false),
+            (true, false, true),
+            (true, true, false),
+            (false, true, false),
+        ] {
+            let mut r = req("h.io/a:1", "oci:/var/lib/l/new");
+            r.defer_if_metered = defer;
+            r.allow_metered = allow;
+            let p = super::plan(&r, &h).unwrap();
+            assert_eq!(p.defer_if_metered, want, "{defer} {allow}");
+            let text = p.summary().text();
+            assert_eq!(text.contains("metered   a metered link"), want, "{text}");
         }
     }
 

@@ -51,6 +51,9 @@ pub struct Summary {
     /// The destination's room, measured now; none without `--dest`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub space: Option<SpaceSummary>,
+    /// A metered link defers the pull (exit 12): `--defer-if-metered`
+    /// without `allow-metered`.
+    pub defer_if_metered: bool,
 }
 
 /// What `hostpull plan` can say of the destination's room. The bytes the
@@ -170,6 +173,7 @@ impl Plan {
                 kept_free_bytes: r.fs.map(|fs| r.reserve.bytes(&fs)),
                 kept_free_by: (r.reserve != Reserve::Nothing).then(|| r.reserve.describe()),
             }),
+            defer_if_metered: self.defer_if_metered,
         }
     }
 }
@@ -234,7 +238,7 @@ impl Summary {
         if let Some(l) = &self.lookaside {
             t += &format!("  lookaside   {l}\n");
         }
-        t += &self.space_line();
+        t += &self.space_and_metered();
         if !self.plugins_run.is_empty() {
             t += &format!("plugins   ran {}\n", self.plugins_run.join(", "));
         }
@@ -249,8 +253,8 @@ impl Summary {
         t
     }
 
-    /// The `space` line.
-    fn space_line(&self) -> String {
+    /// The `space` and `metered` lines.
+    fn space_and_metered(&self) -> String {
         let mut t = String::new();
         if let Some(sp) = &self.space {
             let kept = match (&sp.kept_free_by, sp.kept_free_bytes) {
@@ -266,6 +270,10 @@ impl Summary {
                 sp.path
             );
         }
-        t
+        t + if self.defer_if_metered {
+            "metered   a metered link (NetworkManager) defers the pull (exit 12)\n"
+        } else {
+            "metered   not checked (no --defer-if-metered, or allow-metered)\n"
+        }
     }
 }
