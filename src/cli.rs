@@ -569,6 +569,8 @@ mod tests {
             Worker,
             Signature,
             Handoff,
+            NoSpace,
+            Deferred,
             Interrupted,
             Terminated,
         ];
@@ -576,7 +578,7 @@ mod tests {
         for k in kinds {
             match k {
                 Internal | Usage | Auth | NotFound | Tls | Network | Verify | Worker
-                | Signature | Handoff | Interrupted | Terminated => {}
+                | Signature | Handoff | NoSpace | Deferred | Interrupted | Terminated => {}
             }
         }
         let codes: Vec<i32> = error::EXIT_CODES.iter().map(|(c, _)| *c).collect();

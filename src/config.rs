@@ -39,6 +39,7 @@ const PULL_KEYS: &[&str] = &[
     "policy",
     "registries.d",
     "require-signature",
+    "allow-metered",
 ];
 
 /// The keys of `[cluster]`: how the worker reaches in-cluster registries, set
@@ -70,6 +71,7 @@ const PROFILE_KEYS: &[&str] = &[
     "registries.d",
     "require-signature",
     "max-rate",
+    "allow-metered",
 ];
 
 /// Parse one drop-in: the keys of its tables, as [`Options`]. Unknown keys are
@@ -325,6 +327,7 @@ max-rate = "20M"
 policy = "/etc/hostpull/policy.json"
 "registries.d" = "/etc/hostpull/registries.d"
 require-signature = true
+allow-metered = true
 [cluster]
 dns = ["10.0.0.10"]
 add-host = ["reg.svc:10.0.0.5"]
@@ -343,6 +346,7 @@ add-host = ["reg.svc:10.0.0.5"]
                 policy: Some("/etc/hostpull/policy.json".into()),
                 registries_d: Some("/etc/hostpull/registries.d".into()),
                 require_signature: true,
+                allow_metered: true,
                 dns: vec!["10.0.0.10".into()],
                 add_hosts: vec!["reg.svc:10.0.0.5".into()],
                 ..Default::default()
@@ -451,14 +455,14 @@ add-host = ["reg.svc:10.0.0.5"]
     fn profile_key_set() {
         let expected = "expected one of `image`, `dest`, `platform`, `authfile`, \
             `pull-secret`, `registry-token`, `cert-dir`, `ca`, `policy`, `registries.d`, \
-            `require-signature`, `max-rate`";
+            `require-signature`, `max-rate`, `allow-metered`";
         let base = "image = \"a.io/os:1\"\ndest = \"oci:/x\"\n";
         let cases: &[(&str, Result<Options, String>)] = &[
             (
                 "require-signature = true\nca = [\"h=/f\"]\nregistry-token = [\"h=/t\"]\n\
                  pull-secret = [\"/s\"]\nauthfile = [\"/a\"]\ncert-dir = \"/c\"\n\
                  platform = \"linux/arm64\"\npolicy = \"/p\"\n\"registries.d\" = \"/r\"\n\
-                 max-rate = \"1M\"",
+                 max-rate = \"1M\"\nallow-metered = true",
                 Ok(Options {
                     image: Some("a.io/os:1".into()),
                     dest: Some("oci:/x".into()),
@@ -472,6 +476,7 @@ add-host = ["reg.svc:10.0.0.5"]
                     policy: Some("/p".into()),
                     registries_d: Some("/r".into()),
                     max_rate: Some("1M".into()),
+                    allow_metered: true,
                     ..Default::default()
                 }),
             ),
@@ -611,6 +616,8 @@ add-host = ["reg.svc:10.0.0.5"]
             policy: Some("/p".into()),
             registries_d: Some("/rd".into()),
             require_signature: true,
+            defer_if_metered: true,
+            allow_metered: true,
         };
         assert_eq!(merge([full.clone(), Options::default()]), full);
         assert_eq!(merge([Options::default(), full.clone()]), full);
@@ -656,7 +663,7 @@ add-host = ["reg.svc:10.0.0.5"]
             "invalid pull profile /etc/hostpull/pulls.d/typo.toml: unknown field `authfiles`, \
              expected one of `image`, `dest`, `platform`, `authfile`, `pull-secret`, \
              `registry-token`, `cert-dir`, `ca`, `policy`, `registries.d`, \
-             `require-signature`, `max-rate`"
+             `require-signature`, `max-rate`, `allow-metered`"
         );
     }
 

@@ -30,6 +30,10 @@ pub enum Kind {
     Signature = 9,
     /// The host-update consumer (rpm-ostree, bootc) failed after a good pull.
     Handoff = 10,
+    /// The destination's filesystem has not the room this pull needs.
+    NoSpace = 11,
+    /// Deferred: a pull that waits out metered links found one.
+    Deferred = 12,
     /// Stopped by SIGINT (128 + 2).
     Interrupted = 130,
     /// Stopped by SIGTERM (128 + 15).
@@ -43,7 +47,7 @@ pub enum Kind {
 pub const EXIT_CODES: &[(i32, &str)] = &[
     (0, "success"),
     (1, "internal error"),
-    (2, "usage, config or bad input, including a destination without space"),
+    (2, "usage, config or bad input"),
     (3, "authentication refused"),
     (4, "image, tag or platform not found"),
     (5, "TLS or trust error"),
@@ -52,6 +56,8 @@ pub const EXIT_CODES: &[(i32, &str)] = &[
     (8, "worker or sandbox failure (out of memory, killed, cannot start, no systemd)"),
     (9, "the signature policy rejected the image; `--require-signature` under a policy that accepts it unsigned"),
     (10, "`rebase`: the consumer (rpm-ostree, bootc) failed after a good pull; with `--dest ostree:`, the import into the repository failed after a good pull (e.g. not an ostree-encapsulated image)"),
+    (11, "not enough space on the destination's filesystem: what the destination lacks, less what an ostree repository keeps free (`min-free-space-*`), does not fit, checked before the first blob is fetched (or a write ran out of space); nothing is published"),
+    (12, "deferred: `--defer-if-metered` (the installed timer's unit) and NetworkManager says the connection is metered, without `--allow-metered`; nothing was fetched"),
     (130, "stopped by SIGINT"),
     (143, "stopped by SIGTERM"),
 ];

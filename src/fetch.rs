@@ -104,6 +104,9 @@ pub async fn pull_into(
     if let Some(e) = plan.sandbox_error {
         return fail(Kind::Worker, e);
     }
+    if plan.defer_if_metered {
+        crate::metered::check().await?;
+    }
     // As kubelet does: when the registry refuses a credential, the next one,
     // each try with a worker and an authfile of its own.
     let tries = crate::plan::auth::attempts(&plan.credentials).max(1);
@@ -367,7 +370,8 @@ async fn check_signature(
 
 /// Lock the layout, and list the blobs it lacks. What an ostree destination
 /// has already (store::ostree::held) need not come: it is neither fetched
-/// nor staged.
+/// nor staged. Then, before any blob is fetched, whether they fit
+/// (`plan::space`): if not, exit 11, and the layout is left as it was.
 async fn open_layout(
     plan: &Plan,
     dir: LayoutDir<'_>,
@@ -389,6 +393,13 @@ async fn open_layout(
         {
             missing.push(d.clone());
         }
+    }
+    if let Some(rule) = &plan.space {
+        let fs = crate::host::statvfs(&rule.path)
+            .with_context(|| format!("Measuring the free space of {}", rule.path.display()))?;
+        let sizes: Vec<u64> = missing.iter().map(|d| d.size).collect();
+        let root = rustix::process::geteuid().is_root();
+        crate::plan::space::check(rule, &fs, root, &sizes, resolved.raw.len() as u64)?;
     }
     Ok((Arc::new(layout), missing))
 }

@@ -191,6 +191,22 @@ impl Host for System {
         }
         .is_ok()
     }
+
+    fn free_space(&self, path: &Path) -> io::Result<crate::plan::host::Fs> {
+        statvfs(path)
+    }
+}
+
+/// The `statvfs` figures of the filesystem `path` is on.
+pub fn statvfs(path: &Path) -> io::Result<crate::plan::host::Fs> {
+    let s = rustix::fs::statvfs(path)?;
+    Ok(crate::plan::host::Fs {
+        bsize: s.f_bsize,
+        frsize: s.f_frsize,
+        blocks: s.f_blocks,
+        bfree: s.f_bfree,
+        bavail: s.f_bavail,
+    })
 }
 
 /// Run a credential helper or provider plugin as root: `input` on its stdin,

@@ -14,6 +14,7 @@
 //! | [`host`] | the real [`plan::host::Host`]: files under the root, environment, clock, plugins |
 //! | [`plan`] | the pure planner: what a pull may use, decided as data |
 //! | `sandbox` | the worker: a transient unit or a child, its staged files, the proxy session |
+//! | `metered` | NetworkManager's `Metered`, for a pull that waits out metered links |
 //! | `fetch` | the pull: manifest, blobs, retries, watchdog |
 //! | `rate` | `--max-rate`: one token bucket for the whole pull |
 //! | `signature` | the signature policy, applied by root to what the worker fetched |
@@ -31,6 +32,7 @@ pub(crate) mod fetch;
 pub(crate) mod handoff;
 pub mod host;
 pub mod manifest;
+pub(crate) mod metered;
 pub mod options;
 pub mod plan;
 pub(crate) mod progress;

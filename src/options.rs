@@ -153,6 +153,15 @@ pub struct Options {
     #[arg(long)]
     #[serde(default)]
     pub require_signature: bool,
+    /// Exit 12 (deferred) without fetching while NetworkManager says the
+    /// connection is metered (hostpull-pull@.service passes it)
+    #[arg(long)]
+    #[serde(skip)]
+    pub defer_if_metered: bool,
+    /// Pull on a metered connection even with --defer-if-metered
+    #[arg(long)]
+    #[serde(default)]
+    pub allow_metered: bool,
 }
 
 impl Options {
@@ -191,6 +200,8 @@ impl Options {
             policy,
             registries_d,
             require_signature,
+            defer_if_metered,
+            allow_metered,
         } = higher;
         self.image.overlay(image);
         self.dest.overlay(dest);
@@ -222,6 +233,8 @@ impl Options {
         self.policy.overlay(policy);
         self.registries_d.overlay(registries_d);
         self.require_signature.overlay(require_signature);
+        self.defer_if_metered.overlay(defer_if_metered);
+        self.allow_metered.overlay(allow_metered);
     }
 }
 

@@ -155,17 +155,8 @@ impl Layout {
         })
     }
 
-    /// A full disk is the destination's problem, said plainly (exit 2).
     fn write_error(&self, e: std::io::Error) -> anyhow::Error {
-        if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) {
-            crate::error::Failure::new(
-                Kind::Usage,
-                format!("no space left on the device of {}", self.path.display()),
-            )
-            .into()
-        } else {
-            anyhow::Error::new(e).context("Writing blob")
-        }
+        write_error(&self.path, e)
     }
 
     /// A blob is reused when the file named by its digest exists with the right
@@ -263,6 +254,20 @@ impl Layout {
                 format!("{}/index.json: {e}", self.path.display()),
             ),
         }
+    }
+}
+
+/// A full disk is the destination's problem, said plainly (exit 11, as when
+/// the space check finds it before the first blob).
+fn write_error(path: &Path, e: std::io::Error) -> anyhow::Error {
+    if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) {
+        crate::error::Failure::new(
+            Kind::NoSpace,
+            format!("no space left on the device of {}", path.display()),
+        )
+        .into()
+    } else {
+        anyhow::Error::new(e).context("Writing blob")
     }
 }
 
@@ -475,6 +480,17 @@ mod tests {
         );
         drop(l);
         assert!(Layout::open_locked(&path).unwrap().has_blob(&d).unwrap());
+    }
+
+    #[test]
+    fn a_full_disk_is_exit_11_other_write_errors_internal() {
+        let p = Path::new("/l");
+        let full = std::io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error());
+        let e = write_error(p, full);
+        assert_eq!(crate::error::exit_code(&e), 11);
+        assert_eq!(e.to_string(), "no space left on the device of /l");
+        let eio = std::io::Error::from_raw_os_error(rustix::io::Errno::IO.raw_os_error());
+        assert_eq!(crate::error::exit_code(&write_error(p, eio)), 1);
     }
 
     #[test]

@@ -263,8 +263,9 @@ fn plan_without_dest_shows_insecure_per_host() {
 /// Files that containers/image refuses, or reads as a refusal, end to end:
 /// a v1 block list is enforced; a repository prefix with a bare-host location
 /// fails (it used to become docker.io/library/HOST, with Docker Hub's
-/// credential); a location that is not a host name, even in a table this image
-/// does not use, is refused before the worker could choke on it (issue 17).
+/// credential); a table with a location that is not a host name refuses the
+/// pulls it covers, even by a mirror this pull would not use, before the
+/// worker could choke on it (issue 17).
 #[test]
 fn refused_registries_files() {
     let s = scratch();
@@ -293,8 +294,10 @@ fn refused_registries_files() {
         ),
         (
             "zw.conf",
-            "[[registry]]\nlocation = \"other\u{200b}.example\"\n".to_owned(),
-            "invalid location",
+            format!(
+                "[[registry]]\nprefix = \"{reg}\"\nlocation = \"{reg}\"\n[[registry.mirror]]\nlocation = \"other\u{200b}.example\"\npull-from-mirror = \"digest-only\"\n"
+            ),
+            "is not HOST[:PORT][/PATH]: every pull it covers is refused",
         ),
     ] {
         let p = s.path().join(name);
@@ -309,6 +312,44 @@ fn refused_registries_files() {
         r.assert_failure(2);
         assert!(r.stderr.contains(why), "{name}: {}", r.stderr);
         assert!(!s.path().join(format!("d-{name}")).exists());
+    }
+}
+
+/// Issue 24: a registries.conf whose prefixes containers/image loads and
+/// never matches (`*`, `example.com//foo`, `**.example.com`, `example.*.com`)
+/// and a table with a malformed location for another registry: the pull
+/// succeeds, as podman's and skopeo's would, with one warning per entry naming
+/// the file and the entry.
+#[test]
+fn prefixes_that_match_nothing_are_loaded_with_a_warning() {
+    let s = scratch();
+    let p = s.path().join("odd.conf");
+    let odd = ["*", "example.com//foo", "**.example.com", "example.*.com"];
+    let mut text: String = odd
+        .iter()
+        .map(|p| format!("[[registry]]\nprefix = \"{p}\"\nlocation = \"elsewhere.example\"\n"))
+        .collect();
+    text += "[[registry]]\nlocation = \"other\u{200b}.example\"\n";
+    std::fs::write(&p, text).unwrap();
+    let r = run(&mut pull(
+        s.path(),
+        var("RIG_IMG_SMALL"),
+        "l",
+        var("RIG_AUTHFILE"),
+        p.to_str().unwrap(),
+    ));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.json()["manifest_digest"],
+        registry_digest(var("RIG_IMG_SMALL"))
+    );
+    for entry in odd.iter().copied().chain(["other\u{200b}.example"]) {
+        let line = r
+            .stderr
+            .lines()
+            .find(|l| l.contains(&format!("prefix {entry:?}")))
+            .unwrap_or_else(|| panic!("no warning for {entry}: {}", r.stderr));
+        assert!(line.contains("WARN") && line.contains("odd.conf"), "{line}");
     }
 }
 

@@ -36,6 +36,7 @@ REGISTRY_BIN=/usr/bin/docker-registry
 # bsdutils: script(1), the pty of tests/tty.rs and tests/sysd.sh (Essential, listed to be sure)
 PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 python3-jsonschema dnsmasq-base bsdutils
           gnupg gpgv
+          python3-dbus python3-gi                       # tests/stand-ins/networkmanager.py
           ostree libostree-dev libzstd-dev pkg-config    # ostree: the `ostree` feature and its tests
           make bzip2 man-db selinux-policy-dev rpm rpmlint) # make install, contrib/packaging/check.sh
 TESTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

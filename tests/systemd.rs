@@ -585,7 +585,9 @@ fn the_installed_pull_service_pulls_its_profile() {
         verify.status.success() && !complaints.contains("hostpull"),
         "{complaints}"
     );
-    // The profile in /run (hostpull reads /usr/lib, /etc and /run), its
+    // The profile in /run (hostpull reads /usr/lib, /etc and /run), with
+    // allow-metered: a_timer_pull_defers_on_a_metered_link may be running a
+    // metered NetworkManager stand-in meanwhile. Its
     // secrets root-only in the scratch directory, and a fresh destination
     // there: a layout that has the image already needs no proxy unit.
     let auth = s.path().join("demo-auth.json");
@@ -598,7 +600,7 @@ fn the_installed_pull_service_pulls_its_profile() {
     std::fs::write(
         DEMO_PROFILE,
         format!(
-            "image = \"docker://{}\"\ndest = \"{layout}\"\nauthfile = [\"{}\"]\ncert-dir = \"{}\"\n",
+            "image = \"docker://{}\"\ndest = \"{layout}\"\nauthfile = [\"{}\"]\ncert-dir = \"{}\"\nallow-metered = true\n",
             var("RIG_IMG_SMALL"),
             auth.display(),
             certs.display()
@@ -656,6 +658,17 @@ fn the_installed_pull_service_pulls_its_profile() {
     // The worker, as `--json` names it: the host's skopeo, which the unit runs.
     assert_eq!(entry["WORKER_SKOPEO"], skopeo_version("/usr/bin/skopeo"));
     assert_eq!(entry["WORKER_PROTOCOL"], protocol_of("/usr/bin/skopeo"));
+    // A pre-fetch waits out metered links (issue 24), and a deferred one
+    // (exit 12) is not a failed unit.
+    let exec = show("hostpull-pull@demo.service", "ExecStart");
+    assert!(
+        exec.contains("pull --profile demo --defer-if-metered"),
+        "{exec}"
+    );
+    assert_eq!(
+        show("hostpull-pull@demo.service", "SuccessExitStatus"),
+        "12"
+    );
     // It was the installed unit, linked from the scratch PREFIX.
     for (unit, file) in [
         ("hostpull-pull@demo.service", "hostpull-pull@.service"),
@@ -800,4 +813,141 @@ fn cluster_root(dir: &Path, host: &str, add_host: &str) -> std::path::PathBuf {
     let config = format!("[cluster]\nadd-host = [\"{add_host}\"]\n");
     std::fs::write(root.join("etc/hostpull/config.toml"), config).unwrap();
     root
+}
+
+/// A D-Bus policy that lets root own org.freedesktop.NetworkManager on the
+/// system bus (as NetworkManager's own package does), for the stand-in; it
+/// goes when dropped. Under tests/sysd.sh, /etc is the overlay's.
+struct NmPolicy(std::path::PathBuf);
+
+impl NmPolicy {
+    fn install() -> Self {
+        let p = Path::new("/etc/dbus-1/system.d/hostpull-test-networkmanager.conf");
+        std::fs::write(
+            p,
+            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <policy user="root">
+    <allow own="org.freedesktop.NetworkManager"/>
+    <allow send_destination="org.freedesktop.NetworkManager"/>
+  </policy>
+</busconfig>
+"#,
+        )
+        .unwrap();
+        reload_dbus();
+        Self(p.to_owned())
+    }
+}
+
+impl Drop for NmPolicy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        reload_dbus();
+    }
+}
+
+fn reload_dbus() {
+    let st = Command::new("busctl")
+        .args(["call", "org.freedesktop.DBus", "/org/freedesktop/DBus"])
+        .args(["org.freedesktop.DBus", "ReloadConfig"])
+        .status()
+        .unwrap();
+    assert!(st.success(), "busctl call ... ReloadConfig");
+}
+
+/// tests/stand-ins/networkmanager.py saying `Metered` is `metered`, once it
+/// owns its name.
+fn network_manager(metered: u32) -> KillOnDrop {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/stand-ins/networkmanager.py"
+    );
+    let mut child = Command::new("/usr/bin/python3")
+        .arg(script)
+        .arg(metered.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(
+        line.starts_with("ready"),
+        "the NetworkManager stand-in did not start: {line:?}"
+    );
+    KillOnDrop(child)
+}
+
+/// Every request the registry served for the small image since `mark`.
+fn small_image_requests_since(mark: u64) -> usize {
+    let log = std::fs::read(var("RIG_REGISTRY_LOG")).unwrap();
+    String::from_utf8_lossy(&log[mark as usize..])
+        .lines()
+        .filter(|l| l.contains("/v2/hostpull/small/"))
+        .count()
+}
+
+/// Issue 24 (rpm-ostree#4844, bootc#1375): a pull with --defer-if-metered,
+/// as the installed timer's unit runs it, exits 12 (deferred) without a
+/// request to the registry while NetworkManager says the connection is
+/// metered (1 yes, 3 guess-yes), and pulls for 0, 2 and 4 and when
+/// NetworkManager is not on the bus. `--allow-metered` and a profile's
+/// `allow-metered` pull anyway; so does a pull without --defer-if-metered
+/// (an operator's or MCD's), which does not ask.
+#[test]
+fn a_timer_pull_defers_on_a_metered_link() {
+    let s = scratch();
+    let _policy = NmPolicy::install();
+    let pull = |name: &str, extra: &[&str]| {
+        let dest = oci_path(&s.path().join(name));
+        let mut c = systemd_pull(var("RIG_IMG_SMALL"), &dest);
+        c.args(extra);
+        let mark = std::fs::metadata(var("RIG_REGISTRY_LOG")).unwrap().len();
+        let r = run(&mut c);
+        (r, small_image_requests_since(mark))
+    };
+    let (r, _) = pull("absent", &["--defer-if-metered"]);
+    assert_eq!(r.code, 0, "NetworkManager not on the bus: {}", r.stderr);
+    for (metered, deferred) in [(0, false), (1, true), (2, false), (3, true), (4, false)] {
+        let _nm = network_manager(metered);
+        let (r, requests) = pull(&format!("m{metered}"), &["--defer-if-metered"]);
+        if !deferred {
+            assert_eq!(r.code, 0, "Metered={metered}: {}", r.stderr);
+            continue;
+        }
+        r.assert_failure(12);
+        let name = if metered == 1 { "yes" } else { "guess-yes" };
+        assert!(
+            r.stderr.contains(&format!(
+                "error: deferred: NetworkManager says the connection is metered (Metered={metered}, {name})"
+            )),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(requests, 0, "a deferred pull asked the registry");
+        assert!(!s.path().join(format!("m{metered}")).exists());
+        if metered == 1 {
+            let (r, _) = pull("allowed", &["--defer-if-metered", "--allow-metered"]);
+            assert_eq!(r.code, 0, "--allow-metered: {}", r.stderr);
+            let (r, _) = pull("manual", &[]);
+            assert_eq!(r.code, 0, "no --defer-if-metered: {}", r.stderr);
+            let root = config_root(s.path().join("root"));
+            let pulls_d = root.join("etc/hostpull/pulls.d");
+            std::fs::create_dir_all(&pulls_d).unwrap();
+            let profile = format!(
+                "image = \"{}\"\ndest = \"{}\"\nallow-metered = true\n",
+                var("RIG_IMG_SMALL"),
+                oci_path(&s.path().join("profile"))
+            );
+            std::fs::write(pulls_d.join("m.toml"), profile).unwrap();
+            let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+            c.args(["pull", "--profile", "m", "--defer-if-metered", "--json"])
+                .args(["--sandbox", "systemd", "--config-root"])
+                .arg(&root);
+            let r = run(&mut with_rig_creds(c));
+            assert_eq!(r.code, 0, "a profile's allow-metered: {}", r.stderr);
+        }
+    }
 }

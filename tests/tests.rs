@@ -15,6 +15,7 @@ mod rate;
 mod rig_env;
 mod robust;
 mod signatures;
+mod space;
 mod systemd;
 mod tty;
 mod util;

@@ -22,6 +22,21 @@ pub enum FileKind {
     Other,
 }
 
+/// A filesystem's `statvfs` figures that the rule uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fs {
+    /// `f_bsize`: the block size libostree counts in.
+    pub bsize: u64,
+    /// `f_frsize`.
+    pub frsize: u64,
+    /// `f_blocks`: the filesystem's size, in `frsize` units.
+    pub blocks: u64,
+    /// `f_bfree`: free blocks, root's reserve included.
+    pub bfree: u64,
+    /// `f_bavail`: free blocks for anyone.
+    pub bavail: u64,
+}
+
 /// A root plugin to run: its program, arguments and environment, what it gets
 /// on stdin, and how long it may take. Its `Debug` names only the program:
 /// arguments and environment may hold secrets.
@@ -126,6 +141,8 @@ pub trait Host {
     /// Whether this process may create files in the directory `path`, as
     /// `access(2)` with `W_OK` says (its mode, a read-only mount).
     fn writable(&self, path: &Path) -> bool;
+    /// The `statvfs` of the filesystem `path` is on.
+    fn free_space(&self, path: &Path) -> io::Result<Fs>;
 
     /// A file's text, as `std::fs::read_to_string` gives it (and its errors).
     fn read_text(&self, path: &Path) -> io::Result<String> {
@@ -220,5 +237,9 @@ impl Host for Recording<'_> {
     }
     fn writable(&self, path: &Path) -> bool {
         self.inner.writable(path)
+    }
+
+    fn free_space(&self, path: &Path) -> io::Result<Fs> {
+        self.inner.free_space(path)
     }
 }

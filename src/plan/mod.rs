@@ -21,6 +21,7 @@ pub mod nesting;
 pub mod policy;
 pub mod provider;
 pub mod registries;
+pub mod space;
 mod summary;
 #[cfg(test)]
 pub mod testing;
@@ -81,6 +82,12 @@ pub struct Plan {
     /// run to make this plan, by label, in order; an answer from the cache
     /// runs none. `hostpull plan` shows them.
     pub plugins_run: Vec<String>,
+    /// What the destination's filesystem must hold: checked against what
+    /// the pull lacks once the manifest says it. None without a destination.
+    pub space: Option<space::Rule>,
+    /// `--defer-if-metered` without `allow-metered`: a metered connection
+    /// (NetworkManager) defers the pull (exit 12) before the worker starts.
+    pub defer_if_metered: bool,
 }
 
 /// How long a pull may take, and how long it may go without a byte.
@@ -196,7 +203,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
     };
     Ok(Plan {
         image,
-        dest,
+        dest: dest.clone(),
         platform,
         worker: worker(req, host, &credentials, parts)?,
         sandbox_error: mode.is_none().then_some(NO_SYSTEMD),
@@ -207,6 +214,8 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
         insecure_hosts,
         policy,
         plugins_run: Vec::new(),
+        space: dest.as_ref().map(|d| space::rule(host, d)).transpose()?,
+        defer_if_metered: req.defer_if_metered && !req.allow_metered,
     })
 }
 
@@ -751,6 +760,80 @@ mod tests {
                 tag: "t".into(),
             };
             assert_eq!(plan(&r).unwrap().dest, Some(want), "{dest}");
+        }
+    }
+
+    /// Issue 24: the plan carries the destination's space rule with its
+    /// filesystem as the host measures it (an ostree repository's
+    /// `min-free-space-*` read from its config), and whether a metered link
+    /// defers the pull; `hostpull plan` shows both.
+    #[test]
+    fn space_rule_and_metered_link_are_planned() {
+        let fs = host::Fs {
+            bsize: 4096,
+            frsize: 4096,
+            blocks: 1000,
+            bfree: 600,
+            bavail: 550,
+        };
+        let mut h = host()
+            .file(
+                "/repo/config",
+                "[core]\nmode=bare\nmin-free-space-percent=10\n",
+            )
+            .dir("/var/lib/l");
+        h.fs = Some(fs);
+        let p = super::plan(&req("h.io/a:1", "oci:/var/lib/l/new"), &h).unwrap();
+        let rule = space::Rule {
+            path: "/var/lib/l/new".into(),
+            reserve: space::Reserve::Nothing,
+            ostree: false,
+            fs: Some(fs),
+        };
+        assert_eq!(p.space, Some(rule));
+        let text = p.summary().text();
+        assert!(
+            text.contains("space     2252800 bytes writable on the filesystem of /var/lib/l/new; the blobs it lacks are checked against it once the manifest is fetched (exit 11)\n"),
+            "{text}"
+        );
+        assert!(text.contains("metered   not checked"), "{text}");
+        let dry = Request {
+            dry_run: true,
+            ..req("h.io/a:1", "")
+        };
+        assert_eq!(super::plan(&dry, &h).unwrap().space, None);
+        if cfg!(feature = "ostree") {
+            let p = super::plan(&req("h.io/a:1", "ostree:/repo"), &h).unwrap();
+            let s = p.space.clone().unwrap();
+            assert_eq!((s.reserve, s.ostree), (space::Reserve::Percent(10), true));
+            let text = p.summary().text();
+            // 10% of 1000 blocks kept: 500 of the 600 free as root.
+            assert!(
+                text.contains("space     2048000 bytes writable on the filesystem of /repo, min-free-space-percent 10% keeps 409600 bytes free;"),
+                "{text}"
+            );
+            let h = host().file("/repo/config", "[core]\nmin-free-space-size=5\n");
+            let e = super::plan(&req("h.io/a:1", "ostree:/repo"), &h).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+            assert!(
+                e.to_string()
+                    .starts_with("/repo/config: Invalid min-free-space-size '5': "),
+                "{e}"
+            );
+        }
+        for (defer, allow, want) in [
+            (false, false, false),
+            (true, false, true),
+            (true, true, false),
+            (false, true, false),
+        ] {
+            let mut r = req("h.io/a:1", "oci:/var/lib/l/new");
+            r.defer_if_metered = defer;
+            r.allow_metered = allow;
+            let p = super::plan(&r, &h).unwrap();
+            assert_eq!(p.defer_if_metered, want, "{defer} {allow}");
+            let text = p.summary().text();
+            assert_eq!(text.contains("metered   a metered link"), want, "{text}");
         }
     }
 

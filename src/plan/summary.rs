@@ -5,6 +5,7 @@
 use crate::options::SandboxMode;
 use crate::plan::Plan;
 use crate::plan::imgref::{OstreeDest, Target};
+use crate::plan::space::Reserve;
 
 /// What `hostpull plan` shows: everything the pull may use, per host, with
 /// the credential's source and key but never the secret.
@@ -47,6 +48,28 @@ pub struct Summary {
     pub ostree: Option<OstreeDest>,
     /// The root plugins run to make this plan ([`Plan::plugins_run`]).
     pub plugins_run: Vec<String>,
+    /// The destination's room, measured now; none without `--dest`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub space: Option<SpaceSummary>,
+    /// A metered link defers the pull (exit 12): `--defer-if-metered`
+    /// without `allow-metered`.
+    pub defer_if_metered: bool,
+}
+
+/// What `hostpull plan` can say of the destination's room. The bytes the
+/// pull writes (the blobs the destination lacks) are known only once the
+/// registry's manifest is fetched, which a plan does not do.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SpaceSummary {
+    /// The directory whose filesystem is measured.
+    pub path: String,
+    /// The bytes a pull as root could write there now, what it keeps free
+    /// deducted; none if the filesystem could not be measured.
+    pub writable_bytes: Option<u64>,
+    /// What an ostree repository keeps free, in bytes (0 for a layout).
+    pub kept_free_bytes: Option<u64>,
+    /// The repository's rule (`min-free-space-percent 3%`), if any.
+    pub kept_free_by: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -144,6 +167,13 @@ impl Plan {
                 _ => None,
             },
             plugins_run: self.plugins_run.clone(),
+            space: self.space.as_ref().map(|r| SpaceSummary {
+                path: r.path.display().to_string(),
+                writable_bytes: r.fs.map(|fs| r.allowed(&fs, true)),
+                kept_free_bytes: r.fs.map(|fs| r.reserve.bytes(&fs)),
+                kept_free_by: (r.reserve != Reserve::Nothing).then(|| r.reserve.describe()),
+            }),
+            defer_if_metered: self.defer_if_metered,
         }
     }
 }
@@ -208,6 +238,7 @@ impl Summary {
         if let Some(l) = &self.lookaside {
             t += &format!("  lookaside   {l}\n");
         }
+        t += &self.space_and_metered();
         if !self.plugins_run.is_empty() {
             t += &format!("plugins   ran {}\n", self.plugins_run.join(", "));
         }
@@ -220,5 +251,29 @@ impl Summary {
             );
         }
         t
+    }
+
+    /// The `space` and `metered` lines.
+    fn space_and_metered(&self) -> String {
+        let mut t = String::new();
+        if let Some(sp) = &self.space {
+            let kept = match (&sp.kept_free_by, sp.kept_free_bytes) {
+                (Some(by), Some(n)) => format!(", {by} keeps {n} bytes free"),
+                (Some(by), None) => format!(", {by}"),
+                _ => String::new(),
+            };
+            let room = sp
+                .writable_bytes
+                .map_or("unmeasured".to_owned(), |n| format!("{n} bytes"));
+            t += &format!(
+                "space     {room} writable on the filesystem of {}{kept}; the blobs it lacks are checked against it once the manifest is fetched (exit 11)\n",
+                sp.path
+            );
+        }
+        t + if self.defer_if_metered {
+            "metered   a metered link (NetworkManager) defers the pull (exit 12)\n"
+        } else {
+            "metered   not checked (no --defer-if-metered, or allow-metered)\n"
+        }
     }
 }

@@ -26,6 +26,8 @@ pub struct MemHost {
     pub systemd: bool,
     /// What [`Host::selinux_enabled`] says.
     pub selinux: bool,
+    /// What [`Host::free_space`] says of every directory, if anything.
+    pub fs: Option<crate::plan::host::Fs>,
     plugins: BTreeMap<PathBuf, Result<Vec<u8>, String>>,
     ran: RefCell<Vec<(String, Vec<u8>)>>,
     cache: RefCell<BTreeMap<String, Vec<u8>>>,
@@ -47,6 +49,7 @@ impl MemHost {
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
             systemd: false,
             selinux: false,
+            fs: None,
             plugins: BTreeMap::new(),
             ran: RefCell::default(),
             cache: RefCell::default(),
@@ -209,5 +212,10 @@ impl Host for MemHost {
 
     fn writable(&self, path: &Path) -> bool {
         self.kind(path).is_ok() && !self.read_only.contains(path)
+    }
+
+    fn free_space(&self, _: &Path) -> io::Result<crate::plan::host::Fs> {
+        // ENOSYS: this machine measures no filesystem.
+        self.fs.ok_or_else(|| os_error(38))
     }
 }

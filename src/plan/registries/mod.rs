@@ -6,11 +6,14 @@
 //! image. The worker gets a registries.conf holding this image's table only,
 //! written with the `toml` crate.
 //!
+//! A table whose prefix, location or mirror location is not a reference name
+//! or host name loads, as there, with a warning naming it (`defect`): such a
+//! prefix matches no image, and a pull the table covers is refused, so a table
+//! the worker could not read never reaches it.
+//!
 //! Deliberate differences, each tested below:
-//! - locations, prefixes, mirror locations and `unqualified-search-registries`
-//!   must be valid reference names or host names when the file is read, not
-//!   only when a pull uses them, so a table the worker could not read never
-//!   reaches it;
+//! - a pull covered by a table with a malformed mirror location is refused even
+//!   when that mirror is not eligible for it (containers/image would skip it);
 //! - hostpull resolves no short names: a name without a registry is
 //!   docker.io's, as in skopeo's `docker://` transport. Where
 //!   `[aliases]`, `unqualified-search-registries` or `short-name-mode` would
@@ -23,13 +26,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind, fail};
 use crate::plan::host::Host;
 use crate::plan::imgref::{self, ImageRef};
 
 mod parse;
-use parse::parse;
+use parse::{defect, parse, valid_location};
 
 /// One `[[registry]]` table, after containers/image's post-processing:
 /// `prefix` is always set (it defaults to `location`), trailing `/` are gone,
@@ -213,33 +215,6 @@ fn parse_location(input: &str) -> anyhow::Result<String> {
     Ok(trimmed.to_owned())
 }
 
-/// `HOST[:PORT][/PATH]` in the reference grammar. Stricter than containers/image,
-/// which checks this only when a pull rewrites a reference with it.
-fn valid_location(l: &str) -> bool {
-    let (domain, path) = l.split_once('/').unwrap_or((l, ""));
-    imgref::valid_domain(domain)
-        && (path.is_empty() || path.split('/').all(imgref::valid_path_component))
-}
-
-/// A prefix: `*.DOMAIN`, or a reference name with an optional tag or digest.
-fn valid_prefix(p: &str) -> bool {
-    if let Some(domain) = p.strip_prefix("*.") {
-        return imgref::valid_hostname(domain);
-    }
-    if valid_location(p) {
-        return true;
-    }
-    if let Some((name, d)) = p.split_once('@') {
-        return Sha256Digest::parse(d).is_some() && valid_location(name);
-    }
-    match p.rsplit_once(':') {
-        Some((name, tag)) if !tag.contains('/') => {
-            imgref::valid_docker_tag(tag) && valid_location(name)
-        }
-        _ => false,
-    }
-}
-
 /// Whether the first component of a name is a registry host, as
 /// docker/reference decides it.
 fn has_registry(name: &str) -> bool {
@@ -338,6 +313,9 @@ fn load_files(
             ))
         })?;
         for t in parsed {
+            if let Some(why) = defect(&t) {
+                tracing::warn!("{}: {why}", f.display());
+            }
             tables.insert(t.prefix.clone(), t);
         }
         short_names.merge(short, f);
@@ -550,6 +528,9 @@ pub fn route(tables: &[Table], image: &ImageRef) -> anyhow::Result<Route> {
                 t.prefix
             ),
         );
+    }
+    if let Some(why) = defect(t) {
+        return fail(Kind::Usage, format!("{image}: registries.conf {why}"));
     }
     let by_digest = image.digest.is_some();
     let mut sources = Vec::new();
@@ -1436,32 +1417,139 @@ location = "second.example"
         );
     }
 
-    /// Issue 17: a location with a control or zero-width character passed plan
-    /// and made the worker's registries.conf invalid TOML. Every host name is
-    /// now checked when the file is read, even in a table this image does not use.
+    /// Issue 24: containers/image loads a file whose prefixes match nothing
+    /// (`*`, `example.com//foo`, `**.example.com`, `example.*.com`: the
+    /// malformed prefixes of TestRefMatchingPrefix,
+    /// TestRefMatchingSubdomainPrefix and
+    /// TestRewriteReferenceFailedDuringParseNamed, as tables), and hostpull
+    /// refused it whole, so every pull failed. They load, with a [`defect`]
+    /// for the warning, and cover no image; the file's other tables apply.
     #[test]
-    fn bad_names_are_refused_whole_and_the_worker_file_is_toml() {
+    fn prefixes_that_match_nothing_load_as_upstream() {
+        let bad = [
+            "*",
+            "example.com//foo",
+            "**.example.com",
+            "***.another.example.com",
+            "**********.another.example.com",
+            "example.*.com",
+            "image",
+            "q.io\n",
+            "example.com/f:",
+            "Example.com/Foo",
+        ];
+        let mut text = String::from("[[registry]]\nprefix = \"q.io\"\nlocation = \"m.example\"\n");
+        for p in bad {
+            text += &format!("[[registry]]\nprefix = {p:?}\nlocation = \"anotherimage.example\"\n");
+        }
+        // Without a location, as upstream: a prefix starting with `*.` loads.
+        text += "[[registry]]\nprefix = \"*.exa mple.com\"\n";
+        let tables = from_str(&text).unwrap();
+        assert_eq!(tables.len(), bad.len() + 2);
+        for t in &tables {
+            let why = defect(t);
+            assert_eq!(why.is_some(), t.prefix != "q.io", "{t:?}");
+            if let Some(why) = why {
+                assert!(why.contains(&format!("{:?}", t.prefix)), "{why}");
+                assert!(why.contains("matches no image"), "{why}");
+            }
+        }
+        for image in [
+            "example.com/foo/image:latest",
+            "example.com/image:latest",
+            "yet.another.example.com/foo/bar",
+            "example.x.com/a",
+            "example.com/f:latest",
+            "docker.io/library/image",
+        ] {
+            assert_eq!(route(&tables, &img(image)).unwrap().table, None, "{image}");
+        }
+        assert_eq!(
+            route(&tables, &img("q.io/a:1")).unwrap().hosts()[0].to_string(),
+            "m.example/a:1"
+        );
+        // What containers/image refuses stays refused: a bare `*`-like
+        // prefix without location, a wildcard with a port or path.
         for (conf, want) in [
+            ("[[registry]]\nprefix = \"*\"\n", "location is unset"),
+            (
+                "[[registry]]\nprefix = \"**.example.com\"\n",
+                "location is unset",
+            ),
+            (
+                "[[registry]]\nprefix = \"*.example.com:5000\"\nlocation = \"a.io\"\n",
+                "Wildcarded prefix",
+            ),
+        ] {
+            let e = from_str(conf).unwrap_err();
+            assert!(format!("{e:#}").contains(want), "{conf:?}: {e:#}");
+        }
+    }
+
+    /// Every prefix that upstream's matching cases match is a valid one, so
+    /// the warning "matches no image" cannot be said of a prefix that matches.
+    #[test]
+    fn matching_prefixes_are_valid() {
+        let d = format!("example.com/foo@{DIGEST}");
+        let td = format!("example.com/foo:bar@{DIGEST}");
+        for p in [
+            "docker.io",
+            "example.com:5000",
+            "docker.io/library/busybox",
+            "example.com/foo:bar",
+            d.as_str(),
+            td.as_str(),
+            "*.example.com",
+            "*.io",
+        ] {
+            assert!(parse::valid_prefix(p), "{p}");
+        }
+    }
+
+    /// Issue 17: a location with a control or zero-width character passed plan
+    /// and made the worker's registries.conf invalid TOML. Such a table loads,
+    /// as in containers/image (issue 24), and a pull it covers is refused, so
+    /// it never reaches the worker.
+    #[test]
+    fn bad_locations_load_and_refuse_the_pulls_they_cover() {
+        // A tag pull, which this digest-only mirror would not serve.
+        let mirror = "[[registry]]\nprefix = \"q.io\"\nlocation = \"q.io\"\n[[registry.mirror]]\nlocation = \"m\\u0000.example\"\npull-from-mirror = \"digest-only\"\n";
+        for (conf, bad, covered) in [
             (
                 "[[registry]]\nlocation = \"a\\tb.example\"\n",
-                "invalid location",
+                "a\tb.example",
+                None,
             ),
             (
                 "[[registry]]\nlocation = \"reg\u{200b}.example\"\n",
-                "invalid location",
+                "reg\u{200b}.example",
+                None,
             ),
             (
-                "[[registry]]\nprefix = \"q.io\"\nlocation = \"q.io\"\n[[registry.mirror]]\nlocation = \"m\\u0000.example\"\n",
-                "invalid mirror location",
+                "[[registry]]\nprefix = \"q.io\"\nlocation = \"a\\tb.example\"\n",
+                "a\tb.example",
+                Some("q.io/a:1"),
             ),
-            (
-                "[[registry]]\nprefix = \"q.io\\n\"\nlocation = \"q.io\"\n",
-                "invalid prefix",
-            ),
-            (
-                "[[registry]]\nprefix = \"*.exa mple.com\"\n",
-                "invalid prefix",
-            ),
+            (mirror, "m\u{0}.example", Some("q.io/a:1")),
+        ] {
+            let tables = from_str(conf).unwrap();
+            let why = defect(&tables[0]).unwrap();
+            assert!(why.contains(&format!("{bad:?}")), "{why}");
+            assert_eq!(route(&tables, &img("other.io/a")).unwrap().table, None);
+            let Some(covered) = covered else { continue };
+            let e = route(&tables, &img(covered)).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+            let e = e.to_string();
+            assert!(
+                e.contains("every pull it covers is refused") && e.contains(&format!("{bad:?}")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn refused_files_and_the_worker_file_is_toml() {
+        for (conf, want) in [
             (
                 "[[registry]]\nprefix = \"*.example.com:5000\"\n",
                 "Wildcarded prefix",

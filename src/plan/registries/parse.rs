@@ -5,9 +5,62 @@ use std::collections::BTreeMap;
 
 use super::{
     File, FileShortNames, Mirror, Table, V1, invalid, parse_location, parse_short_name_mode,
-    parse_short_name_value, valid_location, valid_prefix, validate_short_name,
+    parse_short_name_value, validate_short_name,
 };
+use crate::digest::Sha256Digest;
 use crate::plan::imgref;
+
+/// `HOST[:PORT][/PATH]` in the reference grammar, with a HOST that names a
+/// registry (docker/reference's rule: a `.` or a port, or `localhost`;
+/// anything else is a Docker Hub path, so no image name starts with it).
+/// containers/image checks this only when a pull rewrites a reference with it.
+pub(super) fn valid_location(l: &str) -> bool {
+    let (domain, path) = l.split_once('/').unwrap_or((l, ""));
+    imgref::valid_domain(domain)
+        && (domain.contains(['.', ':']) || domain == "localhost")
+        && (path.is_empty() || path.split('/').all(imgref::valid_path_component))
+}
+
+/// Why `t` can serve no pull, if it cannot: a prefix that is no image name
+/// (`*`, `example.com//foo`, `**.example.com`) matches none, and a location or
+/// mirror location that is no `HOST[:PORT][/PATH]` cannot be rewritten to.
+/// containers/image loads such tables; hostpull too, and warns.
+pub(super) fn defect(t: &Table) -> Option<String> {
+    if !valid_prefix(&t.prefix) {
+        return Some(format!(
+            "registry prefix {:?} is neither *.DOMAIN nor HOST[:PORT][/PATH][:TAG|@DIGEST]: it matches no image",
+            t.prefix
+        ));
+    }
+    let bad = std::iter::once(&t.location)
+        .filter(|l| !l.is_empty())
+        .chain(t.mirror.iter().map(|m| &m.location))
+        .find(|l| !valid_location(l))?;
+    Some(format!(
+        "registry prefix {:?}: location {bad:?} is not HOST[:PORT][/PATH]: every pull it covers is refused",
+        t.prefix
+    ))
+}
+
+/// A prefix: `*.DOMAIN`, or a reference name with an optional tag, digest or
+/// both.
+pub(super) fn valid_prefix(p: &str) -> bool {
+    if let Some(domain) = p.strip_prefix("*.") {
+        return imgref::valid_hostname(domain);
+    }
+    if valid_location(p) {
+        return true;
+    }
+    if let Some((name, d)) = p.split_once('@') {
+        return Sha256Digest::parse(d).is_some() && valid_prefix(name);
+    }
+    match p.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => {
+            imgref::valid_docker_tag(tag) && valid_location(name)
+        }
+        _ => false,
+    }
+}
 
 /// containers/image's `loadConfigFile` and `postProcessRegistries` for one
 /// file: its tables, checked, sorted by prefix, one per prefix (the first in
@@ -102,12 +155,6 @@ fn check_mirror(prefix: &str, by_digest_only: bool, m: &mut Mirror) -> anyhow::R
             m.location
         )));
     }
-    if !valid_location(&m.location) {
-        return Err(invalid(format!(
-            "invalid mirror location {:?}: expected HOST[:PORT][/PATH]",
-            m.location
-        )));
-    }
     Ok(())
 }
 
@@ -142,18 +189,6 @@ fn check_table(t: &mut Table) -> anyhow::Result<()> {
     if t.prefix.starts_with("*.") && t.prefix.contains(['/', '@', ':']) {
         return Err(invalid(format!(
             "Wildcarded prefix should be in the format: *.example.com. Current prefix {:?} is incorrectly formatted",
-            t.prefix
-        )));
-    }
-    if !t.location.is_empty() && !valid_location(&t.location) {
-        return Err(invalid(format!(
-            "invalid location {:?}: expected HOST[:PORT][/PATH]",
-            t.location
-        )));
-    }
-    if !valid_prefix(&t.prefix) {
-        return Err(invalid(format!(
-            "invalid prefix {:?}: expected *.DOMAIN or HOST[:PORT][/PATH]",
             t.prefix
         )));
     }
