@@ -6,6 +6,7 @@ mod creds;
 mod fault;
 mod handoff;
 mod hostile;
+mod messages;
 mod mirrors;
 mod ostree;
 mod pull;
