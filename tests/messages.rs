@@ -8,6 +8,62 @@ use std::process::Command;
 
 use crate::util::*;
 
+/// Each retry's warning names its cause, the same as the error's first line:
+/// a refused connection (a port nobody listens on) and a registry's 5xx on the
+/// manifest and on a blob (tests/status_registry.py), whatever the worker.
+#[test]
+fn retry_warnings_name_their_cause() {
+    let ca = Path::new(var("RIG_CA"));
+    let mut server = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/status_registry.py"
+    ));
+    server
+        .arg("--cert")
+        .arg(ca.with_file_name("server.crt"))
+        .arg("--key")
+        .arg(ca.with_file_name("server.key"))
+        .stdout(std::process::Stdio::piped());
+    let mut child = server.spawn().unwrap();
+    let port = read_port(&mut child, "tests/status_registry.py");
+    let _kill = KillOnDrop(child);
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let cases = [
+        (format!("127.0.0.1:{dead}/x/y:v1"), "connection refused"),
+        (
+            format!("127.0.0.1:{port}/eof/s503-m-text:v1"),
+            "HTTP status 503",
+        ),
+        (
+            format!("127.0.0.1:{port}/x509/s500-b:v1"),
+            "HTTP status 500",
+        ),
+    ];
+    let s = scratch();
+    for (i, (image, cause)) in cases.iter().enumerate() {
+        let dest = format!("oci:{}", s.path().join(format!("l{i}")).display());
+        let mut c = pull_cmd(image, &dest);
+        c.args(["--cert-dir", var("RIG_CERT_DIR"), "--no-default-creds"])
+            .args(["--timeout", "5"]);
+        let r = run(&mut c);
+        r.assert_failure(6);
+        let warnings: Vec<&str> = r
+            .stderr
+            .lines()
+            .filter(|l| l.contains(" WARN ") && l.contains(" failed, retrying in "))
+            .collect();
+        assert!(!warnings.is_empty(), "{image}: no retry: {}", r.stderr);
+        for w in &warnings {
+            assert!(w.ends_with(&format!(": {cause}")), "{image}: {w}");
+        }
+        let error = r.stderr.lines().find(|l| l.starts_with("error: ")).unwrap();
+        assert!(error.contains(&format!(": {cause}")), "{image}: {error}");
+    }
+}
+
 /// `hostpull plan` shows the sandbox as `--sandbox` spells it, in its text
 /// and in `--json` alike, and the unit's limits only where there is a unit:
 /// `none` runs the worker as a plain child, which no MemoryMax= or TasksMax=
