@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+pub mod located;
+
 /// Why a pull failed, as the exit code tells it. The numbers are a public contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

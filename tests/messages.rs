@@ -121,3 +121,129 @@ fn plan_says_the_sandbox_as_the_command_line_does() {
         assert_eq!(json["memory_max"], memory, "{mode}: {json}");
     }
 }
+
+/// A file that does not parse, of each kind hostpull reads, is exit 2 with
+/// one line that names the file, the line and column and the key's path,
+/// and quotes none of its values: `s3cr3t` stands for a secret (a password in
+/// an authfile, a token in a provider's `args`).
+#[test]
+fn parse_errors_point_at_the_line_and_quote_no_value() {
+    let s = scratch();
+    // (name, file and its text, arguments, what the error says)
+    let cases: &[(&str, &str, &str, &[&str], &str)] = &[
+        (
+            "config.toml",
+            "etc/hostpull/config.toml",
+            "[pull]\nstall-timeout = 5\ntimeout = \"s3cr3t\"\n",
+            &[],
+            "invalid configuration /etc/hostpull/config.toml: line 3 column 11: \
+             pull.timeout: invalid type: string, expected u64",
+        ),
+        (
+            "drop-in",
+            "run/hostpull/config.d/50-x.toml",
+            "[worker]\ntasks-max = [\"s3cr3t\"]\n",
+            &[],
+            "invalid configuration /run/hostpull/config.d/50-x.toml: line 2 column 13: \
+             worker.tasks-max: invalid type: sequence, expected u32",
+        ),
+        (
+            "drop-in syntax",
+            "etc/hostpull/config.d/50-x.toml",
+            "[cluster]\ndns = [\"10.0.0.1\",\n  s3cr3t]\n",
+            &[],
+            "invalid configuration /etc/hostpull/config.d/50-x.toml: line 3 column 3: ",
+        ),
+        (
+            "profile",
+            "etc/hostpull/pulls.d/os.toml",
+            "image = \"127.0.0.1:1/x:v1\"\ndest = \"oci:/nonexistent/l\"\nauthfile = \"s3cr3t\"\n",
+            &["--profile", "os"],
+            "invalid pull profile /etc/hostpull/pulls.d/os.toml: line 3 column 12: \
+             authfile: invalid type: string, expected a sequence",
+        ),
+        (
+            "registries.conf",
+            "r.conf",
+            "[[registry]]\nlocation = \"127.0.0.1:1\"\ninsecure = \"s3cr3t\"\n",
+            &["--registries-conf", "{}"],
+            "r.conf: line 3 column 12: registry[0].insecure: invalid type: string, expected a boolean",
+        ),
+        (
+            "authfile",
+            "a.json",
+            "{\"auths\": {\n  \"127.0.0.1:1\": {\"auth\": 12345,\n    \"password\": \"s3cr3t\"}}}\n",
+            &["--authfile", "{}"],
+            "a.json: line 2 column 31: auths.127.0.0.1:1.auth: invalid type: integer, expected a string",
+        ),
+        (
+            "authfile syntax",
+            "b.json",
+            "{\"auths\": {\"127.0.0.1:1\": {\"auth\": \"czNjcjN0OnMzY3IzdA==\"\n  \"password\": \"s3cr3t\"}}}\n",
+            &["--authfile", "{}"],
+            "b.json: not JSON or YAML: line 2 column 3: expected `,` or `}`",
+        ),
+        (
+            "pull secret",
+            "s.yaml",
+            "apiVersion: v1\nkind: Secret\ntype: kubernetes.io/dockerconfigjson\ndata:\n  .dockerconfigjson: [s3cr3t\n",
+            &["--pull-secret", "{}"],
+            "s.yaml: not JSON or YAML: line 6 column 1: ",
+        ),
+        (
+            "provider config",
+            "p.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: p\n  args: --token=s3cr3t\n",
+            &[
+                "--credential-provider-config",
+                "{}",
+                "--credential-provider-bin-dir",
+                "/nonexistent",
+            ],
+            "invalid credential provider config {}: line 5 column 9: providers[0].args: \
+             invalid type: string, expected a sequence",
+        ),
+        (
+            "registries.d",
+            "registries.d/x.yaml",
+            "docker:\n  127.0.0.1:1:\n    lookaside: [s3cr3t]\n",
+            &["--registries.d", "{dir}"],
+            "registries.d/x.yaml: line 3 column 16: docker.127.0.0.1:1.lookaside: \
+             invalid type: sequence, expected a string",
+        ),
+        (
+            "policy.json",
+            "policy.json",
+            "{\"default\": [{\"type\": \"insecureAcceptAnything\"}],\n \"s3cr3t\"}\n",
+            &["--policy", "{}"],
+            "policy.json: ",
+        ),
+    ];
+    for (i, (name, file, text, args, want)) in cases.iter().enumerate() {
+        let root = config_root(s.path().join(format!("root{i}")));
+        let path = root.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        let path = path.to_str().unwrap();
+        let dir = Path::new(path).parent().unwrap().to_str().unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        c.args(["plan", "127.0.0.1:1/x:v1", "--sandbox", "none"])
+            .arg("--config-root")
+            .arg(&root);
+        for a in *args {
+            c.arg(a.replace("{}", path).replace("{dir}", dir));
+        }
+        let r = run(&mut c);
+        r.assert_failure(2);
+        let want = want.replace("{}", path);
+        assert!(
+            r.stderr.contains(&want),
+            "{name}: want {want}\n{}",
+            r.stderr
+        );
+        assert!(r.stderr.contains("line "), "{name}: {}", r.stderr);
+        for secret in ["s3cr3t", "czNjcjN0", "12345"] {
+            assert!(!r.stderr.contains(secret), "{name}: {}", r.stderr);
+        }
+    }
+}

@@ -406,9 +406,9 @@ pub fn lookaside(
             )
         };
         let text = host.read_text(&f).with_context_path(&f)?;
-        let one: RegistriesD = match serde_yaml::from_str::<Option<RegistriesD>>(&text) {
+        let one: RegistriesD = match crate::error::located::yaml::<Option<RegistriesD>>(&text) {
             Ok(one) => one.unwrap_or_default(),
-            Err(e) => return bad(crate::error::one_line(&e.to_string())),
+            Err(e) => return bad(e.to_string()),
         };
         if let Some(d) = one.default_docker {
             if all.default_docker.is_some() {

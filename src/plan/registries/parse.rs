@@ -13,7 +13,7 @@ use crate::plan::imgref;
 /// file: its tables, checked, sorted by prefix, one per prefix (the first in
 /// the file wins).
 pub(super) fn parse(text: &str, drop_in: bool) -> anyhow::Result<(Vec<Table>, FileShortNames)> {
-    let f: File = toml::from_str(text).map_err(|e| invalid(crate::error::one_line(e.message())))?;
+    let f: File = crate::error::located::toml(text).map_err(|e| invalid(e.to_string()))?;
     let v1 = f.registries.as_ref().is_some_and(V1::is_set);
     let mut tables = f.registry.clone().unwrap_or_default();
     let mut search = f.unqualified_search_registries.clone();
