@@ -13,6 +13,7 @@ use cap_std_ext::cap_std::fs::Dir;
 use cap_std_ext::dirext::CapStdExtDirExt;
 use serde::Deserialize;
 
+use crate::error::located::{self, Located};
 use crate::error::{Failure, Kind};
 use crate::options::Options;
 
@@ -76,30 +77,64 @@ const PROFILE_KEYS: &[&str] = &[
 
 /// Parse one drop-in: the keys of its tables, as [`Options`]. Unknown keys are
 /// warned about, not fatal: a newer file must not break an older hostpull.
+/// An error names the line, the column and the key, and quotes no value.
 pub fn parse(name: &str, text: &str) -> anyhow::Result<Options> {
-    let invalid = |e: toml::de::Error| {
-        Failure::new(
-            Kind::Usage,
-            format!(
-                "invalid configuration {name}: {}",
-                crate::error::one_line(e.message())
-            ),
-        )
-    };
+    let invalid =
+        |e: Located| Failure::new(Kind::Usage, format!("invalid configuration {name}: {e}"));
     use crate::plan::nesting::{TOML_MAX_DEPTH, check};
-    check(text, TOML_MAX_DEPTH).map_err(|why| invalid(serde::de::Error::custom(why)))?;
-    let file: toml::Table = toml::from_str(text).map_err(invalid)?;
-    let (keys, unknown) = known_keys(file).map_err(invalid)?;
-    let options = Options::deserialize(keys).map_err(invalid)?;
+    check(text, TOML_MAX_DEPTH).map_err(|why| invalid(Located::whole(why)))?;
+    let file: toml::Table = located::toml(text).map_err(invalid)?;
+    let (keys, unknown) =
+        known_keys(file).map_err(|(table, e)| invalid(locate_drop_in(text, table, &e)))?;
+    let options: Options = serde_path_to_error::deserialize(keys)
+        .map_err(|e| invalid(locate_drop_in(text, e.path().to_string(), e.inner())))?;
     for key in unknown {
         tracing::warn!("{name}: unknown key {key}, ignored");
     }
     Ok(options)
 }
 
+/// Where in `text` the error that its tables' keys made, once merged, is:
+/// the same keys read again in their tables from the text itself, whose
+/// error has the place. Should that error be another one (a key that its
+/// table does not take, which the merge leaves out, may fail there first),
+/// the key's path alone.
+fn locate_drop_in(text: &str, key: String, e: &toml::de::Error) -> Located {
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Tables {
+        worker: Option<Options>,
+        pull: Option<Options>,
+        cluster: Option<Options>,
+    }
+    let table = TABLES
+        .iter()
+        .find(|(t, keys)| {
+            let starts = |k: &&str| {
+                key.strip_prefix(k)
+                    .is_some_and(|r| r.is_empty() || r.starts_with(['[', '.']))
+            };
+            *t == key || keys.iter().any(starts)
+        })
+        .map(|(t, _)| *t);
+    let path = match table {
+        Some(t) if t != key => format!("{t}.{key}"),
+        _ => key,
+    };
+    Located {
+        at: match located::toml::<Tables>(text) {
+            Err(l) if l.path == path => l.at,
+            _ => None,
+        },
+        path,
+        message: crate::error::serde_redacted(&crate::error::one_line(e.message())),
+    }
+}
+
 /// A drop-in's keys, flat, that its tables take; and the unknown ones, as
 /// `table.key` or `table`.
-fn known_keys(file: toml::Table) -> Result<(toml::Table, Vec<String>), toml::de::Error> {
+/// The error is a table's that is not one, with its name.
+fn known_keys(file: toml::Table) -> Result<(toml::Table, Vec<String>), (String, toml::de::Error)> {
     let mut keys = toml::Table::new();
     let mut unknown = Vec::new();
     for (table, value) in file {
@@ -107,7 +142,8 @@ fn known_keys(file: toml::Table) -> Result<(toml::Table, Vec<String>), toml::de:
             unknown.push(table);
             continue;
         };
-        for (key, value) in toml::Table::deserialize(value)? {
+        let value = toml::Table::deserialize(value).map_err(|e| (table.clone(), e))?;
+        for (key, value) in value {
             if allowed.contains(&key.as_str()) {
                 keys.insert(key, value);
             } else {
@@ -119,20 +155,31 @@ fn known_keys(file: toml::Table) -> Result<(toml::Table, Vec<String>), toml::de:
 }
 
 /// Parse a pull profile. A misspelled key fails: a profile is a unit's whole job.
-fn parse_profile(text: &str) -> Result<Options, toml::de::Error> {
-    use serde::de::Error;
+fn parse_profile(text: &str) -> Result<Options, Located> {
     crate::plan::nesting::check(text, crate::plan::nesting::TOML_MAX_DEPTH)
-        .map_err(Error::custom)?;
-    let keys: toml::Table = toml::from_str(text)?;
+        .map_err(Located::whole)?;
+    let keys: toml::Table = located::toml(text)?;
     if let Some(key) = keys.keys().find(|k| !PROFILE_KEYS.contains(&k.as_str())) {
-        return Err(Error::unknown_field(key, PROFILE_KEYS));
+        let expected: Vec<String> = PROFILE_KEYS.iter().map(|k| format!("`{k}`")).collect();
+        return Err(Located {
+            at: None,
+            path: key.clone(),
+            message: format!("unknown key, expected one of {}", expected.join(", ")),
+        });
     }
-    let options = Options::deserialize(keys)?;
+    // Only the profile's keys, as they are in the file, so that an error has
+    // its place.
+    let options: Options = located::toml(text)?;
+    let missing = |key: &str| Located {
+        at: None,
+        path: ".".into(),
+        message: format!("missing key `{key}`"),
+    };
     if options.image.is_none() {
-        return Err(Error::missing_field("image"));
+        return Err(missing("image"));
     }
     if options.dest.is_none() {
-        return Err(Error::missing_field("dest"));
+        return Err(missing("dest"));
     }
     Ok(options)
 }
@@ -218,10 +265,9 @@ pub fn load_profile(root: &Dir, name: &str) -> anyhow::Result<Options> {
             continue;
         };
         return parse_profile(&text).map_err(|e| {
-            let msg = crate::error::one_line(e.message());
             Failure::new(
                 Kind::Usage,
-                format!("invalid pull profile /{}: {msg}", rel.display()),
+                format!("invalid pull profile /{}: {e}", rel.display()),
             )
             .into()
         });
@@ -376,6 +422,48 @@ add-host = ["reg.svc:10.0.0.5"]
         }
     }
 
+    /// An error names the line, the column and the key in its table, and
+    /// quotes no value; where the place cannot be told apart from another
+    /// error's (a key in the wrong table, which is ignored, fails first), the
+    /// key alone.
+    #[test]
+    fn drop_in_errors_point_at_the_line() {
+        let cases = [
+            (
+                "[pull]\nstall-timeout = 5\ntimeout = \"s3cr3t\"",
+                "line 3 column 11: pull.timeout: invalid type: string, expected u64",
+            ),
+            (
+                "[cluster]\n\"dns\" = [\"1.1.1.1\", 5]",
+                "line 2 column 21: cluster.dns[1]: invalid type: integer, expected a string",
+            ),
+            (
+                "pull = { \"registries.d\" = 5 }",
+                "line 1 column 27: pull.registries.d: invalid type: integer, expected path string",
+            ),
+            (
+                "worker = \"s3cr3t\"",
+                "line 1 column 10: worker: invalid type: string, expected a map",
+            ),
+            (
+                "[worker]\ntimeout = \"s3cr3t\"\ntasks-max = \"s3cr3t\"",
+                "worker.tasks-max: invalid type: string, expected u32",
+            ),
+            (
+                "[pull]\ntimeout = s3cr3t",
+                "line 2 column 11: invalid string",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = parse("t", text).unwrap_err().to_string();
+            assert!(
+                got.starts_with(&format!("invalid configuration t: {want}")),
+                "{text}: {got}"
+            );
+            assert!(!got.contains("s3cr3t"), "{got}");
+        }
+    }
+
     /// Each table takes its own keys; any other key, in a table or out of
     /// one, is unknown (warned about and ignored), whatever its value.
     #[test]
@@ -449,8 +537,8 @@ add-host = ["reg.svc:10.0.0.5"]
         }
     }
 
-    /// A profile takes its keys only, flat; a misspelled one fails, with
-    /// serde's words; `image` and `dest` must be there.
+    /// A profile takes its keys only, flat; a misspelled one fails, naming
+    /// it and the keys there are; `image` and `dest` must be there.
     #[test]
     fn profile_key_set() {
         let expected = "expected one of `image`, `dest`, `platform`, `authfile`, \
@@ -482,32 +570,32 @@ add-host = ["reg.svc:10.0.0.5"]
             ),
             (
                 "authfiles = []",
-                Err(format!("unknown field `authfiles`, {expected}")),
+                Err(format!("authfiles: unknown key, {expected}")),
             ),
             (
                 "sandbox = \"none\"",
-                Err(format!("unknown field `sandbox`, {expected}")),
+                Err(format!("sandbox: unknown key, {expected}")),
             ),
             (
                 "[pull]\ntimeout = 1",
-                Err(format!("unknown field `pull`, {expected}")),
+                Err(format!("pull: unknown key, {expected}")),
             ),
             (
                 "max-rate = 5",
-                Err("invalid type: integer `5`, expected a string".into()),
+                Err("line 3 column 12: max-rate: invalid type: integer, expected a string".into()),
             ),
         ];
         for (text, want) in cases {
-            let got = parse_profile(&format!("{base}{text}")).map_err(|e| e.message().to_owned());
+            let got = parse_profile(&format!("{base}{text}")).map_err(|e| e.to_string());
             assert_eq!(&got, want, "{text}");
         }
         let missing = [
-            ("dest = \"oci:/x\"", "missing field `image`"),
-            ("image = \"a.io/os:1\"", "missing field `dest`"),
-            ("", "missing field `image`"),
+            ("dest = \"oci:/x\"", "missing key `image`"),
+            ("image = \"a.io/os:1\"", "missing key `dest`"),
+            ("", "missing key `image`"),
         ];
         for (text, want) in missing {
-            assert_eq!(parse_profile(text).unwrap_err().message(), want, "{text}");
+            assert_eq!(parse_profile(text).unwrap_err().to_string(), want, "{text}");
         }
     }
 
@@ -660,7 +748,7 @@ add-host = ["reg.svc:10.0.0.5"]
         }
         assert_eq!(
             load_profile(&root, "typo").unwrap_err().to_string(),
-            "invalid pull profile /etc/hostpull/pulls.d/typo.toml: unknown field `authfiles`, \
+            "invalid pull profile /etc/hostpull/pulls.d/typo.toml: authfiles: unknown key, \
              expected one of `image`, `dest`, `platform`, `authfile`, `pull-secret`, \
              `registry-token`, `cert-dir`, `ca`, `policy`, `registries.d`, \
              `require-signature`, `max-rate`, `allow-metered`"

@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+pub mod located;
+
 /// Why a pull failed, as the exit code tells it. The numbers are a public contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -229,6 +231,16 @@ pub fn serde_redacted(e: &dyn fmt::Display) -> String {
 /// nothing. From protocol 0.2.8 on, the worker's own `retryable` code comes
 /// first (`sandbox::proxy_failure`).
 pub fn classify_worker_text(text: &str) -> Kind {
+    classify_with_cause(text).0
+}
+
+/// [`classify_worker_text`], and the words that decided it, which the error's
+/// first line and each retry's warning give as its cause: `connection
+/// refused`, `HTTP status 503`, `registry error code toomanyrequests`, Go's
+/// TLS or x509 text. None when nothing decided (a worker failure). The cause
+/// is one of the fixed phrases that classify, or an HTTP status; never the
+/// registry's message or the repository's name.
+pub fn classify_with_cause(text: &str) -> (Kind, Option<String>) {
     let segments: Vec<&str> = segments(text)
         .into_iter()
         .map(|s| s.trim().trim_end_matches(')'))
@@ -236,13 +248,50 @@ pub fn classify_worker_text(text: &str) -> Kind {
     for (i, seg) in segments.iter().enumerate() {
         let next = segments.get(i + 1).copied().unwrap_or_default();
         if let Some(kind) = classify_segment(seg, next) {
-            return kind;
+            return (kind, Some(one_line(&cause(&segments[i..]))));
         }
         if opens_registry_text(&seg.to_ascii_lowercase()) {
             break;
         }
     }
-    Kind::Worker
+    (Kind::Worker, None)
+}
+
+/// The cause that `segments[0]` decided, said as [`classify_with_cause`] says.
+fn cause(segments: &[&str]) -> String {
+    let seg = segments[0];
+    let next = segments.get(1).copied().unwrap_or_default();
+    let mut lower = seg.to_ascii_lowercase();
+    let mut seg = seg;
+    if let Some(first) = lower.strip_prefix("errors:") {
+        lower = first.trim_start().to_owned();
+        seg = seg[7..].trim_start();
+    }
+    if let Some(code) = http_status(&lower, next) {
+        return format!("HTTP status {code}");
+    }
+    if error_code_kind(&lower).is_some() {
+        return format!("registry error code {lower}");
+    }
+    match lower.as_str() {
+        // Go's TLS and x509 errors say what failed after their package's name.
+        "x509" | "tls" | "remote error" => segments.join(": "),
+        "net/http" => format!("{seg}: {next}"),
+        _ => seg.to_owned(),
+    }
+}
+
+/// The HTTP status in `lower` (a segment, lower-cased) or `next`, where skopeo
+/// prints one.
+fn http_status(lower: &str, next: &str) -> Option<u16> {
+    let status = |s: &str| s.split([' ', ',']).next()?.parse::<u16>().ok();
+    match lower {
+        "statuscode" | "received unexpected http status" | "unexpected http status" => status(next),
+        _ => lower
+            .strip_prefix("invalid status code from registry ")
+            .or_else(|| lower.strip_prefix("error parsing http "))
+            .and_then(status),
+    }
 }
 
 /// `text` cut where Go joins errors: "outer: inner", and "outer (while …:
@@ -306,15 +355,7 @@ fn classify_segment(seg: &str, next: &str) -> Option<Kind> {
         _ => {}
     }
     // An HTTP status where skopeo prints one.
-    let status = |s: &str| s.split([' ', ',']).next()?.parse::<u16>().ok();
-    let code = match lower.as_str() {
-        "statuscode" | "received unexpected http status" | "unexpected http status" => status(next),
-        _ => lower
-            .strip_prefix("invalid status code from registry ")
-            .or_else(|| lower.strip_prefix("error parsing http "))
-            .and_then(status),
-    };
-    if let Some(code) = code {
+    if let Some(code) = http_status(&lower, next) {
         return Some(status_kind(code));
     }
     // Go's own error values and phrases (net, crypto/tls, net/http).
@@ -518,6 +559,56 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(classify_worker_text(&text), want, "{text}");
+        }
+    }
+
+    /// The cause is the words that decided, and never the registry's message
+    /// or the repository's name (here full of other keywords).
+    #[test]
+    fn the_cause_is_what_decided() {
+        let m = "reading manifest v1 in 127.0.0.1:5000/eof/x509";
+        let cases = [
+            (
+                "pinging container registry 127.0.0.1:1: Get \"https://127.0.0.1:1/v2/\": dial tcp 127.0.0.1:1: connect: connection refused".to_owned(),
+                Some("connection refused"),
+            ),
+            (
+                format!("{m}: received unexpected HTTP status: 503 Service Unavailable"),
+                Some("HTTP status 503"),
+            ),
+            (format!("{m}: StatusCode: 502, \"eof: x509\""), Some("HTTP status 502")),
+            (
+                "failed to invoke method GetBlob: Error fetching blob: invalid status code from registry 500 (Internal Server Error)".to_owned(),
+                Some("HTTP status 500"),
+            ),
+            (
+                format!("{m}: toomanyrequests: connection refused"),
+                Some("registry error code toomanyrequests"),
+            ),
+            (
+                format!("{m}: errors:\nunauthorized: eof\n"),
+                Some("registry error code unauthorized"),
+            ),
+            (
+                format!("{m}: too many requests"),
+                Some("too many requests"),
+            ),
+            ("reading blob: unexpected EOF".to_owned(), Some("unexpected EOF")),
+            (
+                "pinging container registry r: Get \"https://r/v2/\": tls: failed to verify certificate: x509: certificate signed by unknown authority".to_owned(),
+                Some("tls: failed to verify certificate: x509: certificate signed by unknown authority"),
+            ),
+            (
+                "Get \"https://r/v2/\": net/http: TLS handshake timeout".to_owned(),
+                Some("net/http: TLS handshake timeout"),
+            ),
+            (format!("{m}: StatusCode: x, eof"), None),
+            ("proxy unexpectedly exited: signal: killed".to_owned(), None),
+        ];
+        for (text, want) in cases {
+            let (kind, cause) = classify_with_cause(&text);
+            assert_eq!(cause.as_deref(), want, "{text}");
+            assert_eq!(kind, classify_worker_text(&text), "{text}");
         }
     }
 

@@ -202,7 +202,8 @@ async fn pull_with(
     progress: &Progress,
 ) -> anyhow::Result<(Resolved, Vec<Descriptor>, Verdict)> {
     let mut stage = Stage::Start;
-    let last_error = std::sync::Mutex::new(None::<String>);
+    // The last attempt's error: its first line, and its detail.
+    let last_error = std::sync::Mutex::new(None::<(String, Option<String>)>);
     let retrying = async {
         let mut stalls = 0;
         let mut attempt = 0;
@@ -212,10 +213,8 @@ async fn pull_with(
                 Ok(ready) => return Ok(ready),
                 Err(e) => e,
             };
-            let detail = failure(&e)
-                .and_then(|f| f.detail.as_deref())
-                .unwrap_or_default();
-            *last_error.lock().unwrap() = Some(crate::error::one_line(&format!("{e:#}: {detail}")));
+            let detail = failure(&e).and_then(|f| f.detail.clone());
+            *last_error.lock().unwrap() = Some((crate::error::one_line(&format!("{e:#}")), detail));
             let retry = failure(&e).map_or(Retry::Never, |f| f.retry);
             stalls += u32::from(retry == Retry::Stalled);
             if retry == Retry::Never || attempt >= MAX_ATTEMPTS || stalls >= MAX_STALLS {
@@ -235,16 +234,19 @@ async fn pull_with(
         Ok(r) => r?,
         Err(_) => {
             // Say what kept failing, not only that time ran out.
-            let timeout = plan.retry.timeout.as_secs();
-            let f = Failure::new(
-                Kind::Network,
-                format!("timed out: the pull took longer than --timeout {timeout}s"),
+            let timeout = format!(
+                "timed out: the pull took longer than --timeout {}s",
+                plan.retry.timeout.as_secs()
             );
-            return Err(match last_error.into_inner().unwrap() {
-                Some(last) => f.with_detail(format!("last attempt: {last}")),
-                None => f,
-            }
-            .into());
+            let f = match last_error.into_inner().unwrap() {
+                Some((last, detail)) => Failure::new(
+                    Kind::Network,
+                    format!("{timeout}; the last attempt: {last}"),
+                )
+                .with_detail(detail.unwrap_or_default()),
+                None => Failure::new(Kind::Network, timeout),
+            };
+            return Err(f.into());
         }
     };
     Ok((ready.resolved, ready.missing, ready.signature))

@@ -17,6 +17,17 @@ pub enum SandboxMode {
     None,
 }
 
+impl SandboxMode {
+    /// Its name as the command line and the files spell it (`none`, `auto`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Systemd => "systemd",
+            Self::None => "none",
+        }
+    }
+}
+
 /// What a pull is asked for: the command line's options, which are also the
 /// keys of a pull profile (`pulls.d/NAME.toml`) and of the hostpull.d drop-ins
 /// (their `[worker]`, `[pull]` and `[cluster]` tables). One struct carries the

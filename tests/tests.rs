@@ -8,6 +8,7 @@ mod fault;
 mod handoff;
 mod hostile;
 mod manuals;
+mod messages;
 mod mirrors;
 mod ostree;
 mod pull;

@@ -319,7 +319,10 @@ mod tests {
                 Err(Consumed::AtEnd(ours("at end"))),
                 Err(reset())
             )),
-            (6, "network error while fetching x".to_owned())
+            (
+                6,
+                "network error while fetching x: connection reset by peer".to_owned()
+            )
         );
         assert_eq!(
             shown(merge_errors("fetching x", Ok(()), Err(vague()))),

@@ -1184,7 +1184,7 @@ mod tests {
         assert_eq!(s.sandbox_error.as_deref(), Some(NO_SYSTEMD));
         assert!(
             s.text()
-                .contains("sandbox   Auto, MemoryMax=512M, TasksMax=256\n  a pull fails (exit 8): systemd is not running"),
+                .contains("sandbox   auto, MemoryMax=512M, TasksMax=256\n  a pull fails (exit 8): systemd is not running"),
             "{}",
             s.text()
         );

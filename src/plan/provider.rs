@@ -102,8 +102,19 @@ pub fn load_config(host: &dyn Host, path: &Path) -> anyhow::Result<ProviderConfi
         return Err(bad(path, "kind is not CredentialProviderConfig"));
     }
     // Its args and env may hold secrets: serde's error must not quote them.
-    let mut c: ProviderConfig =
-        serde_json::from_value(v).map_err(|e| bad(path, crate::error::serde_redacted(&e)))?;
+    // The text read again into the type has the error's place.
+    let mut c: ProviderConfig = serde_path_to_error::deserialize(v).map_err(|e| {
+        let at = match crate::error::located::json_or_yaml::<ProviderConfig>(&text) {
+            Err(l) if l.path == e.path().to_string() => l.at,
+            _ => None,
+        };
+        let why = crate::error::located::Located {
+            at,
+            path: e.path().to_string(),
+            message: crate::error::serde_redacted(e.inner()),
+        };
+        bad(path, why)
+    })?;
     c.path = path.to_owned();
     // Providers by their place, not their name or values: the file may hold
     // secrets, and no error quotes it.

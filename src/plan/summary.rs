@@ -25,10 +25,11 @@ pub struct Summary {
     #[serde(skip_serializing_if = "Option::is_none")]
     /// Why a pull would fail with `auto` (exit 8).
     pub sandbox_error: Option<String>,
-    /// The worker's MemoryMax=.
-    pub memory_max: String,
-    /// The worker's TasksMax=.
-    pub tasks_max: u32,
+    /// The worker's MemoryMax=; none with `--sandbox none`, whose worker is
+    /// a plain child without a unit, so without limits.
+    pub memory_max: Option<String>,
+    /// The worker's TasksMax=; none with `--sandbox none`.
+    pub tasks_max: Option<u32>,
     /// `--max-rate`, bytes a second; none: no limit.
     pub max_rate: Option<u64>,
     /// Every host the image may come from, mirrors first.
@@ -98,6 +99,8 @@ impl Plan {
     /// What `hostpull plan` shows of this plan.
     pub fn summary(&self) -> Summary {
         let w = &self.worker;
+        // The limits are a unit's: a worker without one has none.
+        let unit = w.isolation.mode() != SandboxMode::None;
         Summary {
             image: self.image.to_string(),
             platform: self.platform.to_string(),
@@ -111,8 +114,8 @@ impl Plan {
                 None => w.isolation.mode(),
             },
             sandbox_error: self.sandbox_error.map(str::to_owned),
-            memory_max: w.limits.memory_max.clone(),
-            tasks_max: w.limits.tasks_max,
+            memory_max: unit.then(|| w.limits.memory_max.clone()),
+            tasks_max: unit.then_some(w.limits.tasks_max),
             max_rate: self.max_rate,
             hosts: self
                 .sources
@@ -194,9 +197,17 @@ impl Summary {
             (None, None) => "none (no --dest given)".to_owned(),
         };
         let mut t = format!(
-            "image     {} ({})\ndest      {dest}\nsandbox   {:?}, MemoryMax={}, TasksMax={}\n",
-            self.image, self.platform, self.sandbox, self.memory_max, self.tasks_max
+            "image     {} ({})\ndest      {dest}\n",
+            self.image, self.platform
         );
+        let sandbox = self.sandbox.name();
+        t += &match (&self.memory_max, self.tasks_max) {
+            (Some(m), Some(n)) => format!("sandbox   {sandbox}, MemoryMax={m}, TasksMax={n}\n"),
+            _ => format!(
+                "sandbox   {sandbox}: a child of hostpull without a unit, so no MemoryMax=, \
+                 TasksMax= or other limit applies\n"
+            ),
+        };
         if let Some(e) = &self.sandbox_error {
             t += &format!("  a pull fails (exit 8): {e}\n");
         }
@@ -207,11 +218,40 @@ impl Summary {
                 None => "no limit".to_owned(),
             }
         );
+        t += &self.hosts_text();
+        t += &format!("signature {}\n", self.signature);
+        if let Some(l) = &self.lookaside {
+            t += &format!("  lookaside   {l}\n");
+        }
+        t += &self.space_and_metered();
+        if !self.plugins_run.is_empty() {
+            t += &format!("plugins   ran {}\n", self.plugins_run.join(", "));
+        }
+        if !(self.dns.is_empty() && self.dns_search.is_empty() && self.add_hosts.is_empty()) {
+            t += &format!(
+                "worker DNS  servers [{}] search [{}] hosts [{}]\n",
+                self.dns.join(" "),
+                self.dns_search.join(" "),
+                self.add_hosts.join(" ")
+            );
+        }
+        t
+    }
+
+    /// The text's lines for each host.
+    fn hosts_text(&self) -> String {
+        let mut t = String::new();
+        // A worker with no credential at all gets `--no-creds`; one with a
+        // credential for another host, an authfile without this one.
+        let none = match self.hosts.iter().any(|h| h.credential.is_some()) {
+            true => "none (no entry in the worker's authfile)",
+            false => "none (--no-creds)",
+        };
         for h in &self.hosts {
             t += &format!("host      {} ({})\n", h.host, h.role);
             t += &format!(
                 "  credential  {}\n",
-                h.credential.as_deref().unwrap_or("none (--no-creds)")
+                h.credential.as_deref().unwrap_or(none)
             );
             for f in &h.fallbacks {
                 t += &format!("  then        {f}\n");
@@ -233,22 +273,6 @@ impl Summary {
             if let Some(c) = &h.client_cert {
                 t += &format!("  client cert {c}\n");
             }
-        }
-        t += &format!("signature {}\n", self.signature);
-        if let Some(l) = &self.lookaside {
-            t += &format!("  lookaside   {l}\n");
-        }
-        t += &self.space_and_metered();
-        if !self.plugins_run.is_empty() {
-            t += &format!("plugins   ran {}\n", self.plugins_run.join(", "));
-        }
-        if !(self.dns.is_empty() && self.dns_search.is_empty() && self.add_hosts.is_empty()) {
-            t += &format!(
-                "worker DNS  servers [{}] search [{}] hosts [{}]\n",
-                self.dns.join(" "),
-                self.dns_search.join(" "),
-                self.add_hosts.join(" ")
-            );
         }
         t
     }
@@ -275,5 +299,70 @@ impl Summary {
         } else {
             "metered   not checked (no --defer-if-metered, or allow-metered)\n"
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::options::{Options, SandboxMode};
+    use crate::plan::testing::MemHost;
+    use crate::plan::{Request, plan};
+
+    /// The text says only what holds: `--no-creds` only where the worker gets
+    /// no credential at all (a mirror's credential makes an authfile, without
+    /// an entry for the primary), and no unit's limits for `--sandbox none`,
+    /// which is spelled as on the command line.
+    #[test]
+    fn the_text_says_only_what_holds() {
+        let h = MemHost::new("/nonexistent-root")
+            .file(
+                "/policy.json",
+                r#"{"default":[{"type":"insecureAcceptAnything"}]}"#,
+            )
+            .file(
+                "/r.conf",
+                "[[registry]]\nlocation = \"q.io\"\n[[registry.mirror]]\nlocation = \"m.io\"\n",
+            )
+            .file("/auth.json", r#"{"auths": {"m.io": {"auth": "dTpw"}}}"#);
+        let req = |authfiles: &[&str], sandbox| Request {
+            options: Options {
+                image: Some("q.io/a:v1".into()),
+                dest: Some("oci:/d".into()),
+                sandbox: Some(sandbox),
+                policy: Some("/policy.json".into()),
+                registries_conf: Some("/r.conf".into()),
+                authfiles: authfiles.iter().map(Into::into).collect(),
+                no_default_creds: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let text = |r: &Request| plan(r, &h).unwrap().summary().text();
+        let t = text(&req(&["/auth.json"], SandboxMode::None));
+        assert!(
+            t.contains("host      m.io (mirror)\n  credential  /auth.json (key m.io)\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "host      q.io (primary)\n  credential  none (no entry in the worker's authfile)\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("sandbox   none: a child of hostpull without a unit, so no MemoryMax="),
+            "{t}"
+        );
+        assert!(!t.contains("None") && !t.contains("512M"), "{t}");
+        let t = text(&req(&[], SandboxMode::Systemd));
+        assert_eq!(
+            t.matches("credential  none (--no-creds)\n").count(),
+            2,
+            "{t}"
+        );
+        assert!(
+            t.contains("sandbox   systemd, MemoryMax=512M, TasksMax=256\n"),
+            "{t}"
+        );
     }
 }

@@ -10,7 +10,7 @@ use containers_image_proxy::{Error as ProxyError, ImageProxy, ImageProxyConfig, 
 use tokio::io::AsyncReadExt;
 
 use super::{Launch, Worker, worker_failure};
-use crate::error::{Failure, Kind, Retry, fail};
+use crate::error::{Failure, Kind, fail};
 use crate::manifest::{Descriptor, MANIFEST_MAX};
 use crate::plan::imgref::ImageRef;
 use crate::verify;
@@ -175,11 +175,10 @@ pub async fn open_blob<'a>(
 /// transient errors itself (`error_code: "retryable"`, containers/common's
 /// `IsErrorRetryable()`); that fact, not its wording, makes them transient.
 pub fn proxy_failure(doing: &str, e: ProxyError) -> anyhow::Error {
-    let mut f: Failure = worker_failure(doing, &e.to_string());
+    let text = e.to_string();
+    let f: Failure = worker_failure(doing, &text);
     if e.is_retryable() && f.kind != Kind::Network {
-        f = Failure::new(Kind::Network, format!("transient error while {doing}"))
-            .with_detail(f.detail.unwrap_or_default())
-            .with_retry(Retry::Transient);
+        return super::skopeo::transient_failure(doing, &text).into();
     }
     f.into()
 }
@@ -187,7 +186,7 @@ pub fn proxy_failure(doing: &str, e: ProxyError) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::failure;
+    use crate::error::{Retry, failure};
 
     /// The worker's `error_code` (0.2.8), not its words, makes an error
     /// transient: a reply or an error pipe that says "retryable" is retried
@@ -208,26 +207,28 @@ mod tests {
             method: "GetRawBlob".into(),
             error: "reading blob: unauthorized: authentication required".into(),
         };
+        const RETRYABLE: &str =
+            "transient error while fetching layer x: the worker marks it retryable";
         // (error, exit code, message)
         let cases = [
-            (reply(true), 6, "transient error while fetching layer x"),
+            (reply(true), 6, RETRYABLE),
             (reply(false), 8, "worker failed while fetching layer x"),
-            (
-                GetBlobError::Retryable(words.into()).into(),
-                6,
-                "transient error while fetching layer x",
-            ),
+            (GetBlobError::Retryable(words.into()).into(), 6, RETRYABLE),
             (
                 GetBlobError::Other(words.into()).into(),
                 8,
                 "worker failed while fetching layer x",
             ),
             // The code wins over words that would read otherwise.
-            (unauthorized, 6, "transient error while fetching layer x"),
+            (
+                unauthorized,
+                6,
+                "transient error while fetching layer x: registry error code unauthorized",
+            ),
             (
                 ProxyError::Other("connection reset by peer".into()),
                 6,
-                "network error while fetching layer x",
+                "network error while fetching layer x: connection reset by peer",
             ),
         ];
         for (e, code, message) in cases {

@@ -4,13 +4,16 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::error::{Failure, Kind, Retry, classify_worker_text};
+use crate::error::{Failure, Kind, Retry, classify_with_cause};
 
 /// A failure reported by skopeo, classified by its text, with the raw text kept
 /// as the second line.
+/// The first line says what failed and why, in the words that classified it
+/// (`network error while reading the manifest: connection refused`), so that
+/// a retry's warning, which gives only that line, names its cause too.
 pub fn worker_failure(doing: &str, text: &str) -> Failure {
     let message = skopeo_message(text);
-    let kind = classify_worker_text(&message);
+    let (kind, cause) = classify_with_cause(&message);
     let what = match kind {
         Kind::Auth => "authentication refused",
         Kind::NotFound => "image not found",
@@ -19,9 +22,33 @@ pub fn worker_failure(doing: &str, text: &str) -> Failure {
         Kind::Verify => "verification failed",
         _ => "worker failed",
     };
-    Failure::new(kind, format!("{what} while {doing}"))
+    Failure::new(kind, because(format!("{what} while {doing}"), cause))
         .with_detail(message)
         .with_retry(transient_if_network(kind))
+}
+
+/// A failure the worker marked retryable (protocol 0.2.8's `error_code`),
+/// whatever its words say: a transient error, with the cause its words give
+/// if they give one.
+pub(super) fn transient_failure(doing: &str, text: &str) -> Failure {
+    let message = skopeo_message(text);
+    let cause = classify_with_cause(&message)
+        .1
+        .unwrap_or_else(|| "the worker marks it retryable".to_owned());
+    Failure::new(
+        Kind::Network,
+        because(format!("transient error while {doing}"), Some(cause)),
+    )
+    .with_detail(message)
+    .with_retry(Retry::Transient)
+}
+
+/// `what: cause`, or `what` alone.
+fn because(what: String, cause: Option<String>) -> String {
+    match cause {
+        Some(c) => format!("{what}: {c}"),
+        None => what,
+    }
 }
 
 /// A network error, by skopeo's or curl's account, may pass: try again.
@@ -95,7 +122,10 @@ mod tests {
             "time=\"…\" level=fatal msg=\"reading \\\"x\\\": manifest unknown\"\n",
         );
         assert_eq!(f.kind, Kind::NotFound);
-        assert_eq!(f.message, "image not found while inspecting x");
+        assert_eq!(
+            f.message,
+            "image not found while inspecting x: registry error code manifest unknown"
+        );
         assert_eq!(f.detail.as_deref(), Some("reading \"x\": manifest unknown"));
         // skopeo 1.9.3's `inspect` of a 401 with a bearer challenge and a body
         // that is not JSON: logrus quotes the message, and the body in it.

@@ -238,16 +238,17 @@ fn bad(name: &Path, why: impl std::fmt::Display) -> anyhow::Error {
 /// JSON, which every writer of these files produces, else YAML (a Kubernetes
 /// Secret as `kubectl get -o yaml` prints it). JSON first: YAML refuses some
 /// valid JSON, such as a surrogate-pair escape or a key over 1024 characters.
-/// The error is a short reason that quotes nothing of the text.
-pub(crate) fn parse_json_or_yaml(text: &str) -> Result<Value, &'static str> {
+/// The error is a short reason with the line and column that quotes nothing
+/// of the text.
+pub(crate) fn parse_json_or_yaml(text: &str) -> Result<Value, String> {
     if let Ok(v) = serde_json::from_str(text) {
         return Ok(v);
     }
     use crate::plan::nesting::{TOO_DEEP, yaml};
     match yaml(text) {
         Ok(v) => Ok(v),
-        Err(why) if why == TOO_DEEP => Err(TOO_DEEP),
-        Err(_) => Err("not JSON or YAML"),
+        Err(why) if why == TOO_DEEP => Err(why),
+        Err(_) => Err(crate::error::located::not_json_or_yaml(text)),
     }
 }
 
@@ -270,7 +271,8 @@ fn read_creds(name: &Path, text: &str, helpers: bool) -> anyhow::Result<FileCred
     // Errors never echo the file, which holds secrets.
     let v = parse_json_or_yaml(text).map_err(|why| bad(name, why))?;
     let mut config_json = v.get("auths").is_some();
-    let v = if v["kind"] == "Secret" {
+    let secret = v["kind"] == "Secret";
+    let v = if secret {
         let field = match v["type"].as_str() {
             Some("kubernetes.io/dockerconfigjson") => ".dockerconfigjson",
             Some("kubernetes.io/dockercfg") => ".dockercfg",
@@ -316,7 +318,10 @@ fn read_creds(name: &Path, text: &str, helpers: bool) -> anyhow::Result<FileCred
         .map(|(k, e)| {
             serde_json::from_value(e.clone())
                 .map(|e| (k.clone(), e))
-                .map_err(|_| bad(name, format!("entry {k:?} is malformed")))
+                .map_err(|_| match (secret, locate_entry(text, config_json, k)) {
+                    (false, Some(l)) => bad(name, l),
+                    _ => bad(name, format!("entry {k:?} is malformed")),
+                })
         })
         .collect::<anyhow::Result<_>>()?;
     let helpers: BTreeMap<String, String> = match v.get("credHelpers") {
@@ -335,6 +340,34 @@ fn read_creds(name: &Path, text: &str, helpers: bool) -> anyhow::Result<FileCred
         ));
     }
     Ok(FileCreds { entries, helpers })
+}
+
+/// Where in `text` (a file that is itself the docker config, not a Secret
+/// holding it) entry `key` fails: the entries read again from the text, into
+/// their type, whose error has the place; none if that error is another's.
+fn locate_entry(
+    text: &str,
+    config_json: bool,
+    key: &str,
+) -> Option<crate::error::located::Located> {
+    use crate::error::located::json_or_yaml;
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct ConfigJson {
+        auths: Option<BTreeMap<String, Entry>>,
+    }
+    let (e, at) = match config_json {
+        true => (
+            json_or_yaml::<ConfigJson>(text).err()?,
+            format!("auths.{key}"),
+        ),
+        false => (
+            json_or_yaml::<BTreeMap<String, Entry>>(text).err()?,
+            key.to_owned(),
+        ),
+    };
+    let rest = e.path.strip_prefix(&at)?;
+    (rest.is_empty() || rest.starts_with('.')).then_some(e)
 }
 
 /// How long a credential helper may take.

@@ -373,9 +373,12 @@ pub fn lookaside(
             )
         };
         let text = host.read_text(&f).with_context_path(&f)?;
-        let one: RegistriesD = match crate::plan::nesting::yaml::<Option<RegistriesD>>(&text) {
+        if crate::plan::nesting::too_deep(&text, crate::plan::nesting::MAX_DEPTH) {
+            return bad(crate::plan::nesting::TOO_DEEP.to_owned());
+        }
+        let one: RegistriesD = match crate::error::located::yaml::<Option<RegistriesD>>(&text) {
             Ok(one) => one.unwrap_or_default(),
-            Err(why) => return bad(why),
+            Err(e) => return bad(e.to_string()),
         };
         if let Some(d) = one.default_docker {
             if all.default_docker.is_some() {

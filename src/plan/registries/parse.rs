@@ -67,7 +67,7 @@ pub(super) fn valid_prefix(p: &str) -> bool {
 /// the file wins).
 pub(super) fn parse(text: &str, drop_in: bool) -> anyhow::Result<(Vec<Table>, FileShortNames)> {
     crate::plan::nesting::check(text, crate::plan::nesting::TOML_MAX_DEPTH).map_err(invalid)?;
-    let f: File = toml::from_str(text).map_err(|e| invalid(crate::error::one_line(e.message())))?;
+    let f: File = crate::error::located::toml(text).map_err(|e| invalid(e.to_string()))?;
     let v1 = f.registries.as_ref().is_some_and(V1::is_set);
     let mut tables = f.registry.clone().unwrap_or_default();
     let mut search = f.unqualified_search_registries.clone();
