@@ -117,44 +117,7 @@ impl Plan {
             memory_max: unit.then(|| w.limits.memory_max.clone()),
             tasks_max: unit.then_some(w.limits.tasks_max),
             max_rate: self.max_rate,
-            hosts: self
-                .sources
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    let host = &r.domain;
-                    let trust = w.trust.iter().find(|t| &t.host == host);
-                    let candidates: Vec<String> = self
-                        .credentials
-                        .iter()
-                        .filter(|c| &c.host == host)
-                        .map(|c| format!("{} (key {})", c.source, c.key))
-                        .collect();
-                    let cas = match &w.cert_dir {
-                        Some(d) => vec![format!("{} (--cert-dir, every host)", d.display())],
-                        None => trust
-                            .map(|t| t.cas.iter().map(|c| c.display().to_string()).collect())
-                            .unwrap_or_default(),
-                    };
-                    let insecure = self.insecure_hosts.contains(host);
-                    HostSummary {
-                        host: host.clone(),
-                        role: if i + 1 == self.sources.len() {
-                            "primary"
-                        } else {
-                            "mirror"
-                        },
-                        credential: candidates.first().cloned(),
-                        fallbacks: candidates.iter().skip(1).cloned().collect(),
-                        cas,
-                        client_cert: trust
-                            .and_then(|t| t.client.as_ref())
-                            .map(|(c, _)| c.display().to_string()),
-                        tls_verify: w.tls_verify && !insecure,
-                        insecure,
-                    }
-                })
-                .collect(),
+            hosts: self.host_summaries(),
             dns: w.dns.servers.iter().map(|s| s.to_string()).collect(),
             dns_search: w.dns.search.clone(),
             add_hosts: w
@@ -178,6 +141,47 @@ impl Plan {
             }),
             defer_if_metered: self.defer_if_metered,
         }
+    }
+    /// Each host of the pull, mirrors first, as `hostpull plan` shows it.
+    fn host_summaries(&self) -> Vec<HostSummary> {
+        let w = &self.worker;
+        self.sources
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let host = &r.domain;
+                let trust = w.trust.iter().find(|t| &t.host == host);
+                let candidates: Vec<String> = self
+                    .credentials
+                    .iter()
+                    .filter(|c| &c.host == host)
+                    .map(|c| format!("{} (key {})", c.source, c.key))
+                    .collect();
+                let cas = match &w.cert_dir {
+                    Some(d) => vec![format!("{} (--cert-dir, every host)", d.display())],
+                    None => trust
+                        .map(|t| t.cas.iter().map(|c| c.display().to_string()).collect())
+                        .unwrap_or_default(),
+                };
+                let insecure = self.insecure_hosts.contains(host);
+                HostSummary {
+                    host: host.clone(),
+                    role: if i + 1 == self.sources.len() {
+                        "primary"
+                    } else {
+                        "mirror"
+                    },
+                    credential: candidates.first().cloned(),
+                    fallbacks: candidates.iter().skip(1).cloned().collect(),
+                    cas,
+                    client_cert: trust
+                        .and_then(|t| t.client.as_ref())
+                        .map(|(c, _)| c.display().to_string()),
+                    tls_verify: w.tls_verify && !insecure,
+                    insecure,
+                }
+            })
+            .collect()
     }
 }
 

@@ -22,10 +22,12 @@ use crate::error::{Failure, Kind, fail, quoted};
 use crate::plan::host::{Host, PluginCall};
 
 mod keyring;
+mod secret;
 use crate::plan::imgref::ImageRef;
 pub use keyring::{Keyring, urls_match};
 #[cfg(test)]
 use keyring::{glob, glob_steps, is_default_registry};
+pub use secret::Secret;
 
 /// The host's own credential files, tried in this order when no source is
 /// given (or always, after the given ones, unless `--no-default-creds`).
@@ -62,45 +64,6 @@ pub enum Source {
         /// The user name sent with it (`--registry-token-user`).
         username: String,
     },
-}
-
-/// A secret: a credential's `auth`, a password, a token, a plugin's answer.
-/// Its `Debug` and `Display` print `<redacted>`, so no derived `Debug`, log
-/// line or error can show it; [`Secret::expose`] is the one way to the value.
-#[derive(Clone, PartialEq, Eq, Hash, Default, serde::Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// The secret value, for the one place that must write it (the worker's
-    /// authfile) or compare or decode it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl std::fmt::Display for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl From<String> for Secret {
-    fn from(s: String) -> Self {
-        Self(s)
-    }
-}
-
-impl From<&str> for Secret {
-    fn from(s: &str) -> Self {
-        Self(s.to_owned())
-    }
 }
 
 /// The credential chosen for a host, and where it came from.
