@@ -121,7 +121,7 @@ wait_for() {
 sample_domains() { # UNIT OUT
     : >"$2"
     while systemctl is-active -q "$1" || [ "$(systemctl show -P ActiveState "$1")" = activating ]; do
-        ps -eo label=,comm= | grep -E ' (skopeo|hostpull)$' >>"$2" || true
+        ps -eo label=,comm=,args= | grep -E '^[^ ]+ (skopeo|hostpull) ' >>"$2" || true
         sleep 0.1
     done
 }
@@ -144,9 +144,13 @@ t_domains() {
     [ "$(systemctl show -P Result hostpull-pull@paced.service)" = success ] ||
         fail "the paced pull failed: $(journalctl -b -u hostpull-pull@paced.service -o cat --no-pager | tail -5)"
     sort -u "$R/domains.txt"
-    grep -q ':hostpull_t:s0 hostpull$' "$R/domains.txt" || fail "hostpull never seen in hostpull_t"
-    grep -q ':hostpull_worker_t:s0 skopeo$' "$R/domains.txt" || fail "skopeo never seen in hostpull_worker_t"
-    ! grep -v -e ':hostpull_t:s0 hostpull$' -e ':hostpull_worker_t:s0 skopeo$' "$R/domains.txt" ||
+    grep -q ':hostpull_t:s0 hostpull ' "$R/domains.txt" || fail "hostpull never seen in hostpull_t"
+    grep -q ':hostpull_worker_t:s0 skopeo .*experimental-image-proxy' "$R/domains.txt" ||
+        fail "the proxy never seen in hostpull_worker_t"
+    # Root runs `skopeo --version` for the report, in its own domain; every other
+    # skopeo is the worker.
+    ! grep -v -e ':hostpull_t:s0 hostpull ' -e ':hostpull_worker_t:s0 skopeo ' \
+        -e ':hostpull_t:s0 skopeo [^ ]*skopeo --version$' "$R/domains.txt" ||
         fail "a process in another domain (above)"
     layout_has /var/lib/hostpull/images/paced v1
 }
@@ -169,7 +173,7 @@ t_sigterm() {
     systemctl start --no-block hostpull-pull@slow.service
     wait_for 120 "the proxy unit" sh -c "systemctl list-units --no-legend 'hostpull-worker-*-1.service' | grep -q ."
     sleep 1
-    systemctl kill -s TERM --kill-whom=main hostpull-pull@slow.service
+    kill -TERM "$(systemctl show -P MainPID hostpull-pull@slow.service)"
     wait_for 30 "the pull to end" sh -c \
         '! systemctl is-active -q hostpull-pull@slow.service && [ "$(systemctl show -P ActiveState hostpull-pull@slow.service)" != deactivating ]'
     wait_for 10 "the worker units to go" sh -c "[ -z \"\$(systemctl list-units --no-legend 'hostpull-worker-*')\" ]"
@@ -262,6 +266,11 @@ else
     done
 fi
 cp "$AUDIT" "$R/audit.log"
+cp -a "$RIG_DIR/logs" "$R/rig-logs" 2>/dev/null || true
+ss -tlnp >"$R/listening.txt" 2>&1 || true
 journalctl -b --no-pager >"$R/journal.txt"
+# The registries run in this unit's cgroup: stop them, or the unit waits for its stop
+# timeout before SuccessAction= powers the guest off.
+RIG_DIR=$RIG_DIR bash "$V/tests/rig.sh" down >/dev/null 2>&1 || true
 sync
 echo "VMTEST-END"
