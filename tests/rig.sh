@@ -557,6 +557,7 @@ cmd_restart_registry() {
 
 cmd_start() {
     [ -f "$CONFIG" ] || die "rig in $RIG_DIR was never set up"
+    mkdir -p "$LOGS"
     start_registry
     with_mirror start_registry
     with_mtls start_registry

@@ -118,6 +118,9 @@ install_hostpull() {
     # VM_DONTAUDIT=0: no dontaudit rules, so that silent denials are logged too (to
     # find what a failure hides; the counted denials then include dontaudit'ed ones).
     [ "${VM_DONTAUDIT:-1}" = 1 ] || semodule -p "$root" -s default -DB
+    # Debian's docker-registry package enables a registry of its own on :5000; the
+    # guest's registries are the rig's (the last guest run found only that one listening).
+    ln -sf /dev/null "$root/etc/systemd/system/docker-registry.service"
     # The consumers hostpull rebase hands over to; they cannot be installed here.
     install -m 0755 tests/stand-ins/rpm-ostree tests/stand-ins/bootc "$root/usr/bin/"
     # The guest tests: a oneshot unit running /vm/guest.sh from the second disk, which
