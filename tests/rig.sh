@@ -9,6 +9,8 @@
 #                            write $RIG_DIR/env (KEY='VALUE' lines, shell-quoted)
 #   rig.sh env               print $RIG_DIR/env; fails if the rig is not up
 #   rig.sh restart-registry  stop and start the registry again (same config, port, storage)
+#   rig.sh start             start the three registries of a rig made by `up` (tests/vm.sh's
+#                            guest: the rig is made on the host and moved in)
 #   rig.sh down              stop the registry
 #
 # Knobs: RIG_DIR (default /tmp/hostpull-rig), RIG_WORKERS_PREFIX (default
@@ -566,6 +568,15 @@ cmd_restart_registry() {
     note "registry restarted, pid $(cat "$PIDFILE")"
 }
 
+cmd_start() {
+    [ -f "$CONFIG" ] || die "rig in $RIG_DIR was never set up"
+    mkdir -p "$LOGS"
+    start_registry
+    with_mirror start_registry
+    with_mtls start_registry
+    note "started: registry, mirror and mTLS registry"
+}
+
 cmd_down() {
     stop_registry
     with_mtls stop_registry
@@ -579,6 +590,7 @@ case ${1:-} in
     up) cmd_up ;;
     env) cmd_env ;;
     restart-registry) cmd_restart_registry ;;
+    start) cmd_start ;;
     down) cmd_down ;;
-    *) echo "usage: $0 install|workers|up|env|restart-registry|down" >&2; exit 2 ;;
+    *) echo "usage: $0 install|workers|up|env|restart-registry|start|down" >&2; exit 2 ;;
 esac

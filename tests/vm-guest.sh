@@ -1,0 +1,276 @@
+#!/bin/bash
+# tests/vm-guest.sh - the guest tests of tests/vm.sh, run inside the enforcing guest by
+# hostpull-vm-tests.service from the second disk (/vm). Each test has its own verdict:
+# it passes when its commands succeed AND the audit log gained no denial whose source
+# or target is a hostpull type (kernel AVCs and user-space USER_AVCs from systemd and
+# the bus alike). Other daemons' denials are listed, not counted.
+#
+# /vm holds: guest.sh (this), tests/rig.sh and sign.sh, rig/ (the host's rig, moved here),
+# rig-dir (the path the rig was made at), filter (a regex of tests to run), optionally
+# policy.33 (a mutant's policy, loaded before the tests) and mutant (its name).
+# It writes /vm/results: verdicts (one "PASS|FAIL NAME ..." line per test), NAME.log,
+# NAME.denials, NAME.other-denials, audit.log, journal.txt.
+set -uo pipefail
+V=/vm
+R=$V/results
+rm -rf "$R"; mkdir -p "$R"
+exec > >(tee -a "$R/console.log") 2>&1
+echo "VMTEST-BEGIN $(uname -r) $(getenforce) $(id -Z)"
+
+RIG_DIR=$(cat "$V/rig-dir")
+mkdir -p "$(dirname "$RIG_DIR")"
+cp -a "$V/rig" "$RIG_DIR"
+# shellcheck disable=SC1091
+source "$RIG_DIR/env"
+FILTER=$(cat "$V/filter" 2>/dev/null || echo .)
+AUDIT=/var/log/audit/audit.log
+
+# A mutant: its policy replaces the installed one before anything runs.
+if [ -f "$V/policy.33" ]; then
+    cp "$V/policy.33" /etc/selinux/default/policy/policy.33
+    load_policy && echo "VMTEST-MUTANT $(cat "$V/mutant") loaded" || echo "VMTEST-MUTANT load_policy failed"
+fi
+
+# ------------------------------------------------------------------- setup
+setup() {
+    RIG_DIR=$RIG_DIR bash "$V/tests/rig.sh" start
+    install -d -m 0755 /etc/hostpull /etc/hostpull/pulls.d /etc/containers/registries.conf.d /etc/pki/hostpull
+    install -m 0644 "$RIG_CA" /etc/hostpull/rig-ca.crt
+    install -m 0600 "$RIG_AUTHFILE" /etc/hostpull/auth.json
+    install -m 0600 "$RIG_MIRROR_AUTHFILE" /etc/hostpull/mirror-auth.json
+    # The small image has a mirror with its own credential.
+    cat >/etc/containers/registries.conf.d/50-rig-mirror.conf <<EOF
+[[registry]]
+prefix = "$RIG_REGISTRY/hostpull/small"
+location = "$RIG_REGISTRY/hostpull/small"
+[[registry.mirror]]
+location = "$RIG_MIRROR_REGISTRY/hostpull/small"
+EOF
+    # Signatures: keys under /etc/pki, the lookaside where containers keep it.
+    install -m 0644 "$RIG_SIG_DIR/signer.asc" "$RIG_SIG_DIR/cosign.pub" /etc/pki/hostpull/
+    mkdir -p /var/lib/containers/sigstore /etc/containers/registries.d
+    cp -a "$RIG_SIG_DIR/lookaside/." /var/lib/containers/sigstore/
+    cat >/etc/containers/registries.d/rig.yaml <<EOF
+docker:
+  $RIG_REGISTRY:
+    lookaside: file:///var/lib/containers/sigstore
+    use-sigstore-attachments: true
+EOF
+    local scope=$RIG_REGISTRY/hostpull
+    printf '{"default":[{"type":"reject"}],"transports":{"docker":{"%s":[{"type":"signedBy","keyType":"GPGKeys","keyPath":"/etc/pki/hostpull/signer.asc"}]}}}\n' \
+        "$scope" >/etc/hostpull/policy-gpg.json
+    printf '{"default":[{"type":"reject"}],"transports":{"docker":{"%s":[{"type":"sigstoreSigned","keyPath":"/etc/pki/hostpull/cosign.pub"}]}}}\n' \
+        "$scope" >/etc/hostpull/policy-sigstore.json
+    local ca="ca = [\"$RIG_REGISTRY=/etc/hostpull/rig-ca.crt\", \"$RIG_MIRROR_REGISTRY=/etc/hostpull/rig-ca.crt\"]"
+    profile mirror "docker://$RIG_IMG_SMALL" oci:/var/lib/hostpull/images/mirror \
+        'authfile = ["/etc/hostpull/mirror-auth.json"]' "$ca"
+    profile paced "docker://$RIG_IMG_PACED" oci:/var/lib/hostpull/images/paced \
+        'authfile = ["/etc/hostpull/auth.json"]' "$ca" 'max-rate = "1M"'
+    profile slow "docker://$RIG_IMG_PACED" oci:/var/lib/hostpull/images/slow \
+        'authfile = ["/etc/hostpull/auth.json"]' "$ca" 'max-rate = "64K"'
+    profile timer "docker://$RIG_IMG_SMALL2" oci:/var/lib/hostpull/images/timer \
+        'authfile = ["/etc/hostpull/auth.json"]' "$ca"
+    profile gpg "docker://$RIG_IMG_SIGNED" oci:/var/lib/hostpull/images/gpg \
+        'authfile = ["/etc/hostpull/auth.json"]' "$ca" 'policy = "/etc/hostpull/policy-gpg.json"' \
+        '"registries.d" = "/etc/containers/registries.d"' 'require-signature = true'
+    profile sigstore "docker://$RIG_IMG_COSIGNED" oci:/var/lib/hostpull/images/sigstore \
+        'authfile = ["/etc/hostpull/auth.json"]' "$ca" 'policy = "/etc/hostpull/policy-sigstore.json"' \
+        '"registries.d" = "/etc/containers/registries.d"' 'require-signature = true'
+    profile oom "docker://$RIG_IMG_SMALL2" oci:/var/lib/hostpull/images/oom \
+        'authfile = ["/etc/hostpull/auth.json"]' "$ca"
+    profile rebase "docker://$RIG_IMG_SMALL2" oci:/var/lib/hostpull/images/unused \
+        'authfile = ["/etc/hostpull/auth.json"]' "$ca"
+    restorecon -R /etc/hostpull /etc/containers /etc/pki/hostpull /var/lib/containers
+    systemctl daemon-reload
+}
+
+# profile NAME IMAGE DEST [TOML LINE...]
+profile() {
+    local name=$1 image=$2 dest=$3
+    shift 3
+    { printf 'image = "%s"\ndest = "%s"\n' "$image" "$dest"; printf '%s\n' "$@"; } \
+        >"/etc/hostpull/pulls.d/$name.toml"
+}
+
+# ------------------------------------------------------------------- helpers
+fail() { echo "FAILED: $*"; exit 1; }
+# pull_service NAME: the installed hostpull-pull@NAME.service, to completion.
+pull_service() {
+    systemctl start "hostpull-pull@$1.service" || {
+        journalctl -b -u "hostpull-pull@$1.service" --no-pager | tail -20
+        fail "hostpull-pull@$1.service failed"
+    }
+    journalctl -b -u "hostpull-pull@$1.service" --no-pager -o cat | tail -5
+}
+layout_has() { # DIR TAG
+    grep -q "\"org.opencontainers.image.ref.name\":\"$2\"" "$1/index.json" 2>/dev/null ||
+        fail "$1 has no tag $2: $(cat "$1/index.json" 2>&1)"
+}
+worker_units() { systemctl list-units --no-legend --plain 'hostpull-worker-*' | awk '{print $1}'; }
+# wait_for SECS DESC CMD...: poll CMD every 0.1 s.
+wait_for() {
+    local n=$(($1 * 10)) what=$2
+    shift 2
+    while ! "$@" >/dev/null 2>&1; do
+        n=$((n - 1))
+        [ "$n" -gt 0 ] || fail "timed out waiting for $what"
+        sleep 0.1
+    done
+}
+# The domains of the running skopeo and hostpull processes, sampled until UNIT ends.
+sample_domains() { # UNIT OUT
+    : >"$2"
+    while systemctl is-active -q "$1" || [ "$(systemctl show -P ActiveState "$1")" = activating ]; do
+        ps -eo label=,comm=,args= | grep -E '^[^ ]+ (skopeo|hostpull) ' >>"$2" || true
+        sleep 0.1
+    done
+}
+
+# ------------------------------------------------------------------- tests
+# A sandboxed pull into oci: through the mirror, with the mirror's credential only (the
+# primary would refuse the pull, so success proves the mirror served it) and a CA per
+# registry, from the installed hostpull-pull@.service.
+t_pull_mirror() {
+    pull_service mirror
+    layout_has /var/lib/hostpull/images/mirror v1
+    journalctl -b -u hostpull-pull@mirror.service -o json --no-pager | grep -q '"IMAGE"' ||
+        fail "no result entry in the journal"
+}
+
+# While a paced pull runs: root's side is hostpull_t, every skopeo hostpull_worker_t.
+t_domains() {
+    systemctl start --no-block hostpull-pull@paced.service
+    sample_domains hostpull-pull@paced.service "$R/domains.txt"
+    [ "$(systemctl show -P Result hostpull-pull@paced.service)" = success ] ||
+        fail "the paced pull failed: $(journalctl -b -u hostpull-pull@paced.service -o cat --no-pager | tail -5)"
+    sort -u "$R/domains.txt"
+    grep -q ':hostpull_t:s0 hostpull ' "$R/domains.txt" || fail "hostpull never seen in hostpull_t"
+    grep -q ':hostpull_worker_t:s0 skopeo .*experimental-image-proxy' "$R/domains.txt" ||
+        fail "the proxy never seen in hostpull_worker_t"
+    # Root runs `skopeo --version` for the report, in its own domain; every other
+    # skopeo is the worker.
+    ! grep -v -e ':hostpull_t:s0 hostpull ' -e ':hostpull_worker_t:s0 skopeo ' \
+        -e ':hostpull_t:s0 skopeo [^ ]*skopeo --version$' "$R/domains.txt" ||
+        fail "a process in another domain (above)"
+    layout_has /var/lib/hostpull/images/paced v1
+}
+
+# The installed timer starts the installed service (a drop-in brings the elapse near).
+t_timer() {
+    mkdir -p /run/systemd/system/hostpull-pull@timer.timer.d
+    printf '[Timer]\nOnActiveSec=1s\nRandomizedDelaySec=0\n' \
+        >/run/systemd/system/hostpull-pull@timer.timer.d/soon.conf
+    systemctl daemon-reload
+    systemctl start hostpull-pull@timer.timer
+    wait_for 300 "the timer's pull to end" sh -c \
+        '[ "$(systemctl show -P ExecMainExitTimestampMonotonic hostpull-pull@timer.service)" -gt 0 ]'
+    [ "$(systemctl show -P Result hostpull-pull@timer.service)" = success ] || fail "timer's service failed"
+    layout_has /var/lib/hostpull/images/timer v2
+}
+
+# SIGTERM while the worker streams: hostpull stops the worker unit and publishes nothing.
+t_sigterm() {
+    systemctl start --no-block hostpull-pull@slow.service
+    wait_for 120 "the proxy unit" sh -c "systemctl list-units --no-legend 'hostpull-worker-*-1.service' | grep -q ."
+    sleep 1
+    kill -TERM "$(systemctl show -P MainPID hostpull-pull@slow.service)"
+    wait_for 30 "the pull to end" sh -c \
+        '! systemctl is-active -q hostpull-pull@slow.service && [ "$(systemctl show -P ActiveState hostpull-pull@slow.service)" != deactivating ]'
+    wait_for 10 "the worker units to go" sh -c "[ -z \"\$(systemctl list-units --no-legend 'hostpull-worker-*')\" ]"
+    [ "$(systemctl show -P ExecMainStatus hostpull-pull@slow.service)" = 143 ] ||
+        fail "exit status $(systemctl show -P ExecMainStatus hostpull-pull@slow.service), expected 143"
+    [ ! -e /var/lib/hostpull/images/slow/index.json ] || fail "a cancelled pull published index.json"
+    ! ls /run/hostpull/* >/dev/null 2>&1 || fail "staging left: $(ls /run/hostpull)"
+}
+
+# The OOM case: a worker memory limit skopeo cannot live in is reported as such.
+t_oom() {
+    mkdir -p /run/systemd/system/hostpull-pull@oom.service.d
+    printf '[Service]\nExecStart=\nExecStart=/usr/bin/hostpull pull --profile %%i --memory-max 8M\n' \
+        >/run/systemd/system/hostpull-pull@oom.service.d/oom.conf
+    systemctl daemon-reload
+    ! systemctl start hostpull-pull@oom.service || fail "the pull succeeded in 8M"
+    journalctl -b -u hostpull-pull@oom.service -o cat --no-pager | tail -5
+    journalctl -b -u hostpull-pull@oom.service -o cat --no-pager |
+        grep -q '^error: worker killed: out of memory (MemoryMax=8M)' || fail "no out-of-memory error"
+    [ "$(systemctl show -P ExecMainStatus hostpull-pull@oom.service)" = 8 ] || fail "exit status is not 8"
+    [ ! -e /var/lib/hostpull/images/oom ] || fail "the failed pull left its destination"
+}
+
+t_gpg() {
+    pull_service gpg
+    journalctl -b -u hostpull-pull@gpg.service -o json --no-pager | grep -q "\"SIGNED_BY\":\"gpg $RIG_SIGNER_FPR\"" ||
+        fail "not verified by the signer's key"
+    layout_has /var/lib/hostpull/images/gpg v1
+}
+
+t_sigstore() {
+    pull_service sigstore
+    journalctl -b -u hostpull-pull@sigstore.service -o json --no-pager | grep -q '"SIGNED_BY":"sigstore /etc/pki/hostpull/cosign.pub"' ||
+        fail "not verified by cosign.pub"
+    layout_has /var/lib/hostpull/images/sigstore v1
+}
+
+# systemd-analyze security of the running worker unit: the exposure README states.
+t_security() {
+    systemctl start --no-block hostpull-pull@slow.service
+    wait_for 120 "the proxy unit" sh -c "systemctl list-units --no-legend 'hostpull-worker-*-1.service' | grep -q ."
+    local unit score
+    unit=$(worker_units | grep -- '-1.service$' | head -1)
+    systemd-analyze security --no-pager "$unit" >"$R/security.txt" 2>&1 || true
+    systemctl stop hostpull-pull@slow.service
+    score=$(sed -n 's/.*Overall exposure level for .*: \([0-9.]*\) .*/\1/p' "$R/security.txt")
+    echo "exposure of $unit: $score"
+    [ -n "$score" ] || fail "no exposure level: $(tail -3 "$R/security.txt")"
+    awk -v s="$score" 'BEGIN{exit !(s <= 1.1)}' || fail "exposure $score > 1.1"
+}
+
+TESTS=(pull_mirror domains timer sigterm oom gpg sigstore security)
+
+# ------------------------------------------------------------------- runner
+# Audit records of hostpull types since line N of the audit log (AVC and USER_AVC).
+denials_since() { # N HOSTPULL-OUT OTHER-OUT
+    tail -n "+$(($1 + 1))" "$AUDIT" | grep -E 'type=(USER_)?AVC .*avc: +denied' >"$R/.new" || true
+    grep -E '(s|t)context=[^ ]*:hostpull_' "$R/.new" >"$2" || true
+    grep -vE '(s|t)context=[^ ]*:hostpull_' "$R/.new" >"$3" || true
+}
+run_test() {
+    local name=$1 mark t0 rc=0 n o
+    mark=$(wc -l <"$AUDIT")
+    t0=$(date +%s.%N)
+    echo "VMTEST-START $name"
+    # A background subshell keeps set -e on (inside || it would be off).
+    (set -e; "t_$name") >"$R/$name.log" 2>&1 &
+    wait $! || rc=$?
+    sleep 2 # auditd writes asynchronously
+    denials_since "$mark" "$R/$name.denials" "$R/$name.other-denials"
+    n=$(wc -l <"$R/$name.denials")
+    o=$(wc -l <"$R/$name.other-denials")
+    local verdict=PASS
+    [ "$rc" = 0 ] && [ "$n" = 0 ] || verdict=FAIL
+    local line
+    line="$verdict $name rc=$rc hostpull-denials=$n other-denials=$o time=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1fs", b-a}')"
+    echo "$line" >>"$R/verdicts"
+    echo "VMTEST $line"
+    if [ "$verdict" = FAIL ]; then tail -15 "$R/$name.log"; head -10 "$R/$name.denials"; fi
+}
+
+if ! systemctl is-active -q auditd; then
+    echo "FAIL setup rc=1 auditd is not running" >>"$R/verdicts"
+elif ! { (set -e; setup) >"$R/setup.log" 2>&1 & wait $!; }; then
+    echo "FAIL setup rc=1 (setup.log)" >>"$R/verdicts"
+    tail -20 "$R/setup.log"
+else
+    for t in "${TESTS[@]}"; do
+        [[ $t =~ $FILTER ]] && run_test "$t"
+    done
+fi
+cp "$AUDIT" "$R/audit.log"
+cp -a "$RIG_DIR/logs" "$R/rig-logs" 2>/dev/null || true
+ss -tlnp >"$R/listening.txt" 2>&1 || true
+journalctl -b --no-pager >"$R/journal.txt"
+# The registries run in this unit's cgroup: stop them, or the unit waits for its stop
+# timeout before SuccessAction= powers the guest off.
+RIG_DIR=$RIG_DIR bash "$V/tests/rig.sh" down >/dev/null 2>&1 || true
+sync
+echo "VMTEST-END"

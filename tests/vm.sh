@@ -1,0 +1,326 @@
+#!/bin/bash
+# tests/vm.sh - the SELinux pass: a Debian 12 guest that boots with SELinux enforcing
+# (refpolicy "default") under qemu TCG, with hostpull installed the way README says
+# (make install PREFIX=/usr, the module with semodule -i, the tree relabelled) and the
+# rig (TLS + htpasswd registry, mirror) inside; it runs tests/vm-guest.sh there and
+# reads each guest test's verdict and the denials back from the guest's disk.
+#
+#   vm.sh [run]      build what is missing, boot, run the guest tests; exit 1 if one fails
+#                    or the guest does not come up (default)
+#   vm.sh mutants    the same guest with a rule of selinux/hostpull.te deleted, once per
+#                    mutant below: the matching guest test must fail with a denial
+#   vm.sh build      only build the cached images
+#
+# Knobs: VM_DIR (default /var/tmp/hostpull-vm: big artefacts, never in git), VM_BIN (the
+# hostpull binary to install; default: cargo build --release), VM_TIMEOUT (seconds a boot
+# may take, default 1200), VM_SMP (default 2), VM_TESTS (a regex of guest test names),
+# VM_DONTAUDIT=0 (the policy without its dontaudit rules: silent denials logged too).
+#
+# Never KVM: /dev/kvm answers on these machines, but a nested guest hangs after the
+# kernel's boot stub. Under TCG, with 2 vCPUs, boot to power-off takes about 25 s idle.
+#
+# Images are cached by what makes them:
+#   $VM_DIR/base-KEY/root    debootstrap of PACKAGES (KEY: the package list and the
+#                            build_base recipe); ~2 min, ~1 GB
+#   $VM_DIR/image-KEY.img    base + hostpull installed + the module + relabelled
+#                            (KEY: the base key, the binary, selinux/, systemd/, the
+#                            Makefile, the stand-ins and the install_hostpull recipe)
+# The rig and the guest tests are a second disk made fresh on every run (the rig's
+# certificates and passwords are new each time); the guest writes its results there.
+set -Eeuo pipefail
+trap 'echo "vm: error at line $LINENO: $BASH_COMMAND" >&2' ERR
+cd "$(dirname "$0")/.."
+SRC=$PWD
+
+VM_DIR=${VM_DIR:-/var/tmp/hostpull-vm}
+VM_TIMEOUT=${VM_TIMEOUT:-1200}
+VM_SMP=${VM_SMP:-2}
+VM_TESTS=${VM_TESTS:-.}
+# What the guest has, besides minbase. skopeo needs containernetworking-plugins spelled
+# out (debootstrap does not resolve the virtual container-network-stack).
+PACKAGES=(systemd systemd-sysv udev dbus selinux-basics selinux-policy-default auditd
+          policycoreutils linux-image-amd64 kmod iproute2 procps
+          skopeo containernetworking-plugins docker-registry curl ca-certificates
+          ostree gpgv util-linux)
+HOST_PACKAGES=(qemu-system-x86 qemu-utils debootstrap policycoreutils semodule-utils e2fsprogs
+               selinux-policy-default selinux-policy-dev make bzip2)
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f s", b-a}'; }
+note() { echo "vm: $*" >&2; }
+die() { echo "vm: $*" >&2; exit 1; }
+hash_of() { sha256sum | cut -c1-16; }
+
+install_host_tools() {
+    local p missing=()
+    for p in "${HOST_PACKAGES[@]}"; do
+        [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] \
+            || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        note "installing ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+}
+
+# build_base ROOT: Debian 12 minbase with PACKAGES, from the host's own apt source.
+build_base() {
+    local root=$1 uri
+    uri=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+    [ -n "$uri" ] || uri=http://deb.debian.org/debian
+    debootstrap --variant=minbase --include="$(IFS=,; echo "${PACKAGES[*]}")" bookworm "$root" "$uri"
+    printf 'SELINUX=enforcing\nSELINUXTYPE=default\n' >"$root/etc/selinux/config"
+    echo '/dev/vda / ext4 rw 0 1' >"$root/etc/fstab"
+    echo hostpull-vm >"$root/etc/hostname"
+    # The guest tests run from a oneshot unit; nothing else needs the network.
+    ln -sf /dev/null "$root/etc/systemd/system/systemd-networkd-wait-online.service"
+    rm -f "$root"/var/cache/apt/archives/*.deb
+}
+
+base_key() { { printf '%s\n' "${PACKAGES[@]}"; declare -f build_base; } | hash_of; }
+
+ensure_base() {
+    local key d t
+    key=$(base_key); d=$VM_DIR/base-$key
+    BASE=$d/root
+    [ -f "$d/.built" ] && return 0
+    t=$(now)
+    note "building the base root $d (debootstrap; about 2 minutes)"
+    rm -rf "$d"; mkdir -p "$d"
+    build_base "$d/root" >"$d/debootstrap.log" 2>&1 || { tail -30 "$d/debootstrap.log" >&2; die "debootstrap failed"; }
+    touch "$d/.built"
+    note "base root built in $(since "$t")"
+}
+
+# ensure_bin: the binary to install (VM_BIN, or a release build of this tree: under
+# TCG a debug build spends 30 s of CPU on the smallest pull).
+ensure_bin() {
+    if [ -n "${VM_BIN:-}" ]; then BIN=$VM_BIN; else
+        cargo build --release --locked --features ostree --bin hostpull >&2
+        BIN=$SRC/target/release/hostpull
+    fi
+    [ -x "$BIN" ] || die "no hostpull binary at $BIN"
+}
+
+image_key() {
+    { base_key; echo "${VM_DONTAUDIT:-1}"; declare -f install_hostpull
+      sha256sum "$BIN" selinux/hostpull.{te,if,fc} systemd/* Makefile tests/stand-ins/* | cut -d' ' -f1; } | hash_of
+}
+
+# install_hostpull ROOT: as README says, then what makes this guest a test machine.
+install_hostpull() {
+    local root=$1 out=$VM_DIR/dist
+    make -s install DESTDIR="$root" PREFIX=/usr BIN="$BIN" OUT="$out" SELINUXTYPE=default >&2
+    # The module into the guest's policy store (the binary policy is rebuilt there).
+    semodule -p "$root" -s default -i "$root/usr/share/selinux/packages/default/hostpull.pp.bz2"
+    # VM_DONTAUDIT=0: no dontaudit rules, so that silent denials are logged too (to
+    # find what a failure hides; the counted denials then include dontaudit'ed ones).
+    [ "${VM_DONTAUDIT:-1}" = 1 ] || semodule -p "$root" -s default -DB
+    # Debian's docker-registry package enables a registry of its own on :5000; the
+    # guest's registries are the rig's (the last guest run found only that one listening).
+    ln -sf /dev/null "$root/etc/systemd/system/docker-registry.service"
+    # The consumers hostpull rebase hands over to; they cannot be installed here.
+    install -m 0755 tests/stand-ins/rpm-ostree tests/stand-ins/bootc "$root/usr/bin/"
+    # The guest tests: a oneshot unit running /vm/guest.sh from the second disk, which
+    # powers the guest off when it is done (or fails to start).
+    mkdir -p "$root/vm"
+    echo '/dev/vdb /vm ext4 rw,nofail 0 2' >>"$root/etc/fstab"
+    cat >"$root/etc/systemd/system/hostpull-vm-tests.service" <<'U'
+[Unit]
+Description=hostpull: the guest tests of tests/vm.sh
+After=multi-user.target auditd.service dbus.service
+RequiresMountsFor=/vm
+[Service]
+Type=oneshot
+StandardOutput=tty
+StandardError=tty
+TTYPath=/dev/ttyS0
+ExecStart=/bin/bash /vm/guest.sh
+TimeoutStartSec=infinity
+SuccessAction=poweroff-force
+FailureAction=poweroff-force
+[Install]
+WantedBy=multi-user.target
+U
+    ln -sf /etc/systemd/system/hostpull-vm-tests.service \
+        "$root/etc/systemd/system/multi-user.target.wants/hostpull-vm-tests.service"
+    # Relabel the whole tree with the file contexts the module added.
+    setfiles -F -r "$root" "$root/etc/selinux/default/contexts/files/file_contexts" "$root"
+}
+
+ensure_image() {
+    local key t root
+    key=$(image_key); IMAGE=$VM_DIR/image-$key.img
+    [ -f "$IMAGE" ] && return 0
+    t=$(now)
+    root=$VM_DIR/root-$key
+    rm -rf "$root"; cp -a "$BASE" "$root"
+    install_hostpull "$root"
+    rm -f "$IMAGE.tmp"
+    mkfs.ext4 -q -d "$root" -F "$IMAGE.tmp" 4G
+    mv "$IMAGE.tmp" "$IMAGE"
+    # The policy store as installed: mutants are built against it.
+    rm -rf "$VM_DIR/store" && mkdir -p "$VM_DIR/store/etc" "$VM_DIR/store/var/lib"
+    cp -a "$root/etc/selinux" "$VM_DIR/store/etc/" && cp -a "$root/var/lib/selinux" "$VM_DIR/store/var/lib/"
+    rm -rf "$root"
+    # Keep only this image: older keys are stale.
+    find "$VM_DIR" -maxdepth 1 -name 'image-*.img' ! -path "$IMAGE" -delete
+    note "image $IMAGE built in $(since "$t")"
+}
+
+# make_rig: the rig, made on the host (images, certificates, signatures), its registries
+# stopped again; the guest starts them from the same files (rig.sh start).
+make_rig() {
+    local t; t=$(now)
+    RIG=$VM_DIR/rig
+    RIG_DIR=$RIG RIG_BIG=0 bash tests/rig.sh up >"$VM_DIR/rig.log" 2>&1 ||
+        { tail -20 "$VM_DIR/rig.log" >&2; die "rig.sh up failed"; }
+    RIG_DIR=$RIG bash tests/rig.sh down >>"$VM_DIR/rig.log" 2>&1
+    note "rig made in $(since "$t")"
+}
+
+# make_disk DISK [MUTANT-NAME POLICY]: the second disk: the guest tests, the rig, and
+# a mutant's policy if given.
+make_disk() {
+    local disk=$1 d=$VM_DIR/disk
+    rm -rf "$d"; mkdir -p "$d/tests" "$d/rig"
+    cp tests/vm-guest.sh "$d/guest.sh"
+    cp tests/rig.sh tests/sign.sh "$d/tests/"
+    (cd "$RIG" && tar --exclude=./images --exclude=./logs --exclude=./sig/gnupg -cf - .) | tar -xf - -C "$d/rig"
+    echo "$RIG" >"$d/rig-dir"
+    echo "$VM_TESTS" >"$d/filter"
+    if [ $# -gt 1 ]; then echo "$2" >"$d/mutant"; cp "$3" "$d/policy.33"; fi
+    rm -f "$disk"
+    mkfs.ext4 -q -d "$d" -F "$disk" 512M
+    rm -rf "$d"
+}
+
+# boot IMAGE DISK LOG: an enforcing boot; the guest powers itself off.
+boot() {
+    local image=$1 disk=$2 log=$3 overlay=$VM_DIR/overlay.qcow2 kernel initrd rc=0
+    kernel=$(ls "$BASE"/boot/vmlinuz-* | head -1)
+    initrd=$(ls "$BASE"/boot/initrd.img-* | head -1)
+    # The image stays as built: the guest writes to an overlay.
+    rm -f "$overlay"
+    qemu-img create -q -f qcow2 -b "$image" -F raw "$overlay"
+    timeout "$VM_TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -m 2048 -smp "$VM_SMP" \
+        -kernel "$kernel" -initrd "$initrd" \
+        -append "root=/dev/vda rw console=ttyS0 selinux=1 security=selinux enforcing=1 quiet" \
+        -drive file="$overlay",format=qcow2,if=virtio -drive file="$disk",format=raw,if=virtio \
+        -nic none -nographic -no-reboot </dev/null >"$log" 2>&1 || rc=$?
+    rm -f "$overlay"
+    [ "$rc" = 0 ] || note "qemu exited $rc (124: the guest did not power off within ${VM_TIMEOUT}s)"
+    return 0
+}
+
+# results DISK DIR: the guest's results directory, read from its disk with debugfs.
+results() {
+    rm -rf "$2"; mkdir -p "$2"
+    debugfs -R "rdump /results $2" "$1" >/dev/null 2>&1 || true
+    [ -f "$2/results/verdicts" ]
+}
+
+# The guest tests (tests/vm-guest.sh's TESTS): each must report a verdict.
+GUEST_TESTS=(pull_mirror domains timer sigterm oom gpg sigstore security)
+
+# guest NAME [MUTANT POLICY]: one boot; its results in $VM_DIR/NAME/results.
+guest() {
+    local name=$1 t disk=$VM_DIR/disk.img
+    shift
+    t=$(now)
+    make_disk "$disk" "$@"
+    boot "$IMAGE" "$disk" "$VM_DIR/$name.serial.log"
+    note "$name: guest ran for $(since "$t")"
+    OUT=$VM_DIR/$name
+    if ! results "$disk" "$OUT"; then
+        tr -d '\r' <"$VM_DIR/$name.serial.log" | tail -40 >&2
+        die "$name: the guest did not come up or wrote no results (serial log above: $VM_DIR/$name.serial.log)"
+    fi
+    OUT=$OUT/results
+}
+
+prepare() {
+    install_host_tools
+    ensure_base
+    ensure_bin
+    ensure_image
+    make_rig
+}
+
+cmd_run() {
+    local failed=0 t v
+    prepare
+    guest run
+    echo "== guest tests (enforcing; details in $OUT)"
+    cat "$OUT/verdicts"
+    grep -q '^FAIL' "$OUT/verdicts" && failed=1
+    if [ "$VM_TESTS" = . ]; then
+        for t in "${GUEST_TESTS[@]}"; do
+            grep -q "^[A-Z]* $t " "$OUT/verdicts" || { echo "FAIL $t: no verdict"; failed=1; }
+        done
+    fi
+    for t in "$OUT"/*.denials; do
+        [ -s "$t" ] || continue
+        echo "-- denials on hostpull types in $(basename "$t" .denials):"
+        sed 's/^/   /' "$t"
+    done
+    v=$(cat "$OUT"/*.other-denials 2>/dev/null | grep -o 'avc: *denied *{[^}]*} for .*' |
+        sed -E 's/pid=[0-9]+ //; s/ino=[0-9]+ //' | sort | uniq -c | sort -rn || true)
+    [ -z "$v" ] || { echo "-- other daemons' denials (not counted):"; echo "$v" | head -20; }
+    [ "$failed" = 0 ] || die "guest tests failed"
+    note "all guest tests passed"
+}
+
+# Mutants: NAME|LINE OF hostpull.te|GUEST TEST THAT MUST FAIL|WHAT ITS DENIALS MUST SHOW
+MUTANTS=(
+    'fds|hostpull_fds_via_systemd(hostpull_t)|pull_mirror|scontext=[^ ]*:(init|system_dbusd)_t:[^ ]* tcontext=[^ ]*:hostpull_t:[^ ]* tclass=(fd|unix_stream_socket|fifo_file)'
+    'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|pull_mirror|denied  \{ name_connect \} .*scontext=system_u:system_r:hostpull_worker_t'
+)
+
+# mutant_policy NAME LINE: the guest's policy with LINE deleted from hostpull.te.
+mutant_policy() {
+    local name=$1 line=$2 d=$VM_DIR/mutant-$1
+    rm -rf "$d"; mkdir -p "$d/src"
+    cp selinux/hostpull.{te,if,fc} "$d/src/"
+    [ "$(grep -cxF "$line" "$d/src/hostpull.te")" = 1 ] || die "mutant $name: '$line' is not in hostpull.te exactly once"
+    grep -vxF "$line" selinux/hostpull.te >"$d/src/hostpull.te"
+    make -s selinux-pp SELINUX_SRC="$d/src" OUT="$d/out" >&2
+    cp -a "$VM_DIR/store" "$d/root"
+    semodule -p "$d/root" -s default -i "$d/out/selinux/hostpull.pp"
+    POLICY=$d/root/etc/selinux/default/policy/policy.33
+}
+
+cmd_mutants() {
+    local m name line test want failed=0
+    VM_TESTS=$(printf '%s\n' "${MUTANTS[@]}" | cut -d'|' -f3 | sort -u | paste -sd'|')
+    VM_TESTS="^($VM_TESTS)\$"
+    prepare
+    for m in "${MUTANTS[@]}"; do
+        IFS='|' read -r name line test want <<<"$m"
+        mutant_policy "$name" "$line"
+        guest "mutant-$name" "$name" "$POLICY"
+        grep -q "^VMTEST-MUTANT $name loaded" "$OUT/console.log" || { echo "FAIL mutant $name: not loaded"; failed=1; continue; }
+        if ! grep -q "^FAIL $test " "$OUT/verdicts"; then
+            echo "FAIL mutant $name: $test still passes without '$line'"; failed=1
+        elif ! grep -qE "$want" "$OUT/$test.denials"; then
+            echo "FAIL mutant $name: $test fails, but no denial matches '$want'"; failed=1
+            sed 's/^/   /' "$OUT/$test.denials" | head
+        else
+            echo "ok   mutant $name: $test fails without '$line', with:"
+            grep -E "$want" "$OUT/$test.denials" | head -2 | sed 's/^/       /'
+        fi
+    done
+    [ "$failed" = 0 ] || die "a mutant was not caught by the guest tests"
+}
+
+t0=$(now)
+case ${1:-run} in
+    run) cmd_run ;;
+    mutants) cmd_mutants ;;
+    build) prepare ;;
+    base) install_host_tools; ensure_base ;;
+    *) echo "usage: $0 [run|mutants|build]" >&2; exit 2 ;;
+esac
+note "${1:-run} took $(since "$t0")"
