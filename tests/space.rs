@@ -62,7 +62,7 @@ impl Drop for Tmpfs {
 /// The rig's small image copied to a repository of this test's own
 /// (`hostpull/space-NAME-PID`), so that the registry's log shows its
 /// requests only: its name and repository.
-fn own_copy(name: &str) -> (String, String) {
+pub(crate) fn own_copy(name: &str) -> (String, String) {
     let repo = format!("hostpull/space-{name}-{}", std::process::id());
     let image = format!("{}/{repo}:v1", var("RIG_REGISTRY"));
     skopeo(&[

@@ -881,11 +881,13 @@ fn network_manager(metered: u32) -> KillOnDrop {
 }
 
 /// Every request the registry served for the small image since `mark`.
-fn small_image_requests_since(mark: u64) -> usize {
+/// Requests for `repo` in the registry's log since `mark`. Tests run in
+/// parallel: only a repository of this test's own counts its requests alone.
+fn requests_since(repo: &str, mark: u64) -> usize {
     let log = std::fs::read(var("RIG_REGISTRY_LOG")).unwrap();
     String::from_utf8_lossy(&log[mark as usize..])
         .lines()
-        .filter(|l| l.contains("/v2/hostpull/small/"))
+        .filter(|l| l.contains(&format!("/v2/{repo}/")))
         .count()
 }
 
@@ -900,13 +902,14 @@ fn small_image_requests_since(mark: u64) -> usize {
 fn a_timer_pull_defers_on_a_metered_link() {
     let s = scratch();
     let _policy = NmPolicy::install();
+    let (image, repo) = crate::space::own_copy("metered");
     let pull = |name: &str, extra: &[&str]| {
         let dest = oci_path(&s.path().join(name));
-        let mut c = systemd_pull(var("RIG_IMG_SMALL"), &dest);
+        let mut c = systemd_pull(&image, &dest);
         c.args(extra);
         let mark = std::fs::metadata(var("RIG_REGISTRY_LOG")).unwrap().len();
         let r = run(&mut c);
-        (r, small_image_requests_since(mark))
+        (r, requests_since(&repo, mark))
     };
     let (r, _) = pull("absent", &["--defer-if-metered"]);
     assert_eq!(r.code, 0, "NetworkManager not on the bus: {}", r.stderr);
