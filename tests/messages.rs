@@ -13,20 +13,7 @@ use crate::util::*;
 /// manifest and on a blob (tests/status_registry.py), whatever the worker.
 #[test]
 fn retry_warnings_name_their_cause() {
-    let ca = Path::new(var("RIG_CA"));
-    let mut server = Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/status_registry.py"
-    ));
-    server
-        .arg("--cert")
-        .arg(ca.with_file_name("server.crt"))
-        .arg("--key")
-        .arg(ca.with_file_name("server.key"))
-        .stdout(std::process::Stdio::piped());
-    let mut child = server.spawn().unwrap();
-    let port = read_port(&mut child, "tests/status_registry.py");
-    let _kill = KillOnDrop(child);
+    let (port, _kill) = status_registry();
     let dead = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()

@@ -602,3 +602,22 @@ pub fn with_rejecting_etc_policy_json(pull: &Command, scratch: &Path) -> Command
 pub fn pulled(image: &str, dest: &str) -> serde_json::Value {
     run(&mut with_rig_creds(pull_cmd(image, dest))).json()
 }
+
+/// tests/status_registry.py on a port of its own, with the rig's server
+/// certificate: its port, and the guard that stops it.
+pub fn status_registry() -> (u16, KillOnDrop) {
+    let ca = Path::new(var("RIG_CA"));
+    let mut server = std::process::Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/status_registry.py"
+    ));
+    server
+        .arg("--cert")
+        .arg(ca.with_file_name("server.crt"))
+        .arg("--key")
+        .arg(ca.with_file_name("server.key"))
+        .stdout(std::process::Stdio::piped());
+    let mut child = server.spawn().unwrap();
+    let port = read_port(&mut child, "tests/status_registry.py");
+    (port, KillOnDrop(child))
+}

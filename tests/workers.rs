@@ -133,20 +133,7 @@ fn semver_at_least(v: &str, min: (u64, u64, u64)) -> bool {
 /// skopeo's own 5 tries pulls on hostpull's retry, one that persists is exit 6.
 #[test]
 fn registry_errors_are_classified_by_code_and_status_not_by_words() {
-    let ca = Path::new(var("RIG_CA"));
-    let mut server = std::process::Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/status_registry.py"
-    ));
-    server
-        .arg("--cert")
-        .arg(ca.with_file_name("server.crt"))
-        .arg("--key")
-        .arg(ca.with_file_name("server.key"))
-        .stdout(std::process::Stdio::piped());
-    let mut child = server.spawn().unwrap();
-    let port = read_port(&mut child, "tests/status_registry.py");
-    let _kill = KillOnDrop(child);
+    let (port, _kill) = status_registry();
     // (repository, exit code): s<STATUS>-<m(anifest)|b(lob)>[-text][-<N>:
     // only the first N requests].
     let cases = [
