@@ -880,14 +880,14 @@ fn network_manager(metered: u32) -> KillOnDrop {
     KillOnDrop(child)
 }
 
-/// Every request the registry served for the small image since `mark`.
 /// Requests for `repo` in the registry's log since `mark`. Tests run in
 /// parallel: only a repository of this test's own counts its requests alone.
 fn requests_since(repo: &str, mark: u64) -> usize {
     let log = std::fs::read(var("RIG_REGISTRY_LOG")).unwrap();
+    let path = format!("/v2/{repo}/");
     String::from_utf8_lossy(&log[mark as usize..])
         .lines()
-        .filter(|l| l.contains(&format!("/v2/{repo}/")))
+        .filter(|l| l.contains(&path))
         .count()
 }
 
