@@ -130,6 +130,40 @@ fn huge_manifest_is_refused() {
     refused("manifest-huge", ":v1", "");
 }
 
+/// Issue 23: the referrers index of a tag fallback is bounded like a manifest,
+/// under a policy that reads it (a sigstore signature, attachments enabled).
+#[test]
+fn huge_referrers_index_is_refused() {
+    let h = Hostile::start("referrers-huge");
+    let dir = h.dest.with_file_name("policy");
+    std::fs::create_dir_all(dir.join("registries.d")).unwrap();
+    let key = format!("{}/cosign.pub", var("RIG_SIG_DIR"));
+    let policy = serde_json::json!({"default": [{"type": "sigstoreSigned", "keyPath": key}]});
+    std::fs::write(dir.join("policy.json"), policy.to_string()).unwrap();
+    let rd = "default-docker:\n  use-sigstore-attachments: true\n";
+    std::fs::write(dir.join("registries.d/all.yaml"), rd).unwrap();
+    let mut c = pull_cmd(&h.image(":v1"), &format!("oci:{}", h.dest.display()));
+    c.args(["--cert-dir", var("RIG_CERT_DIR"), "--timeout", "20"])
+        .arg("--authfile")
+        .arg(&h.authfile)
+        .arg("--policy")
+        .arg(dir.join("policy.json"))
+        .arg("--registries.d")
+        .arg(dir.join("registries.d"));
+    let r = run(&mut c);
+    r.assert_failure(7);
+    assert!(r.stderr.contains("sha256-"), "{}", r.stderr);
+    // skopeo's own bound (4 MiB) or root's, whichever sees it first.
+    let first = r.stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("exceeded maximum allowed size of 4194304 bytes")
+            || first.contains("larger than 4 MiB"),
+        "{}",
+        r.stderr
+    );
+    assert!(!h.dest.exists(), "a failed pull published {:?}", h.dest);
+}
+
 #[test]
 fn two_thousand_layers_are_refused() {
     refused("many-layers", ":v1", "");

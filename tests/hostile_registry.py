@@ -64,6 +64,7 @@ SCENARIOS = {
     # What Go and serde read alike: must be accepted, and read alike.
     "benign-extras": "unknown keys, an escaped key, annotations differing in case, keys reordered",
     "docker-schema2": "the image as a Docker schema2 manifest",
+    "referrers-huge": "the referrers tag sha256-HEX holds an index over 4 MiB (a big annotation)",
 }
 
 REPO = "hostile/img"
@@ -189,6 +190,10 @@ def build_image(scenario, second_port):
             "mediaType": OCI_MANIFEST, "digest": sha256(raw), "size": len(raw),
             "platform": ["linux", "amd64"]}]}
         raw = json.dumps(index).encode()
+    if scenario == "referrers-huge":
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [],
+                 "annotations": {"padding": "x" * (5 << 20)}}
+        extra["sha256-" + sha256(raw)[len("sha256:"):]] = json.dumps(index).encode()
     return raw, blobs, extra
 
 
@@ -267,6 +272,9 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(200, reg.manifest, [
                     ("Content-Type", media_type(reg.manifest)),
                     ("Docker-Content-Digest", reg.digest)], head)
+            # As a registry says it: a tag it lacks (a signature's, say) is unknown.
+            body = b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}'
+            return self.reply(404, body, json_type, head)
         elif path == prefix + "tags/list":  # for `skopeo inspect` by hand
             body = json.dumps({"name": REPO, "tags": [TAG]}).encode()
             return self.reply(200, body, json_type, head)

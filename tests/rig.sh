@@ -530,6 +530,7 @@ cmd_up() {
         env_line RIG_IMG_COSIGN_COPIED "$REGISTRY/hostpull/cosign-copied:v2"
         env_line RIG_IMG_KEYLESS "$REGISTRY/hostpull/keyless:v1"
         env_line RIG_IMG_KEYLESS_EARLY "$REGISTRY/hostpull/keyless-early:v1"
+        env_line RIG_BUNDLED_DIGEST "sha256:$(manifest_hex small v1)"
         env_line RIG_TAMPER_BLOB "$RIG_DIR/registry/data/docker/registry/v2/blobs/sha256/${tamper_layer:0:2}/$tamper_layer/data"
         if [ "$RIG_BIG" != 0 ]; then
             env_line RIG_IMG_BIG "$REGISTRY/hostpull/big:v1"

@@ -65,6 +65,7 @@ fn sane(key: &str, value: &str) -> Result<(), String> {
         "RIG_SIGNER_FPR" if value.len() == 40 && value.bytes().all(|b| b.is_ascii_hexdigit()) => {
             Ok(())
         }
+        "RIG_BUNDLED_DIGEST" if hostpull::digest::Sha256Digest::parse(value).is_some() => Ok(()),
         "RIG_WORKERS" => {
             for w in value.split(' ') {
                 let out = Command::new(w).arg("--version").output();
@@ -102,7 +103,9 @@ fn sane(key: &str, value: &str) -> Result<(), String> {
             Ok(true) if value.starts_with('/') => Ok(()),
             _ => Err("no such absolute path".into()),
         },
-        "RIG_USER" | "RIG_CLUSTER_NAME" | "RIG_SIGNER_FPR" => Err("malformed".into()),
+        "RIG_USER" | "RIG_CLUSTER_NAME" | "RIG_SIGNER_FPR" | "RIG_BUNDLED_DIGEST" => {
+            Err("malformed".into())
+        }
         _ => Err("no rule in tests/rig_env.rs for this variable: add one".into()),
     }
 }

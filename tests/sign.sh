@@ -12,6 +12,10 @@
 # extensions) and a P-256 Rekor key; hostpull/keyless:v1 is signed with the leaf, with
 # the certificate, its chain and a Rekor SET logged now; hostpull/keyless-early:v1 has
 # a SET logged a day before the certificate was issued.
+# Bundles (make_bundles): cosign 3's sigstore bundles as OCI referrers (tag fallback):
+# hostpull/bundled (cosign.key), hostpull/bundled-keyless (the keyless leaf, its chain
+# and a Rekor dsse entry logged now), hostpull/bundled-other (names small:v2's digest),
+# and the faults junk-bundle, huge-bundle, not-index (hostpull/bundled-FAULT).
 
 make_signatures() {
     local sig=$RIG_DIR/sig fpr digest copied
@@ -61,6 +65,28 @@ make_signatures() {
         hostpull/cosign-copied "$copied" "$REGISTRY/hostpull/cosigned:v1" \
         "p256:$sig/cosign.key" --payload-digest "$digest"
     make_keyless "$sig" "$digest"
+    make_bundles "$sig" "$digest" "$copied"
+}
+
+# make_bundles DIR HEX OTHER_HEX: images whose only signature is a bundle referrer.
+make_bundles() {
+    local sig=$1 digest=$2 other=$3 repo fault
+    attach() {
+        run_logged "$LOGS/sign.log" env RIG_DIR="$RIG_DIR" python3 "$TESTS/cosign-attach.py" \
+            --bundle "$REGISTRY" "hostpull/$1" "$digest" "${@:2}"
+    }
+    note "attaching sigstore bundles as referrers"
+    for repo in bundled bundled-keyless bundled-other; do
+        push "$IMAGES/small" v1 "hostpull/$repo"
+    done
+    attach bundled "p256:$sig/cosign.key"
+    attach bundled-keyless "p256:$sig/keyless-leaf.key" --cert "$sig/keyless-leaf.crt" \
+        --chain "$sig/fulcio-chain.pem" --rekor "$sig/rekor.key" --integrated-time "$(date +%s)"
+    attach bundled-other "p256:$sig/cosign.key" --payload-digest "$other"
+    for fault in junk-bundle huge-bundle not-index; do
+        push "$IMAGES/small" v1 "hostpull/bundled-$fault"
+        attach "bundled-$fault" "p256:$sig/cosign.key" --fault "$fault"
+    done
 }
 
 # make_keyless DIR HEX: the test Fulcio CA, Rekor keys, and the keyless images.

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::util::*;
 
 /// A policy file: `default` rejects, the rig's `hostpull` namespace gets `reqs`.
-fn policy(dir: &Path, reqs: Value) -> PathBuf {
+pub(crate) fn policy(dir: &Path, reqs: Value) -> PathBuf {
     let scope = format!("{}/hostpull", var("RIG_REGISTRY"));
     let p = dir.join("policy.json");
     let policy = json!({
@@ -27,13 +27,13 @@ fn gpg_key(name: &str) -> Value {
     json!([{"type": "signedBy", "keyType": "GPGKeys", "keyPath": key}])
 }
 
-fn sigstore_key(name: &str) -> Value {
+pub(crate) fn sigstore_key(name: &str) -> Value {
     let key = format!("{}/{name}", var("RIG_SIG_DIR"));
     json!([{"type": "sigstoreSigned", "keyPath": key}])
 }
 
 /// A registries.d with one entry for the rig's registry.
-fn registries_d(dir: &Path, lookaside: &str, attachments: bool) -> PathBuf {
+pub(crate) fn registries_d(dir: &Path, lookaside: &str, attachments: bool) -> PathBuf {
     let d = dir.join("registries.d");
     std::fs::create_dir_all(&d).unwrap();
     std::fs::write(
@@ -47,7 +47,7 @@ fn registries_d(dir: &Path, lookaside: &str, attachments: bool) -> PathBuf {
     d
 }
 
-fn file_lookaside() -> String {
+pub(crate) fn file_lookaside() -> String {
     format!("file://{}/lookaside", var("RIG_SIG_DIR"))
 }
 
@@ -61,7 +61,7 @@ fn pull(dir: &Path, image: &str, policy: &Path, rd: &Path) -> (Run, PathBuf) {
 
 /// A rejected pull: exit 9, one line naming `requirement` and `why`, and no
 /// destination left behind.
-fn assert_rejected(r: &Run, out: &Path, requirement: &str, why: &str) {
+pub(crate) fn assert_rejected(r: &Run, out: &Path, requirement: &str, why: &str) {
     r.assert_failure(9);
     let first = r.stderr.lines().next().unwrap_or_default();
     assert!(first.contains("signature policy rejected"), "{}", r.stderr);
@@ -316,15 +316,15 @@ fn sigstore_signed() {
     }
 }
 
-fn sig_file(name: &str) -> String {
+pub(crate) fn sig_file(name: &str) -> String {
     format!("{}/{name}", var("RIG_SIG_DIR"))
 }
 
-const ISSUER: &str = "https://issuer.hostpull.test";
-const EMAIL: &str = "signer@hostpull.test";
+pub(crate) const ISSUER: &str = "https://issuer.hostpull.test";
+pub(crate) const EMAIL: &str = "signer@hostpull.test";
 
 /// `sigstoreSigned` with the rig's stand-in Fulcio CA and Rekor key.
-fn fulcio(ca: &str, issuer: &str, email: &str, rekor: &str) -> Value {
+pub(crate) fn fulcio(ca: &str, issuer: &str, email: &str, rekor: &str) -> Value {
     json!([{
         "type": "sigstoreSigned",
         "fulcio": {"caPath": sig_file(ca), "oidcIssuer": issuer, "subjectEmail": email},
@@ -332,7 +332,7 @@ fn fulcio(ca: &str, issuer: &str, email: &str, rekor: &str) -> Value {
     }])
 }
 
-fn pki(roots: &str, subject: Value) -> Value {
+pub(crate) fn pki(roots: &str, subject: Value) -> Value {
     let mut p = json!({"caRootsPath": sig_file(roots)});
     p.as_object_mut()
         .unwrap()
@@ -455,6 +455,9 @@ fn keyless_signed() {
         sig_file("rekor.pub")
     );
     assert!(r.stdout.contains(&want), "{want}\n{}", r.stdout);
+    // Where it reads them: attachments and bundle referrers.
+    let sources = "  sigstore    attachments (tag sha256-HEX.sig) and cosign bundle referrers";
+    assert!(r.stdout.contains(sources), "{}", r.stdout);
 }
 
 #[test]

@@ -13,6 +13,7 @@ mod mirrors;
 mod ostree;
 mod pull;
 mod rate;
+mod referrers;
 mod rig_env;
 mod robust;
 mod signatures;

@@ -44,6 +44,9 @@ pub struct Summary {
     pub signature: String,
     /// The signature lookaside from registries.d, if any.
     pub lookaside: Option<String>,
+    /// Where a `sigstoreSigned` requirement's signatures are read, if one
+    /// applies.
+    pub sigstore: Option<String>,
     /// `--dest ostree:`: `dest` is then the repository.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ostree: Option<OstreeDest>,
@@ -128,6 +131,7 @@ impl Plan {
                 .collect(),
             signature: self.policy.describe(),
             lookaside: self.policy.lookaside.clone(),
+            sigstore: self.policy.sigstore_sources(),
             ostree: match &self.dest {
                 Some(Target::Ostree { dest, .. }) => Some(dest.clone()),
                 _ => None,
@@ -226,6 +230,9 @@ impl Summary {
         t += &format!("signature {}\n", self.signature);
         if let Some(l) = &self.lookaside {
             t += &format!("  lookaside   {l}\n");
+        }
+        if let Some(s) = &self.sigstore {
+            t += &format!("  sigstore    {s}\n");
         }
         t += &self.space_and_metered();
         if !self.plugins_run.is_empty() {

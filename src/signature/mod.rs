@@ -15,12 +15,14 @@ use crate::plan::imgref::ImageRef;
 use crate::plan::policy::{Identity, Requirement};
 use crate::sandbox::Worker;
 
+mod bundle;
 mod gpg;
 mod identity;
 mod rekor;
 mod sigstore;
 mod x509;
 
+use bundle::{Bundled, referrers};
 use gpg::{gpg_verify, lookaside};
 pub use identity::{ATOMIC, COSIGN, check_payload};
 pub use sigstore::verify_attachment;
@@ -55,7 +57,7 @@ pub async fn check(
     };
     let image = &plan.image;
     let mut gpg: Option<Vec<(Sha256Digest, Vec<u8>)>> = None;
-    let mut sigstore: Option<Vec<Attached>> = None;
+    let mut sigstore: Option<(Vec<Attached>, Vec<Bundled>)> = None;
     for req in &policy.requirements {
         // Each signature's verdict: who signed it, or why it does not count.
         let checked: Vec<Result<String, String>> = match req {
@@ -92,14 +94,18 @@ pub async fn check(
                     );
                 }
                 if sigstore.is_none() {
-                    sigstore = Some(attachments(worker, image, digests).await?);
+                    let attached = attachments(worker, image, digests).await?;
+                    sigstore = Some((attached, referrers(worker, image, digests).await?));
                 }
-                let attached = sigstore.as_deref().unwrap_or_default();
-                let now = now();
-                attached
+                let (attached, bundled) = sigstore.as_ref().expect("fetched above");
+                let (rekor, now) = (rekor.as_ref(), now());
+                let a = attached
                     .iter()
-                    .map(|a| accepted(signer, rekor.as_ref(), source, identity, image, a, now))
-                    .collect()
+                    .map(|a| accepted(signer, rekor, source, identity, image, a, now));
+                let b = bundled
+                    .iter()
+                    .map(|b| bundle::accepted(signer, rekor, source, identity, image, b, now));
+                a.chain(b).collect()
             }
         };
         if let Some(by) = checked.iter().find_map(|r| r.as_ref().ok()) {

@@ -122,14 +122,58 @@ pub(super) fn verify_set(
     payload: &[u8],
 ) -> Result<i64, String> {
     let set: Set = serde_json::from_str(set).map_err(|e| format!("invalid Rekor SET: {e}"))?;
-    let sig = b64(&set.signed_entry_timestamp, "SignedEntryTimestamp")?;
-    let hash = sha2::Sha256::digest(set.payload.canonical().as_bytes());
+    let body = verify_promise(keys, &set.signed_entry_timestamp, &set.payload)?;
+    let hash = sha2::Sha256::digest(payload);
+    check_hashedrekord(&body, key_or_cert, signature_b64, &hash)?;
+    Ok(set.payload.integrated_time)
+}
+
+/// The entry a SET promises to log, as a bundle's `tlogEntries` carry it.
+#[derive(Debug)]
+pub(super) struct Promise<'a> {
+    /// The base64 SET.
+    pub(super) signed_entry_timestamp: &'a str,
+    /// The base64 entry.
+    pub(super) body: &'a str,
+    pub(super) integrated_time: i64,
+    pub(super) log_index: i64,
+    /// The log's key ID, in hex.
+    pub(super) log_id: String,
+}
+
+impl Promise<'_> {
+    /// Checks the SET against the Rekor keys; the logged entry, decoded.
+    pub(super) fn verify(&self, keys: &[PublicKey]) -> Result<Vec<u8>, String> {
+        let p = SetPayload {
+            body: self.body.to_owned(),
+            integrated_time: self.integrated_time,
+            log_index: self.log_index,
+            log_id: self.log_id.clone(),
+        };
+        verify_promise(keys, self.signed_entry_timestamp, &p)
+    }
+}
+
+/// The SET `set_b64` must be signed by one of `keys` over the canonical
+/// `payload`; its body, decoded.
+fn verify_promise(keys: &[PublicKey], set_b64: &str, p: &SetPayload) -> Result<Vec<u8>, String> {
+    let sig = b64(set_b64, "SignedEntryTimestamp")?;
+    let hash = sha2::Sha256::digest(p.canonical().as_bytes());
     if !keys.iter().any(|k| ecdsa_prehash(k, &hash, &sig)) {
         return Err("cryptographic signature verification of Rekor SET failed".into());
     }
-    let p = &set.payload;
-    let body = b64(&p.body, "the Rekor SET payload's body")?;
-    let entry: HashedRekord = serde_json::from_slice(&body)
+    b64(&p.body, "the Rekor SET payload's body")
+}
+
+/// `body` must be a `hashedrekord` 0.0.1 entry of this signature by this key
+/// or certificate, over a payload whose SHA-256 is `hash`.
+pub(super) fn check_hashedrekord(
+    body: &[u8],
+    key_or_cert: &[u8],
+    signature_b64: &str,
+    hash: &[u8],
+) -> Result<(), String> {
+    let entry: HashedRekord = serde_json::from_slice(body)
         .map_err(|e| format!("decoding the body of a Rekor SET payload: {e}"))?;
     if entry.kind != "hashedrekord" {
         return Err(format!("invalid kind value: {:?}", entry.kind));
@@ -157,10 +201,71 @@ pub(super) fn verify_set(
     }
     let logged = hex::decode(&entry.spec.data.hash.value)
         .map_err(|e| format!("invalid \"data.hash.value\" field in hashedrekord: {e}"))?;
-    if logged != sha2::Sha256::digest(payload).as_slice() {
+    if logged != hash {
         return Err("payload in Rekor SET does not match".into());
     }
-    Ok(p.integrated_time)
+    Ok(())
+}
+
+/// Rekor's `dsse` 0.0.1 entry (types/dsse/v0.0.1): the payload's hash and
+/// each signature with its verifier (a base64 PEM key or certificate).
+#[derive(Debug, Deserialize)]
+struct DsseEntry {
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    kind: String,
+    spec: DsseSpec,
+}
+
+#[derive(Debug, Deserialize)]
+struct DsseSpec {
+    #[serde(rename = "payloadHash")]
+    payload_hash: Hash,
+    signatures: Vec<DsseSignature>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DsseSignature {
+    signature: String,
+    verifier: String,
+}
+
+/// `body` must be a `dsse` 0.0.1 entry of an envelope whose payload is
+/// `payload`, holding this signature by this key or certificate.
+pub(super) fn check_dsse_entry(
+    body: &[u8],
+    key_or_cert: &[u8],
+    signature_b64: &str,
+    payload: &[u8],
+) -> Result<(), String> {
+    let entry: DsseEntry = serde_json::from_slice(body)
+        .map_err(|e| format!("decoding the body of a Rekor dsse entry: {e}"))?;
+    if entry.kind != "dsse" || entry.api_version != "0.0.1" {
+        return Err(format!(
+            "unsupported Rekor entry {:?} version {:?}",
+            entry.kind, entry.api_version
+        ));
+    }
+    let h = &entry.spec.payload_hash;
+    if h.algorithm != "sha256"
+        || !h
+            .value
+            .eq_ignore_ascii_case(&hex::encode(sha2::Sha256::digest(payload)))
+    {
+        return Err("payload in Rekor entry does not match".into());
+    }
+    let ours = b64(signature_b64.trim(), "the signature")?;
+    let logged = entry.spec.signatures.iter().any(|s| {
+        b64(&s.signature, "signature").is_ok_and(|sig| sig == ours)
+            && b64(&s.verifier, "verifier")
+                .and_then(|pem| pem_der(&pem, "verifier"))
+                .is_ok_and(|der| der == key_or_cert)
+    });
+    if logged {
+        Ok(())
+    } else {
+        Err("signature or key in Rekor entry does not match".into())
+    }
 }
 
 #[cfg(test)]

@@ -80,6 +80,41 @@ impl Attached {
     }
 }
 
+/// What vouches for a signature's key: its certificate and chain, and
+/// Rekor's promise that it was logged. An attachment's annotations carry them,
+/// and so does a cosign bundle's `verificationMaterial`.
+pub(super) trait Evidence {
+    /// Whether it has a Rekor entry at all (checked first, as
+    /// containers/image does for the SET annotation).
+    fn has_log(&self) -> Result<(), String>;
+    /// The signing certificate (and its DER): exactly one.
+    fn leaf(&self) -> Result<(Certificate, Vec<u8>), String>;
+    /// The untrusted intermediates that come with it.
+    fn intermediates(&self) -> Result<Vec<Certificate>, String>;
+    /// The integrated time of a Rekor entry, signed by one of `keys`, that
+    /// logs this signature by `key_or_cert` (DER).
+    fn logged(&self, keys: &[PublicKey], key_or_cert: &[u8]) -> Result<i64, String>;
+}
+
+impl Evidence for Attached {
+    fn has_log(&self) -> Result<(), String> {
+        self.annotation(COSIGN_BUNDLE).map(|_| ())
+    }
+
+    fn leaf(&self) -> Result<(Certificate, Vec<u8>), String> {
+        Attached::leaf(self)
+    }
+
+    fn intermediates(&self) -> Result<Vec<Certificate>, String> {
+        Attached::intermediates(self)
+    }
+
+    fn logged(&self, keys: &[PublicKey], key_or_cert: &[u8]) -> Result<i64, String> {
+        let set = self.annotation(COSIGN_BUNDLE)?;
+        verify_set(keys, set, key_or_cert, self.signature()?, &self.payload)
+    }
+}
+
 /// Who made `a`, if it satisfies a `sigstoreSigned` requirement for `image`;
 /// or why it does not.
 #[allow(clippy::too_many_arguments)]
@@ -123,21 +158,19 @@ pub fn verify_attachment(
 /// `rekor`, and who they stand for; or why none may. `now` (seconds since
 /// the epoch) is when a PKI certificate must be valid; a Fulcio one must be
 /// valid when Rekor logged it.
-fn signer_keys(
+pub(super) fn signer_keys(
     signer: &Signer,
     rekor: Option<&Rekor>,
     source: &str,
-    a: &Attached,
+    a: &dyn Evidence,
     now: u64,
 ) -> Result<(Vec<PublicKey>, String), String> {
     match (signer, rekor) {
         (Signer::Keys(keys), None) => Ok((keys.clone(), format!("sigstore {source}"))),
         (Signer::Keys(keys), Some(r)) => {
-            let set = a.annotation(COSIGN_BUNDLE)?;
-            let sig = a.signature()?;
             let mut why = Vec::new();
             for k in keys {
-                match verify_set(&r.keys, set, &k.spki_der(), sig, &a.payload) {
+                match a.logged(&r.keys, &k.spki_der()) {
                     Ok(_) => return Ok((vec![k.clone()], format!("sigstore {source}, in Rekor"))),
                     Err(e) => why.push(e),
                 }
@@ -153,10 +186,10 @@ fn signer_keys(
     }
 }
 
-fn fulcio(f: &Fulcio, r: &Rekor, a: &Attached) -> Result<(Vec<PublicKey>, String), String> {
-    let set = a.annotation(COSIGN_BUNDLE)?;
+fn fulcio(f: &Fulcio, r: &Rekor, a: &dyn Evidence) -> Result<(Vec<PublicKey>, String), String> {
+    a.has_log()?;
     let (leaf, der) = a.leaf()?;
-    let at = verify_set(&r.keys, set, &der, a.signature()?, &a.payload)?;
+    let at = a.logged(&r.keys, &der)?;
     let at = u64::try_from(at).map_err(|_| format!("Rekor integrated time {at} is negative"))?;
     x509::verify_chain(&leaf, &a.intermediates()?, &f.ca, at)?;
     let issuer = x509::fulcio_issuer(&leaf)?;
@@ -178,7 +211,7 @@ fn fulcio(f: &Fulcio, r: &Rekor, a: &Attached) -> Result<(Vec<PublicKey>, String
     Ok((vec![x509::public_key(&leaf)?], who))
 }
 
-fn pki(p: &Pki, a: &Attached, now: u64) -> Result<(Vec<PublicKey>, String), String> {
+fn pki(p: &Pki, a: &dyn Evidence, now: u64) -> Result<(Vec<PublicKey>, String), String> {
     let (leaf, _) = a.leaf()?;
     let mut intermediates = p.intermediates.clone();
     intermediates.extend(a.intermediates()?);

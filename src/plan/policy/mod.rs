@@ -57,6 +57,22 @@ impl Applied {
             self.file.display()
         )
     }
+
+    /// Where a `sigstoreSigned` requirement's signatures are read, for
+    /// `plan`; none if no such requirement applies.
+    pub fn sigstore_sources(&self) -> Option<String> {
+        let sigstore = |r: &Requirement| matches!(r, Requirement::SigstoreSigned { .. });
+        if !self.requirements.iter().any(sigstore) {
+            return None;
+        }
+        Some(if self.sigstore_attachments {
+            "attachments (tag sha256-HEX.sig) and cosign bundle referrers (tag sha256-HEX; \
+             a bundle counts only for an image pinned by digest)"
+                .to_owned()
+        } else {
+            "none: use-sigstore-attachments is not enabled in registries.d".to_owned()
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
