@@ -57,7 +57,7 @@ pub async fn check(
     };
     let image = &plan.image;
     let mut gpg: Option<Vec<(Sha256Digest, Vec<u8>)>> = None;
-    let mut sigstore: Option<(Vec<Attached>, Vec<Bundled>)> = None;
+    let mut sigstore = Sigstore::default();
     for req in &policy.requirements {
         // Each signature's verdict: who signed it, or why it does not count.
         let checked: Vec<Result<String, String>> = match req {
@@ -93,19 +93,15 @@ pub async fn check(
                         "use-sigstore-attachments is not enabled for it in registries.d",
                     );
                 }
-                if sigstore.is_none() {
-                    let attached = attachments(worker, image, digests).await?;
-                    sigstore = Some((attached, referrers(worker, image, digests).await?));
-                }
-                let (attached, bundled) = sigstore.as_ref().expect("fetched above");
-                let (rekor, now) = (rekor.as_ref(), now());
-                let a = attached
-                    .iter()
-                    .map(|a| accepted(signer, rekor, source, identity, image, a, now));
-                let b = bundled
-                    .iter()
-                    .map(|b| bundle::accepted(signer, rekor, source, identity, image, b, now));
-                a.chain(b).collect()
+                let check = |a: Found<'_>| match a {
+                    Found::Attached(a) => {
+                        accepted(signer, rekor.as_ref(), source, identity, image, a, now())
+                    }
+                    Found::Bundled(b) => {
+                        bundle::accepted(signer, rekor.as_ref(), source, identity, image, b, now())
+                    }
+                };
+                sigstore.checked(worker, image, digests, check).await?
             }
         };
         if let Some(by) = checked.iter().find_map(|r| r.as_ref().ok()) {
@@ -115,6 +111,49 @@ pub async fn check(
         return rejected(plan, req, &why_none(&checked));
     }
     Ok(verdict)
+}
+
+/// The sigstore signatures of the image, fetched once for every requirement
+/// that reads them: the attachments, and the bundle referrers only when no
+/// attachment satisfies a requirement (an attachment-signed image costs no
+/// more worker runs than before bundles were read).
+#[derive(Debug, Default)]
+struct Sigstore {
+    attached: Option<Vec<Attached>>,
+    bundled: Option<Vec<Bundled>>,
+}
+
+/// One sigstore signature, attached or a bundle.
+enum Found<'a> {
+    Attached(&'a Attached),
+    Bundled(&'a Bundled),
+}
+
+impl Sigstore {
+    /// Each signature's verdict under `check`, as far as needed: the
+    /// attachments', then, if none is accepted, the bundles' too.
+    async fn checked(
+        &mut self,
+        worker: &Worker,
+        image: &ImageRef,
+        digests: &[Sha256Digest],
+        check: impl Fn(Found<'_>) -> Result<String, String>,
+    ) -> anyhow::Result<Vec<Result<String, String>>> {
+        if self.attached.is_none() {
+            self.attached = Some(attachments(worker, image, digests).await?);
+        }
+        let attached = self.attached.as_deref().unwrap_or_default();
+        let mut out: Vec<_> = attached.iter().map(|a| check(Found::Attached(a))).collect();
+        if out.iter().any(Result::is_ok) {
+            return Ok(out);
+        }
+        if self.bundled.is_none() {
+            self.bundled = Some(referrers(worker, image, digests).await?);
+        }
+        let bundled = self.bundled.as_deref().unwrap_or_default();
+        out.extend(bundled.iter().map(|b| check(Found::Bundled(b))));
+        Ok(out)
+    }
 }
 
 /// Each lookaside signature's verdict under `keyring`: who signed it, or why
