@@ -48,5 +48,5 @@ pub(crate) mod verify;
 #[doc(hidden)]
 pub mod internals {
     pub use crate::rate::{LEAD, SLICE, in_flight};
-    pub use crate::signature::{ATOMIC, COSIGN, check_payload, verify_attachment};
+    pub use crate::signature::{ATOMIC, COSIGN, check_payload, verify_attachment, verify_bundle};
 }

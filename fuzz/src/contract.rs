@@ -33,6 +33,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("provider_answer", provider_answer_target),
     ("sigstore_payload", sigstore_payload_target),
     ("sigstore_attachment", sigstore_attachment_target),
+    ("sigstore_bundle", sigstore_bundle_target),
     ("hostpull_config", hostpull_config_target),
     ("classify", classify_target),
 ];
@@ -506,6 +507,64 @@ pub fn sigstore_attachment_target(data: &[u8]) {
                 digest.as_str()
             );
         }
+    }
+}
+
+/// A cosign bundle (protobuf-specs JSON), as a referrer's layer holds it;
+/// checked under keys without and with Rekor, Fulcio + Rekor and PKI, for an
+/// image pinned by digest. Accepted only if it signs that digest.
+pub fn sigstore_bundle_target(data: &[u8]) {
+    use hostpull::internals::verify_bundle;
+    use hostpull::plan::policy::{
+        Fulcio, Identity, Pki, PublicKey, Rekor, Signer, parse_pem_certificates,
+    };
+    const FULCIO: &str = include_str!("../../src/signature/testdata/fulcio_v1.crt.pem");
+    const REKOR: &str = include_str!("../../src/signature/testdata/rekor.pub");
+    const COSIGN: &str = include_str!("../../src/signature/testdata/cosign.pub");
+    const ROOTS: &str = include_str!("../../src/signature/testdata/pki_root_crts.pem");
+    let rekor = Rekor {
+        keys: vec![PublicKey::from_pem(REKOR).unwrap()],
+        source: "rekor.pub".into(),
+    };
+    let keys = || Signer::Keys(vec![PublicKey::from_pem(COSIGN).unwrap()]);
+    let signers = [
+        (keys(), None),
+        (keys(), Some(&rekor)),
+        (
+            Signer::Fulcio(Box::new(Fulcio {
+                ca: parse_pem_certificates(FULCIO.as_bytes()).unwrap(),
+                ca_source: "fulcio".into(),
+                oidc_issuer: "https://github.com/login/oauth".into(),
+                subject_email: "mitr@redhat.com".into(),
+            })),
+            Some(&rekor),
+        ),
+        (
+            Signer::Pki(Box::new(Pki {
+                roots: parse_pem_certificates(ROOTS.as_bytes()).unwrap(),
+                intermediates: Vec::new(),
+                source: "pki".into(),
+                subject_email: Some("qiwan@redhat.com".into()),
+                subject_hostname: None,
+            })),
+            None,
+        ),
+    ];
+    let digest = Sha256Digest::from_hex(&"a".repeat(64));
+    let pinned = ImageRef::parse(&format!("quay.io/fedora/fedora-bootc@{digest}")).unwrap();
+    for (signer, rekor) in &signers {
+        let r = verify_bundle(
+            signer,
+            *rekor,
+            &Identity::MatchRepoDigestOrExact,
+            &pinned,
+            &digest,
+            data.to_vec(),
+            1_764_633_600,
+        );
+        // No input is signed by the fixtures' keys for this digest: the
+        // contract is no panic, and never an acceptance.
+        assert!(r.is_err(), "accepted: {r:?}");
     }
 }
 

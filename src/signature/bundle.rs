@@ -522,6 +522,25 @@ pub(super) fn accepted(
     Ok(format!("{who}, cosign bundle {}", digest::sha256(&b.bytes)))
 }
 
+/// `accepted` for one bundle given as its bytes: the entry point of the fuzz
+/// target of bundle, certificate and Rekor entry parsing.
+#[allow(clippy::too_many_arguments)]
+pub fn verify_bundle(
+    signer: &Signer,
+    rekor: Option<&Rekor>,
+    identity: &Identity,
+    image: &ImageRef,
+    digest: &Sha256Digest,
+    bytes: Vec<u8>,
+    now: u64,
+) -> Result<String, String> {
+    let b = Bundled {
+        digest: digest.clone(),
+        bytes,
+    };
+    accepted(signer, rekor, "fuzz", identity, image, &b, now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

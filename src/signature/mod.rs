@@ -22,6 +22,7 @@ mod rekor;
 mod sigstore;
 mod x509;
 
+pub use bundle::verify_bundle;
 use bundle::{Bundled, referrers};
 use gpg::{gpg_verify, lookaside};
 pub use identity::{ATOMIC, COSIGN, check_payload};
