@@ -139,11 +139,8 @@ pub(super) async fn referrers(
             .map_err(|e| bad(format!("referrers index {tagged} is not valid: {e}")))?;
         for r in entries {
             if r.size > MANIFEST_MAX {
-                return Err(bad(format!(
-                    "referrer {} of {image} is larger than 4 MiB",
-                    r.digest
-                ))
-                .into());
+                let big = format!("referrer {} of {image} is larger than 4 MiB", r.digest);
+                return Err(Failure::new(Kind::Verify, big).into());
             }
             let pinned = image.with_digest(&r.digest);
             let raw = worker.inspect_raw(&pinned, MANIFEST_MAX).await?;
