@@ -402,6 +402,7 @@ impl BlobSink<'_> {
     pub fn commit(mut self) -> anyhow::Result<()> {
         self.flush()?;
         self.verifier.finish()?;
+        start_writeback(self.tmp.as_file());
         self.tmp
             .as_file()
             .set_permissions(Permissions::from_mode(FILE_MODE))?;
@@ -414,6 +415,23 @@ impl BlobSink<'_> {
             .unwrap()
             .push(self.digest.hex().to_owned());
         Ok(())
+    }
+}
+
+/// Start writing a complete blob back to disk, without waiting for it: the
+/// `syncfs` before `index.json` (the durability) then finds little left to do,
+/// while this blob's reader goes on at once (an `fdatasync` here blocked it and
+/// was slower). Advisory: if it fails, the final `syncfs` still writes it all.
+#[allow(unsafe_code)]
+fn start_writeback(file: impl std::os::fd::AsFd) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: sync_file_range(2) on a descriptor we hold reads and writes no
+    // memory of ours; offset 0 and length 0 mean the whole file.
+    let r = unsafe {
+        libc::sync_file_range(file.as_fd().as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE)
+    };
+    if r != 0 {
+        tracing::debug!("sync_file_range: {}", std::io::Error::last_os_error());
     }
 }
 
