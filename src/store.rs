@@ -47,6 +47,9 @@ pub struct Layout {
     /// Blobs this pull linked into place, removed again if it never publishes.
     added: Mutex<Vec<String>>,
     published: AtomicBool,
+    /// Whether the blobs must be on disk before the tag: false for a layout
+    /// read once and removed ([`Layout::ephemeral`]).
+    durable: bool,
     /// The layout directory opened for real (not `O_PATH`), holding the lock.
     lock: OwnedFd,
 }
@@ -151,8 +154,18 @@ impl Layout {
             origin,
             added: Mutex::default(),
             published: AtomicBool::new(false),
+            durable: true,
             lock,
         })
+    }
+
+    /// A layout that is read once and then removed (`--dest ostree:`'s
+    /// staging, which the import reads): no early writeback, no `syncfs`
+    /// before the tag. Nothing relies on it surviving a crash (ostree syncs
+    /// what it imports), and what the kernel has not written back by the time
+    /// the staging is removed never reaches the disk at all.
+    pub fn ephemeral(&mut self) {
+        self.durable = false;
     }
 
     fn write_error(&self, e: std::io::Error) -> anyhow::Error {
@@ -212,7 +225,9 @@ impl Layout {
         digest: &Sha256Digest,
         size: u64,
     ) -> anyhow::Result<()> {
-        rustix::fs::syncfs(&self.lock).context("Syncing blobs")?;
+        if self.durable {
+            rustix::fs::syncfs(&self.lock).context("Syncing blobs")?;
+        }
         let mut index = self.read_index()?;
         let manifests = index["manifests"]
             .as_array_mut()
@@ -402,7 +417,9 @@ impl BlobSink<'_> {
     pub fn commit(mut self) -> anyhow::Result<()> {
         self.flush()?;
         self.verifier.finish()?;
-        start_writeback(self.tmp.as_file());
+        if self.layout.durable {
+            start_writeback(self.tmp.as_file());
+        }
         self.tmp
             .as_file()
             .set_permissions(Permissions::from_mode(FILE_MODE))?;
