@@ -53,31 +53,6 @@ mkdir -p "$BENCH_DIR"
 . "$ROOT/bench/lib.sh"
 
 # ---- the fixture (outside systemd: it is only built and pushed once)
-# derive BASE OUT TAG TREE: BASE (an OCI layout) plus TREE as one gzip layer, as the layout OUT.
-derive() {
-    local base=$1 out=$2 tag=$3 tree=$4 b m c diff layer cfg man
-    rm -rf "$out"; cp -a "$base" "$out"; b=$out/blobs/sha256
-    put() { local d; d=$(sha256sum "$1" | cut -d' ' -f1); mv "$1" "$b/$d"; echo "sha256:$d"; }
-    tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$tree" -cf "$out/l.tar" usr
-    diff=sha256:$(sha256sum "$out/l.tar" | cut -d' ' -f1)
-    gzip -n -1 "$out/l.tar"; local size; size=$(stat -c %s "$out/l.tar.gz"); layer=$(put "$out/l.tar.gz")
-    m=$(jq -r '.manifests[0].digest' "$out/index.json"); m=$b/${m#sha256:}
-    c=$(jq -r '.config.digest' "$m"); c=$b/${c#sha256:}
-    jq -c --arg d "$diff" '.rootfs.diff_ids += [$d] | .history += [{"created_by": "bench: derived layer"}]' "$c" >"$out/c.json"
-    local csize; csize=$(stat -c %s "$out/c.json"); cfg=$(put "$out/c.json")
-    jq -c --arg c "$cfg" --argjson cs "$csize" --arg l "$layer" --argjson ls "$size" \
-        '.config.digest = $c | .config.size = $cs
-         | .layers += [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": $l, "size": $ls}]' \
-        "$m" >"$out/m.json"
-    local msize; msize=$(stat -c %s "$out/m.json"); man=$(put "$out/m.json")
-    jq -nc --arg d "$man" --argjson s "$msize" --arg t "$tag" \
-        '{schemaVersion: 2, manifests: [{mediaType: "application/vnd.oci.image.manifest.v1+json",
-          digest: $d, size: $s, annotations: {"org.opencontainers.image.ref.name": $t}}]}' >"$out/index.json"
-}
-random_tree() {   # random_tree DIR MIB: MIB MiB of random data in 16 MiB files under DIR/usr
-    local i; mkdir -p "$1/usr/share/bench"
-    for i in $(seq $(($2 / 16))); do head -c 16M /dev/urandom >"$1/usr/share/bench/f$i"; done
-}
 if [ -z "${BENCH_IN_SYSD:-}" ]; then
     stamp="$BASE_MIB/$LAYER_MIB"
     if [ "$(cat "$FIX/.built" 2>/dev/null)" != "$stamp" ]; then

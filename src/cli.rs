@@ -302,6 +302,7 @@ async fn pull_to_dest(
     let Some(staging) = staging.get() else {
         return error::fail(Kind::Handoff, "the pull made no staging layout to import");
     };
+    end_batch_scheduling();
     let import = crate::store::ostree::import(
         &dest,
         staging,
@@ -480,6 +481,43 @@ fn batch_scheduling() {
     };
     if r != 0 {
         tracing::debug!("SCHED_BATCH refused: {}", std::io::Error::last_os_error());
+    } else {
+        BATCHED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether [`batch_scheduling`] made this process SCHED_BATCH.
+static BATCHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The ostree import is not batch work: ostree-ext hands each layer from its
+/// skopeo through its threads to `ostree commit` children, one wakeup after
+/// another, and without wakeup preemption each handoff waits on a busy
+/// machine. ostree-ext's own import (bench/ostree-peer.sh's peer, 17 layers)
+/// took 13.6-18.0 s under `chrt --batch` against 8.3-8.6 s, at load 9
+/// (docs/benchmarks.md). So every thread that [`batch_scheduling`] made
+/// SCHED_BATCH goes back to SCHED_OTHER before the import, and what it spawns
+/// inherits that.
+#[allow(unsafe_code)]
+fn end_batch_scheduling() {
+    if !BATCHED.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return;
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    for task in tasks.flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        // SAFETY: both calls act on a thread of this process by its id and read
+        // only `param`; one that has exited since the listing makes them fail
+        // (ESRCH), which is harmless.
+        unsafe {
+            if libc::sched_getscheduler(tid) == libc::SCHED_BATCH {
+                libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param);
+            }
+        }
     }
 }
 

@@ -370,7 +370,8 @@ async fn check_signature(
     crate::signature::check(worker, plan, &digests).await
 }
 
-/// Lock the layout, and list the blobs it lacks. What an ostree destination
+/// Lock the layout (for an ostree destination, its staging: ephemeral), and
+/// list the blobs it lacks. What an ostree destination
 /// has already (store::ostree::held) need not come: it is neither fetched
 /// nor staged. Then, before any blob is fetched, whether they fit
 /// (`plan::space`): if not, exit 11, and the layout is left as it was.
@@ -380,7 +381,15 @@ async fn open_layout(
     resolved: &Resolved,
 ) -> anyhow::Result<(Arc<Layout>, Vec<Descriptor>)> {
     let path = dir()?;
-    let layout = tokio::task::spawn_blocking(move || Layout::open_locked(&path)).await??;
+    let staging = matches!(plan.dest, Some(Target::Ostree { .. }));
+    let layout = tokio::task::spawn_blocking(move || {
+        let mut layout = Layout::open_locked(&path)?;
+        if staging {
+            layout.ephemeral();
+        }
+        anyhow::Ok(layout)
+    })
+    .await??;
     let held = match &plan.dest {
         Some(Target::Ostree { dest: o, .. }) => {
             crate::store::ostree::held(o, &plan.image, &resolved.digest, &resolved.manifest)?

@@ -621,7 +621,7 @@ fn a_rejected_image_writes_nothing_into_the_repository() {
 /// sees the staging layout read-only at /tmp/layout; without systemd it runs
 /// under `unshare --net`. A stand-in skopeo that reaches the registry (the
 /// fetch worker) is skopeo; one that cannot (the import) reports and fails,
-/// so the import fails (exit 10) and leaves nothing behind.
+/// so the import fails (exit 10) and leaves nothing behind. It runs SCHED_OTHER.
 #[cfg(feature = "ostree")]
 #[test]
 fn the_imports_skopeo_has_no_network() {
@@ -650,6 +650,8 @@ fn the_imports_skopeo_has_no_network() {
         report.contains("args=--insecure-policy experimental-image-proxy --no-creds"),
         "{report}"
     );
+    // Not SCHED_BATCH, as the fetch is (cli::end_batch_scheduling).
+    assert_eq!(field("policy"), "0", "{report}");
     if sandbox() == "systemd" {
         let uid: u32 = field("uid").parse().unwrap();
         assert!((61184..=65519).contains(&uid), "{report}");

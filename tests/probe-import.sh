@@ -13,7 +13,9 @@ if [ -r /tmp/layout/index.json ]; then
     layout=readable
     if touch /tmp/layout/probe 2>/dev/null; then layout=writable; fi
 fi
+# policy: the scheduling policy (field 41 of stat, 39th after the command's name).
 echo "probe-import: uid=$(id -u) layout=$layout" \
     "capeff=$(awk '/^CapEff/ {print $2}' /proc/self/status)" \
+    "policy=$(sed 's/.*) //' "/proc/$$/stat" | cut -d' ' -f39)" \
     "args=$*" >&2
 exit 3
