@@ -132,6 +132,8 @@ install_hostpull() {
 Description=hostpull: the guest tests of tests/vm.sh
 After=multi-user.target auditd.service dbus.service
 RequiresMountsFor=/vm
+SuccessAction=poweroff-force
+FailureAction=poweroff-force
 [Service]
 Type=oneshot
 StandardOutput=tty
@@ -139,8 +141,6 @@ StandardError=tty
 TTYPath=/dev/ttyS0
 ExecStart=/bin/bash /vm/guest.sh
 TimeoutStartSec=infinity
-SuccessAction=poweroff-force
-FailureAction=poweroff-force
 [Install]
 WantedBy=multi-user.target
 U
@@ -218,6 +218,9 @@ boot() {
 # results DISK DIR: the guest's results directory, read from its disk with debugfs.
 results() {
     rm -rf "$2"; mkdir -p "$2"
+    # debugfs does not replay the journal: a guest killed by the timeout may have left
+    # its last writes only there.
+    e2fsck -fp "$1" >/dev/null 2>&1 || true
     debugfs -R "rdump /results $2" "$1" >/dev/null 2>&1 || true
     [ -f "$2/results/verdicts" ]
 }
