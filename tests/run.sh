@@ -75,11 +75,12 @@ done
 # hostpull type or a guest that does not come up fails the suite (docs/selinux.md).
 # Then the two mutants (the fd rule and the worker's connect rule deleted): each boot
 # runs pull_mirror, which must fail with the matching denial.
-# Measured on this 2-core machine, load 9 from other sessions: the base image
-# (debootstrap, once per package list) 344 s, the image 85-208 s (again whenever the
-# binary, selinux/ or systemd/ change), the rig 17-36 s, the guest boot and its 8 tests
-# 530 s; the mutants 412 s (2 boots of 175 s, their policies, the rig again). So about
-# 25 min on a fresh machine, 19 min with the base cached; less when the cores are ours.
+# Measured on this 2-core machine with other sessions on it: at load 7-10, the base
+# image (debootstrap, once per package list) 344 s, the image 85-208 s (again whenever
+# the binary, selinux/ or systemd/ change), the rig 17-36 s, the guest boot and its 8
+# tests 530 s, the mutants 412 s (2 boots of 175 s, their policies, the rig again):
+# about 25 min on a fresh machine. At load 2-4: the image 32 s, the run 167 s (guest
+# 156 s), the mutants 133 s (2 boots of 40 s): about 11 min with the base to build.
 echo "== tests/vm.sh: the pulls in an enforcing SELinux guest, then its mutants" >&2
 bash tests/vm.sh run || failed+=("the enforcing SELinux guest (tests/vm.sh run)")
 bash tests/vm.sh mutants || failed+=("the SELinux guest's mutants (tests/vm.sh mutants)")

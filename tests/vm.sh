@@ -121,6 +121,9 @@ install_hostpull() {
     # Debian's docker-registry package enables a registry of its own on :5000; the
     # guest's registries are the rig's (the last guest run found only that one listening).
     ln -sf /dev/null "$root/etc/systemd/system/docker-registry.service"
+    # The guest tests print to ttyS0, where a login prompt's vhangup() would cut them
+    # off (a run whose serial log ended at the prompt).
+    ln -sf /dev/null "$root/etc/systemd/system/serial-getty@ttyS0.service"
     # The consumers hostpull rebase hands over to; they cannot be installed here.
     install -m 0755 tests/stand-ins/rpm-ostree tests/stand-ins/bootc "$root/usr/bin/"
     # The guest tests: a oneshot unit running /vm/guest.sh from the second disk, which
