@@ -198,6 +198,7 @@ EXPECT = [
     ("allow", "@orch", "@init", "system", "stop", "StopUnit of a worker unit (guest: USER_AVC)"),
     ("allow", "@orch", "@init", "system", "reload", "ResetFailedUnit of a worker unit (guest: USER_AVC)"),
     ("allow", "@orch", "proc_t", "filesystem", "getattr", "systemd-run statfs()es /proc (guest)"),
+    ("allow", "@orch", "fs_t", "filesystem", "getattr", "the space check statvfs()es the destination (guest)"),
     ("allow", "@worker", "tmpfs_t", "dir", "search read", "/run/credentials/<unit> on tmpfs (guest)"),
     ("allow", "@worker", "tmpfs_t", "file", "read open getattr", "credential files on tmpfs (guest)"),
     ("deny", "@worker", "tmpfs_t", "file", "write", "credentials are read-only"),

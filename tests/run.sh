@@ -2,7 +2,8 @@
 # tests/run.sh - the whole test suite, rig included, on a fresh Debian 12 machine:
 # installs what is missing, checks the SELinux module, brings up the registry rig,
 # runs every test (without systemd, then under a real systemd once per skopeo worker:
-# Debian 12's 1.9.3, 13's 1.18 and unstable's 1.22), tears down.
+# Debian 12's 1.9.3, 13's 1.18 and unstable's 1.22), tears down, and runs the pulls in
+# an enforcing SELinux guest (tests/vm.sh).
 #
 # Knobs: RIG_DIR (default /tmp/hostpull-rig).
 set -euo pipefail
@@ -68,6 +69,21 @@ for w in "${workers[@]}"; do
     # shellcheck disable=SC2086
     systemd_pass $w || failed+=("the systemd pass with ${w%% *}")
 done
+# Last, the SELinux module in an enforcing kernel: tests/vm.sh boots a Debian 12 guest
+# (refpolicy, enforcing=1) under qemu TCG with hostpull installed by make install and
+# semodule -i, and runs the 8 guest tests there; a failed guest test, a denial on a
+# hostpull type or a guest that does not come up fails the suite (docs/selinux.md).
+# Then the two mutants (the fd rule and the worker's connect rule deleted): each boot
+# runs pull_mirror, which must fail with the matching denial.
+# Measured on this 2-core machine with other sessions on it: at load 7-10, the base
+# image (debootstrap, once per package list) 344 s, the image 85-208 s (again whenever
+# the binary, selinux/ or systemd/ change), the rig 17-36 s, the guest boot and its 8
+# tests 530 s, the mutants 412 s (2 boots of 175 s, their policies, the rig again):
+# about 25 min on a fresh machine. At load 2-4: the image 32 s, the run 167 s (guest
+# 156 s), the mutants 133 s (2 boots of 40 s): about 11 min with the base to build.
+echo "== tests/vm.sh: the pulls in an enforcing SELinux guest, then its mutants" >&2
+bash tests/vm.sh run || failed+=("the enforcing SELinux guest (tests/vm.sh run)")
+bash tests/vm.sh mutants || failed+=("the SELinux guest's mutants (tests/vm.sh mutants)")
 if [ ${#failed[@]} -gt 0 ]; then
     printf 'run.sh: failed: %s\n' "${failed[@]}" >&2
     exit 1

@@ -148,9 +148,9 @@ t_domains() {
     grep -q ':hostpull_worker_t:s0 skopeo .*experimental-image-proxy' "$R/domains.txt" ||
         fail "the proxy never seen in hostpull_worker_t"
     # Root runs `skopeo --version` for the report, in its own domain; every other
-    # skopeo is the worker.
+    # skopeo is the worker. (ps pads the comm column with spaces.)
     ! grep -v -e ':hostpull_t:s0 hostpull ' -e ':hostpull_worker_t:s0 skopeo ' \
-        -e ':hostpull_t:s0 skopeo [^ ]*skopeo --version$' "$R/domains.txt" ||
+        -e ':hostpull_t:s0 skopeo  *[^ ]*skopeo --version$' "$R/domains.txt" ||
         fail "a process in another domain (above)"
     layout_has /var/lib/hostpull/images/paced v1
 }

@@ -121,6 +121,9 @@ install_hostpull() {
     # Debian's docker-registry package enables a registry of its own on :5000; the
     # guest's registries are the rig's (the last guest run found only that one listening).
     ln -sf /dev/null "$root/etc/systemd/system/docker-registry.service"
+    # The guest tests print to ttyS0, where a login prompt's vhangup() would cut them
+    # off (a run whose serial log ended at the prompt).
+    ln -sf /dev/null "$root/etc/systemd/system/serial-getty@ttyS0.service"
     # The consumers hostpull rebase hands over to; they cannot be installed here.
     install -m 0755 tests/stand-ins/rpm-ostree tests/stand-ins/bootc "$root/usr/bin/"
     # The guest tests: a oneshot unit running /vm/guest.sh from the second disk, which
@@ -132,6 +135,8 @@ install_hostpull() {
 Description=hostpull: the guest tests of tests/vm.sh
 After=multi-user.target auditd.service dbus.service
 RequiresMountsFor=/vm
+SuccessAction=poweroff-force
+FailureAction=poweroff-force
 [Service]
 Type=oneshot
 StandardOutput=tty
@@ -139,8 +144,6 @@ StandardError=tty
 TTYPath=/dev/ttyS0
 ExecStart=/bin/bash /vm/guest.sh
 TimeoutStartSec=infinity
-SuccessAction=poweroff-force
-FailureAction=poweroff-force
 [Install]
 WantedBy=multi-user.target
 U
@@ -218,6 +221,9 @@ boot() {
 # results DISK DIR: the guest's results directory, read from its disk with debugfs.
 results() {
     rm -rf "$2"; mkdir -p "$2"
+    # debugfs does not replay the journal: a guest killed by the timeout may have left
+    # its last writes only there.
+    e2fsck -fp "$1" >/dev/null 2>&1 || true
     debugfs -R "rdump /results $2" "$1" >/dev/null 2>&1 || true
     [ -f "$2/results/verdicts" ]
 }

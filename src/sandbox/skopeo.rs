@@ -13,6 +13,21 @@ use crate::error::{Failure, Kind, Retry, classify_with_cause};
 /// a retry's warning, which gives only that line, names its cause too.
 pub fn worker_failure(doing: &str, text: &str) -> Failure {
     let message = skopeo_message(text);
+    // systemd-run's own error: the bus daemon or PID 1 would not start the worker's
+    // unit. An SELinux denial of the fds it passes (rpm-ostree#3239) reads
+    // `Connection reset by peer` here (the enforcing guest, tests/vm.sh mutants): the
+    // sandbox failed, not the registry, and a retry cannot help.
+    let unit_failed = message
+        .lines()
+        .find_map(|l| l.strip_prefix("Failed to start transient service unit: "));
+    if let Some(why) = unit_failed {
+        let first = format!(
+            "worker failed while {doing}: systemd-run could not start the worker unit: {why}"
+        );
+        return Failure::new(Kind::Worker, first)
+            .with_detail(message.clone())
+            .with_retry(Retry::Never);
+    }
     let (kind, cause) = classify_with_cause(&message);
     let what = match kind {
         Kind::Auth => "authentication refused",
@@ -134,5 +149,17 @@ mod tests {
             r#"time="…" level=fatal msg="reading manifest v1 in r/x: errors:\nunauthorized: authentication required\nerror parsing HTTP 401 response body: invalid character 'x' looking for beginning of value: \"x: eof: \\\"y\\\"\\n\"\n""#,
         );
         assert_eq!(f.kind, Kind::Auth, "{:?}", f.detail);
+        // systemd-run refused by the bus daemon (SELinux: no fd use on the caller's
+        // fds): a worker failure, never a network error to retry.
+        let f = worker_failure(
+            "inspecting x",
+            "Failed to start transient service unit: Connection reset by peer\n",
+        );
+        assert_eq!(f.kind, Kind::Worker);
+        assert_eq!(
+            f.message,
+            "worker failed while inspecting x: systemd-run could not start the worker unit: Connection reset by peer"
+        );
+        assert!(matches!(f.retry, Retry::Never));
     }
 }
