@@ -582,6 +582,7 @@ cmd_down() {
     stop_registry
     with_mtls stop_registry
     with_mirror stop_registry
+    stop_gpg_agent
     note "down"
 }
 

@@ -17,8 +17,17 @@
 # and a Rekor dsse entry logged now), hostpull/bundled-other (names small:v2's digest),
 # and the faults junk-bundle, huge-bundle, not-index (hostpull/bundled-FAULT).
 
+# stop_gpg_agent: the agent an earlier `up` started for this rig. Left running, it holds
+# the socket of a home that `rm -rf` removed, and the next key generation fails with "No
+# agent running".
+stop_gpg_agent() {
+    [ -d "$RIG_DIR/sig/gnupg" ] || return 0
+    gpgconf --homedir "$RIG_DIR/sig/gnupg" --kill gpg-agent 2>/dev/null || true
+}
+
 make_signatures() {
     local sig=$RIG_DIR/sig fpr digest copied
+    stop_gpg_agent
     rm -rf "$sig"
     mkdir -p -m 700 "$sig/gnupg"
     mkdir -p "$sig/lookaside" "$sig/registries.d"

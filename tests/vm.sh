@@ -51,18 +51,29 @@ note() { echo "vm: $*" >&2; }
 die() { echo "vm: $*" >&2; exit 1; }
 hash_of() { sha256sum | cut -c1-16; }
 
-install_host_tools() {
-    local p missing=()
+missing_host_tools() {
+    local p
     for p in "${HOST_PACKAGES[@]}"; do
         [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] \
-            || missing+=("$p")
+            || echo "$p"
     done
-    if [ ${#missing[@]} -gt 0 ]; then
+}
+
+# install_host_tools: HOST_PACKAGES, in two passes: a machine with a backported qemu-utils
+# loses it when bookworm's qemu-system-x86 comes in (they break each other), and the
+# second pass brings the matching one.
+install_host_tools() {
+    local pass missing
+    export DEBIAN_FRONTEND=noninteractive
+    for pass in 1 2; do
+        mapfile -t missing < <(missing_host_tools)
+        [ ${#missing[@]} -gt 0 ] || return 0
         note "installing ${missing[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
+        [ "$pass" = 2 ] || apt-get update -qq
         apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    fi
+    done
+    mapfile -t missing < <(missing_host_tools)
+    [ ${#missing[@]} -eq 0 ] || die "could not install ${missing[*]}"
 }
 
 # build_base ROOT: Debian 12 minbase with PACKAGES, from the host's own apt source.
