@@ -107,11 +107,16 @@ ensure_base() {
 
 # ensure_bin: the binary to install (VM_BIN, or a release build of this tree: under
 # TCG a debug build spends 30 s of CPU on the smallest pull).
+# Also the fixture maker examples/ostree-encapsulate (the guest's ostree images).
 ensure_bin() {
-    if [ -n "${VM_BIN:-}" ]; then BIN=$VM_BIN; else
-        cargo build --release --locked --features ostree --bin hostpull >&2
+    if [ -n "${VM_BIN:-}" ]; then
+        BIN=$VM_BIN
+        cargo build --release --locked --features ostree --example ostree-encapsulate >&2
+    else
+        cargo build --release --locked --features ostree --bin hostpull --example ostree-encapsulate >&2
         BIN=$SRC/target/release/hostpull
     fi
+    ENCAPSULATE=$SRC/target/release/examples/ostree-encapsulate
     [ -x "$BIN" ] || die "no hostpull binary at $BIN"
 }
 
@@ -191,9 +196,40 @@ make_rig() {
     RIG=$VM_DIR/rig
     RIG_DIR=$RIG RIG_BIG=0 bash tests/rig.sh up >"$VM_DIR/rig.log" 2>&1 ||
         { tail -20 "$VM_DIR/rig.log" >&2; die "rig.sh up failed"; }
+    # In the background: set -e stays on in it (on the left of || it would be off).
+    make_ostree_images >>"$VM_DIR/rig.log" 2>&1 &
+    wait $! || { tail -20 "$VM_DIR/rig.log" >&2; die "the ostree images could not be made"; }
     RIG_DIR=$RIG bash tests/rig.sh down >>"$VM_DIR/rig.log" 2>&1
     note "rig made in $(since "$t")"
 }
+
+# make_ostree_images: hostpull/ostree:v1, an ostree-encapsulated base as FCOS and bootc
+# base images are made, its files labelled by the guest's own file contexts (ostree
+# commit --selinux-policy); hostpull/ostree:v2, that base plus one plain layer. Pushed to
+# the rig's registry (up).
+make_ostree_images() (
+    set -e
+    local d=$VM_DIR/ostree-fixture
+    # shellcheck source=bench/lib.sh
+    source bench/lib.sh   # derive
+    # shellcheck disable=SC1091
+    source "$RIG/env"
+    rm -rf "$d"; mkdir -p "$d/tree/usr/bin" "$d/tree/usr/etc" "$d/tree/usr/lib" "$d/layer/usr/share/hostpull-fixture"
+    printf '#!/bin/sh\necho hello\n' >"$d/tree/usr/bin/hostpull-hello"
+    chmod 0755 "$d/tree/usr/bin/hostpull-hello"
+    echo 'ID=hostpull-vm-fixture' >"$d/tree/usr/lib/os-release"
+    echo 'base' >"$d/tree/usr/etc/hostpull-fixture.conf"
+    echo 'derived' >"$d/layer/usr/share/hostpull-fixture/derived"
+    ostree --repo="$d/src" init --mode=archive
+    ostree --repo="$d/src" commit --branch=fixture --selinux-policy="$BASE" --tree=dir="$d/tree" >/dev/null
+    "$ENCAPSULATE" "$d/src" fixture "$d/v1" v1 >/dev/null
+    derive "$d/v1" "$d/v2" v2 "$d/layer"
+    for t in v1 v2; do
+        skopeo copy -q --dest-authfile "$RIG_AUTHFILE" --dest-cert-dir "$RIG_CERT_DIR" \
+            "oci:$d/$t:$t" "docker://$RIG_REGISTRY/hostpull/ostree:$t"
+    done
+    rm -rf "$d"
+)
 
 # make_disk DISK [MUTANT-NAME POLICY]: the second disk: the guest tests, the rig, and
 # a mutant's policy if given.
@@ -240,7 +276,7 @@ results() {
 }
 
 # The guest tests (tests/vm-guest.sh's TESTS): each must report a verdict.
-GUEST_TESTS=(pull_mirror domains timer sigterm oom gpg sigstore security)
+GUEST_TESTS=(pull_mirror domains timer sigterm oom gpg sigstore security ostree)
 
 # guest NAME [MUTANT POLICY]: one boot; its results in $VM_DIR/NAME/results.
 guest() {
@@ -294,6 +330,7 @@ cmd_run() {
 MUTANTS=(
     'fds|hostpull_fds_via_systemd(hostpull_t)|pull_mirror|scontext=[^ ]*:(init|system_dbusd)_t:[^ ]* tcontext=[^ ]*:hostpull_t:[^ ]* tclass=(fd|unix_stream_socket|fifo_file)'
     'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|pull_mirror|denied  \{ name_connect \} .*scontext=system_u:system_r:hostpull_worker_t'
+    'relabel|	allow hostpull_t { hostpull_object_types shadow_t }:file { getattr open read link rename unlink setattr relabelto };|ostree|denied  \{ [a-z ]*relabelto[a-z ]* \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:(bin|etc|lib)_t'
 )
 
 # mutant_policy NAME LINE: the guest's policy with LINE deleted from hostpull.te.

@@ -88,12 +88,27 @@ fn with_fscreate<T>(
     let Some(label) = label else {
         return f();
     };
-    // The calling thread's own attribute, as libselinux's setfscreatecon().
-    let attr = "/proc/thread-self/attr/fscreate";
-    std::fs::write(attr, label)?;
+    set_fscreate(label.as_bytes())?;
     let r = f();
-    std::fs::write(attr, b"")?;
+    set_fscreate(b"")?;
     r
+}
+
+/// The calling thread's file creation context, as libselinux's
+/// setfscreatecon(): opened for writing only (with `O_TRUNC`, the enforcing
+/// guest saw a `dac_override` denial) and written with exactly one write(2),
+/// an empty one to reset it. `std::fs::write(…, b"")` makes no write(2) at
+/// all: the label stayed on the thread, and the next worker's CA directory
+/// was created as `hostpull_staging_t`, which the worker may not search.
+fn set_fscreate(label: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut attr = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/thread-self/attr/fscreate")?;
+    match attr.write(label)? {
+        n if n == label.len() => Ok(()),
+        _ => Err(std::io::Error::other("a short write to attr/fscreate")),
+    }
 }
 
 /// What an import did, for the `--json` result.
