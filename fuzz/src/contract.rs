@@ -54,11 +54,21 @@ fn no_secret(what: &str, e: &anyhow::Error) {
     assert!(!msg.contains(SECRET_MARK), "{what}: a secret in {msg:?}");
 }
 
-/// A scratch directory for this process, for the targets that read files.
+/// A scratch directory for this process, for the targets that read files: on
+/// tmpfs where there is one (a write to disk costs more than the parse).
+/// Each target writes the same fixed set of files every time, so a file is
+/// overwritten, never left over from an earlier input.
 fn scratch() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| tempfile::tempdir().expect("scratch dir"))
-        .path()
+    DIR.get_or_init(|| {
+        let shm = Path::new("/dev/shm");
+        match shm.is_dir() {
+            true => tempfile::tempdir_in(shm),
+            false => tempfile::tempdir(),
+        }
+        .expect("scratch dir")
+    })
+    .path()
 }
 
 fn write(rel: &str, data: &[u8]) -> PathBuf {
@@ -291,7 +301,6 @@ pub fn registries_conf_target(data: &[u8]) {
     use hostpull::plan::registries;
     let (main, dropin) = split(data);
     let root = scratch().join("regroot");
-    let _ = std::fs::remove_dir_all(&root);
     write("regroot/etc/containers/registries.conf", main);
     write("regroot/etc/containers/registries.conf.d/50-x.conf", dropin);
     for explicit in [None, Some(root.join("etc/containers/registries.conf"))] {
@@ -354,7 +363,6 @@ pub fn registries_d_target(data: &[u8]) {
     use hostpull::plan::policy;
     let (one, two) = split(data);
     let dir = scratch().join("registries.d");
-    let _ = std::fs::remove_dir_all(&dir);
     write("registries.d/a.yaml", one);
     write("registries.d/b.yaml", two);
     let text = r#"{"default":[{"type":"insecureAcceptAnything"}]}"#;
@@ -578,7 +586,6 @@ pub fn hostpull_config_target(data: &[u8]) {
         expect_code("config::parse", &e, &[2]);
     }
     let root = scratch().join("hproot");
-    let _ = std::fs::remove_dir_all(&root);
     write("hproot/etc/hostpull/config.d/10-x.toml", config);
     write("hproot/etc/hostpull/pulls.d/p.toml", profile);
     let dir = Dir::open_ambient_dir(&root, ambient_authority()).unwrap();
