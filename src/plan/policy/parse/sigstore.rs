@@ -27,6 +27,40 @@ pub(super) fn sigstore(v: &Json, what: &str) -> Result<Raw, Why> {
             "signedIdentity",
         ],
     )?;
+    let mut sources = key_sources(m, what)?;
+    let mut rekor_sources = rekor_keys(m, what)?;
+    let rekor = rekor_sources.len();
+    if sources.len() != 1 {
+        return Err(format!(
+            "{what}: exactly one of keyPath, keyPaths, keyData, keyDatas, fulcio, and pki must be specified"
+        ));
+    }
+    let keys = sources.remove(0);
+    if rekor > 1 {
+        return Err(format!(
+            "{what}: at most one of rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas can be used simultaneously"
+        ));
+    }
+    if matches!(keys, Keys::Fulcio(_)) && rekor == 0 {
+        return Err(format!(
+            "{what}: At least one of rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas must be specified if fulcio is used"
+        ));
+    }
+    if matches!(keys, Keys::Pki(_)) && rekor > 0 {
+        return Err(format!(
+            "{what}: rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas are not supported for pki"
+        ));
+    }
+    Ok(Raw::SigstoreSigned {
+        keys,
+        rekor: rekor_sources.pop(),
+        identity: signed_identity(get(m, "signedIdentity"), what)?,
+    })
+}
+
+/// The public keys, Fulcio or PKI of a `sigstoreSigned` requirement: one
+/// entry per field given (exactly one is valid).
+fn key_sources(m: &[(String, Json)], what: &str) -> Result<Vec<Keys>, Why> {
     let nonempty = |k: &str, n: usize| {
         if n == 0 {
             Err(format!("{what}: {k:?} contains no entries"))
@@ -66,34 +100,7 @@ pub(super) fn sigstore(v: &Json, what: &str) -> Result<Raw, Why> {
     if let Some(p) = get(m, "pki") {
         sources.push(Keys::Pki(Box::new(pki(p)?)));
     }
-    let mut rekor_sources = rekor_keys(m, what)?;
-    let rekor = rekor_sources.len();
-    if sources.len() != 1 {
-        return Err(format!(
-            "{what}: exactly one of keyPath, keyPaths, keyData, keyDatas, fulcio, and pki must be specified"
-        ));
-    }
-    let keys = sources.remove(0);
-    if rekor > 1 {
-        return Err(format!(
-            "{what}: at most one of rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas can be used simultaneously"
-        ));
-    }
-    if matches!(keys, Keys::Fulcio(_)) && rekor == 0 {
-        return Err(format!(
-            "{what}: At least one of rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas must be specified if fulcio is used"
-        ));
-    }
-    if matches!(keys, Keys::Pki(_)) && rekor > 0 {
-        return Err(format!(
-            "{what}: rekorPublicKeyPath, rekorPublicKeyPaths, rekorPublicKeyData and rekorPublicKeyDatas are not supported for pki"
-        ));
-    }
-    Ok(Raw::SigstoreSigned {
-        keys,
-        rekor: rekor_sources.pop(),
-        identity: signed_identity(get(m, "signedIdentity"), what)?,
-    })
+    Ok(sources)
 }
 
 /// `fulcio`, checked (keyless sigstore).
