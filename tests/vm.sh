@@ -43,7 +43,7 @@ PACKAGES=(systemd systemd-sysv udev dbus selinux-basics selinux-policy-default a
           skopeo containernetworking-plugins docker-registry curl ca-certificates
           ostree gpgv util-linux)
 HOST_PACKAGES=(qemu-system-x86 qemu-utils debootstrap policycoreutils semodule-utils e2fsprogs
-               selinux-policy-default selinux-policy-dev make bzip2)
+               selinux-policy-default selinux-policy-dev make bzip2 jq)   # jq: bench/lib.sh derive
 
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f s", b-a}'; }
