@@ -109,13 +109,10 @@ ensure_base() {
 # TCG a debug build spends 30 s of CPU on the smallest pull).
 # Also the fixture maker examples/ostree-encapsulate (the guest's ostree images).
 ensure_bin() {
-    if [ -n "${VM_BIN:-}" ]; then
-        BIN=$VM_BIN
-        cargo build --release --locked --features ostree --example ostree-encapsulate >&2
-    else
-        cargo build --release --locked --features ostree --bin hostpull --example ostree-encapsulate >&2
-        BIN=$SRC/target/release/hostpull
-    fi
+    local build=(--example ostree-encapsulate)
+    [ -n "${VM_BIN:-}" ] || build+=(--bin hostpull)
+    cargo build --release --locked --features ostree "${build[@]}" >&2
+    BIN=${VM_BIN:-$SRC/target/release/hostpull}
     ENCAPSULATE=$SRC/target/release/examples/ostree-encapsulate
     [ -x "$BIN" ] || die "no hostpull binary at $BIN"
 }
@@ -275,8 +272,9 @@ results() {
     [ -f "$2/results/verdicts" ]
 }
 
-# The guest tests (tests/vm-guest.sh's TESTS): each must report a verdict.
-GUEST_TESTS=(pull_mirror domains timer sigterm oom gpg sigstore security ostree)
+# The guest tests, as tests/vm-guest.sh lists them (TESTS): each must report a verdict.
+read -ra GUEST_TESTS <<<"$(sed -n 's/^TESTS=(\(.*\))$/\1/p' tests/vm-guest.sh)"
+[ ${#GUEST_TESTS[@]} -gt 0 ] || die "no TESTS=(...) line in tests/vm-guest.sh"
 
 # guest NAME [MUTANT POLICY]: one boot; its results in $VM_DIR/NAME/results.
 guest() {
