@@ -8,5 +8,5 @@ echo "probe: uid=$(id -u) secret=$(can_read "$secret")" \
     "creds=$(can_read "${CREDENTIALS_DIRECTORY:-/nonexistent}/auth.json")" \
     "capeff=$(awk '/^CapEff/ {print $2}' /proc/self/status)" \
     "nnp=$(awk '/^NoNewPrivs/ {print $2}' /proc/self/status)" \
-    "home=$HOME" >&2
+    "home=$HOME" "top=$(ls -A / | tr '\n' ,)" "var=$(ls -A /var | tr '\n' ,)" >&2
 exit 3

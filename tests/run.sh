@@ -71,10 +71,10 @@ for w in "${workers[@]}"; do
 done
 # Last, the SELinux module in an enforcing kernel: tests/vm.sh boots a Debian 12 guest
 # (refpolicy, enforcing=1) under qemu TCG with hostpull installed by make install and
-# semodule -i, and runs the 8 guest tests there; a failed guest test, a denial on a
-# hostpull type or a guest that does not come up fails the suite (docs/selinux.md).
-# Then the two mutants (the fd rule and the worker's connect rule deleted): each boot
-# runs pull_mirror, which must fail with the matching denial.
+# semodule -i, and runs the guest tests there (tests/vm-guest.sh TESTS); a failed guest
+# test, a denial on a hostpull type or a guest that does not come up fails the suite
+# (docs/selinux.md). Then the mutants (tests/vm.sh MUTANTS: one rule of hostpull.te
+# deleted each): each boot runs one guest test, which must fail with the matching denial.
 # Measured on this 2-core machine with other sessions on it: at load 7-10, the base
 # image (debootstrap, once per package list) 344 s, the image 85-208 s (again whenever
 # the binary, selinux/ or systemd/ change), the rig 17-36 s, the guest boot and its 8

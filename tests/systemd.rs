@@ -110,10 +110,11 @@ fn unit_has_the_configured_properties() {
         String::from_utf8_lossy(&out.stderr)
     );
     // `systemd-analyze security` of the running unit, with this worker: the
-    // system calls are narrowed. What is left (1.1 with each worker) is the
-    // network itself, with no allow list (IPAddressDeny= only: registries
-    // redirect blobs to addresses nobody knows in advance), the host's root
-    // directory, and the clock's device that ProtectClock= leaves readable.
+    // system calls are narrowed, and the root is its own. What is left (1.0
+    // with each worker) is the network itself, with no allow list
+    // (IPAddressDeny= only: registries redirect blobs to addresses nobody
+    // knows in advance), and the clock's device that ProtectClock= leaves
+    // readable.
     let exposure: f64 = security
         .lines()
         .find_map(|l| {
@@ -124,8 +125,9 @@ fn unit_has_the_configured_properties() {
         .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no exposure level in\n{security}"));
     eprintln!("worker {}: exposure {exposure}", worker_protocol());
-    assert!(exposure <= 1.1, "exposure {exposure}:\n{security}");
+    assert!(exposure <= 1.0, "exposure {exposure}:\n{security}");
     for gone in [
+        "RootDirectory=/RootImage=",
         "SystemCallFilter=~@privileged",
         "SystemCallFilter=~@resources",
     ] {
@@ -198,6 +200,21 @@ fn worker_cannot_read_root_secrets() {
     assert_eq!(field("capeff"), "0000000000000000", "{report}");
     assert_eq!(field("nnp"), "1", "{report}");
     assert_eq!(field("home"), "/tmp", "{report}");
+    // Its root is its own: of the host's tree, only programs, libraries,
+    // configuration and add-on packages (src/sandbox/prepare.rs worker_root);
+    // /var holds only its private /var/tmp. (/root, and /home where the host
+    // has one, are ProtectHome='s inaccessible mounts.)
+    let top = field("top");
+    let allowed = [
+        "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "tmp", "var", "run",
+        "dev", "proc", "sys", "root", "home",
+    ];
+    assert!(top.split(',').any(|e| e == "usr"), "{report}");
+    assert!(
+        top.split(',').all(|e| e.is_empty() || allowed.contains(&e)),
+        "{report}"
+    );
+    assert_eq!(field("var"), "tmp,", "{report}");
     // And the same probe without the sandbox runs as root: the check can fail.
     let mut c = with_rig_creds(pull_cmd(
         var("RIG_IMG_SMALL"),
@@ -206,6 +223,7 @@ fn worker_cannot_read_root_secrets() {
     c.args(["--sandbox", "none"]).env("HOSTPULL_SKOPEO", &probe);
     let r = run(&mut c);
     assert!(r.stderr.contains("uid=0 secret=readable"), "{}", r.stderr);
+    assert!(!r.stderr.contains(" var=tmp,"), "{}", r.stderr);
 }
 
 /// The proxy streams blobs, so its memory stays flat: 512 MiB go through a
@@ -353,18 +371,22 @@ fn leftover_units_of_a_dead_orchestrator_are_stopped() {
     );
 }
 
-/// A worker binary the unit cannot see (the unit's /tmp is private) fails to
-/// start, and hostpull says that, with exit code 8.
+/// A worker binary the unit cannot see fails to start, and hostpull says that,
+/// with exit code 8. The unit's root holds the program's own directory, but
+/// not the other one its symlink points into.
 #[test]
 fn worker_that_cannot_start_is_a_sandbox_failure() {
     let s = scratch();
     let hidden = s.path().join("skopeo");
     std::fs::copy("/usr/bin/skopeo", &hidden).unwrap();
+    let shown = scratch();
+    let link = shown.path().join("skopeo");
+    std::os::unix::fs::symlink(&hidden, &link).unwrap();
     let mut c = systemd_pull(
         var("RIG_IMG_SMALL"),
         &format!("oci:{}", s.path().join("l").display()),
     );
-    c.env("HOSTPULL_SKOPEO", &hidden);
+    c.env("HOSTPULL_SKOPEO", &link);
     let r = run(&mut c);
     r.assert_failure(8);
     assert!(

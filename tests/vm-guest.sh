@@ -227,7 +227,7 @@ t_security() {
     score=$(sed -n 's/.*Overall exposure level for .*: \([0-9.]*\) .*/\1/p' "$R/security.txt")
     echo "exposure of $unit: $score"
     [ -n "$score" ] || fail "no exposure level: $(tail -3 "$R/security.txt")"
-    awk -v s="$score" 'BEGIN{exit !(s <= 1.1)}' || fail "exposure $score > 1.1"
+    awk -v s="$score" 'BEGIN{exit !(s <= 1.0)}' || fail "exposure $score > 1.0"
 }
 
 # ostree: the base image imported into /ostree/repo (hostpull_ostree_repo_t), its objects

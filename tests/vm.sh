@@ -14,7 +14,7 @@
 # Knobs: VM_DIR (default /var/tmp/hostpull-vm: big artefacts, never in git), VM_BIN (the
 # hostpull binary to install; default: cargo build --release), VM_TIMEOUT (seconds a boot
 # may take, default 1200), VM_SMP (default 2), VM_TESTS (a regex of guest test names),
-# VM_DONTAUDIT=0 (the policy without its dontaudit rules: silent denials logged too).
+# VM_MUTANTS (a regex of mutant names, for `mutants`), VM_DONTAUDIT=0 (the policy without its dontaudit rules: silent denials logged too).
 #
 # Never KVM: /dev/kvm answers on these machines, but a nested guest hangs after the
 # kernel's boot stub. Under TCG, with 2 vCPUs, boot to power-off takes about 25 s idle.
@@ -36,6 +36,7 @@ VM_DIR=${VM_DIR:-/var/tmp/hostpull-vm}
 VM_TIMEOUT=${VM_TIMEOUT:-1200}
 VM_SMP=${VM_SMP:-2}
 VM_TESTS=${VM_TESTS:-.}
+VM_MUTANTS=${VM_MUTANTS:-.}
 # What the guest has, besides minbase. skopeo needs containernetworking-plugins spelled
 # out (debootstrap does not resolve the virtual container-network-stack).
 PACKAGES=(systemd systemd-sysv udev dbus selinux-basics selinux-policy-default auditd
@@ -329,6 +330,7 @@ MUTANTS=(
     'fds|hostpull_fds_via_systemd(hostpull_t)|pull_mirror|scontext=[^ ]*:(init|system_dbusd)_t:[^ ]* tcontext=[^ ]*:hostpull_t:[^ ]* tclass=(fd|unix_stream_socket|fifo_file)'
     'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|pull_mirror|denied  \{ name_connect \} .*scontext=system_u:system_r:hostpull_worker_t'
     'relabel|	allow hostpull_t { hostpull_object_types shadow_t }:file { getattr open read link rename unlink setattr relabelto };|ostree|denied  \{ [a-z ]*relabelto[a-z ]* \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:(bin|etc|lib)_t'
+    'root|filetrans_pattern(hostpull_t, hostpull_runtime_t, hostpull_worker_conf_t, dir, "root")|pull_mirror|denied  \{ create \} .*name="bin" scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:hostpull_runtime_t:s0 tclass=lnk_file'
 )
 
 # mutant_policy NAME LINE: the guest's policy with LINE deleted from hostpull.te.
@@ -345,11 +347,13 @@ mutant_policy() {
 }
 
 cmd_mutants() {
-    local m name line test want failed=0
-    VM_TESTS=$(printf '%s\n' "${MUTANTS[@]}" | cut -d'|' -f3 | sort -u | paste -sd'|')
+    local m name line test want failed=0 chosen
+    mapfile -t chosen < <(printf '%s\n' "${MUTANTS[@]}" | grep -E "^($VM_MUTANTS)\|" || true)
+    [ ${#chosen[@]} -gt 0 ] || die "no mutant matches VM_MUTANTS='$VM_MUTANTS'"
+    VM_TESTS=$(printf '%s\n' "${chosen[@]}" | cut -d'|' -f3 | sort -u | paste -sd'|')
     VM_TESTS="^($VM_TESTS)\$"
     prepare
-    for m in "${MUTANTS[@]}"; do
+    for m in "${chosen[@]}"; do
         IFS='|' read -r name line test want <<<"$m"
         mutant_policy "$name" "$line"
         guest "mutant-$name" "$name" "$POLICY"

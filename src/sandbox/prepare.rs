@@ -17,6 +17,7 @@ use crate::plan::worker::{self, WorkerSpec};
 /// configuration as read-only binds.
 pub(super) fn systemd(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<unit::Mounts> {
     let mut mounts = unit::Mounts::default();
+    worker_root(staging, &mut mounts).context("Making the worker's root directory")?;
     if !spec.credentials.is_empty() {
         let staged = staging.write(AUTHFILE, &auth::minimal_authfile(&spec.credentials))?;
         mounts.credentials.push((AUTHFILE.into(), staged));
@@ -58,6 +59,43 @@ pub(super) fn systemd(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<un
         mounts.binds.push((staged, "/etc/hosts".into()));
     }
     Ok(mounts)
+}
+
+/// The worker unit's root directory (`RootDirectory=`), `root` in the staging
+/// directory: mount points, and of the host's top-level programs, libraries,
+/// configuration and add-on packages (/usr, /etc, /opt, /bin, /lib64, …)
+/// each symlink as it is (`/bin` → `usr/bin` where /usr is merged) and each
+/// directory bound read-only. Nothing else of the host's tree is there: not
+/// /var, /srv, /home, /root, /boot, /sysroot, /ostree or the host's /run. The
+/// worker's program directory, if it is elsewhere, is bound by
+/// [`unit::systemd_run`].
+fn worker_root(staging: &Staging, mounts: &mut unit::Mounts) -> anyhow::Result<()> {
+    let root = staging.path().join("root");
+    let dir = |p: &Path| std::fs::DirBuilder::new().mode(0o755).create(p);
+    dir(&root)?;
+    // Mount points: systemd makes what it mounts there (/proc, /dev, the
+    // private /tmp and /var/tmp, /run's tmpfs), but not where they go.
+    for d in ["tmp", "var", "var/tmp", "run", "dev", "proc", "sys"] {
+        dir(&root.join(d))?;
+    }
+    let tops = [
+        "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+    ];
+    for name in tops {
+        let host = Path::new("/").join(name);
+        match std::fs::symlink_metadata(&host) {
+            Ok(m) if m.file_type().is_symlink() => {
+                std::os::unix::fs::symlink(std::fs::read_link(&host)?, root.join(name))?;
+            }
+            Ok(m) if m.is_dir() => {
+                dir(&root.join(name))?;
+                mounts.binds.push((host.clone(), host));
+            }
+            _ => {}
+        }
+    }
+    mounts.root = Some(root);
+    Ok(())
 }
 
 /// Stage the files of a worker that runs as a plain child: its HOME, and

@@ -13,9 +13,10 @@ pub const SLICE: &str = "hostpull.slice";
 pub const UNIT_PREFIX: &str = "hostpull-worker-";
 
 /// Hardening of the worker unit. Each line is kept because skopeo works with it;
-/// together with `IPAddressDeny=` ([`IP_DENY`]) they measure an exposure of
-/// 1.1 ("OK") with `systemd-analyze security` on the running unit, with each
-/// worker; what is left is the network itself. tests/systemd.rs checks it.
+/// together with `IPAddressDeny=` ([`IP_DENY`]) and a root directory of its own
+/// ([`root_directory`]) they measure an exposure of 1.0 ("OK") with
+/// `systemd-analyze security` on the running unit, with each worker; what is
+/// left is the network itself. tests/systemd.rs checks it.
 const HARDENING: &[&str] = &[
     // A fresh uid/gid for each run, released afterwards: the worker owns no file
     // on the host and can read nothing that is not world-readable.
@@ -86,6 +87,9 @@ pub struct Mounts {
     /// The name servers of the worker's resolv.conf that [`IP_DENY`] covers:
     /// `IPAddressAllow=` lets them through, and nothing else of those ranges.
     pub resolvers: Vec<IpAddr>,
+    /// `RootDirectory=`: the worker's own root (src/sandbox/prepare.rs
+    /// `worker_root`), which holds only what `binds` bind there.
+    pub root: Option<PathBuf>,
 }
 
 /// [`IP_DENY`] as systemd spells it.
@@ -132,6 +136,9 @@ pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path
             dst.display()
         ));
     }
+    if let Some(root) = &mounts.root {
+        props.extend(root_directory(root, skopeo));
+    }
     if let Some(ctx) = &spec.selinux_context {
         props.push(format!("SELinuxContext={ctx}"));
     }
@@ -159,6 +166,29 @@ pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path
         c.env("DBUS_SYSTEM_BUS_ADDRESS", bus);
     }
     c
+}
+
+/// The properties of a unit whose root is `root`: the API file systems, an
+/// empty /run (where systemd puts the unit's credentials), and `program`'s
+/// directory, read-only at the path the unit runs it by, if it is not in /usr
+/// (bound already) or a top-level symlink to it.
+fn root_directory(root: &Path, program: &Path) -> Vec<String> {
+    let mut props = vec![
+        format!("RootDirectory={}", root.display()),
+        "MountAPIVFS=yes".into(),
+        "TemporaryFileSystem=/run".into(),
+    ];
+    if let Some(dir) = program.parent()
+        && let Ok(real) = std::fs::canonicalize(dir)
+        && !real.starts_with("/usr")
+    {
+        props.push(format!(
+            "BindReadOnlyPaths={}:{}",
+            real.display(),
+            dir.display()
+        ));
+    }
+    props
 }
 
 /// The `systemd-run` command for the skopeo that reads a local, verified layout
@@ -222,6 +252,32 @@ mod tests {
             .collect()
     }
 
+    /// A program outside /usr is bound where the unit runs it by; one in
+    /// /usr, or behind a top-level symlink into it, is there already.
+    #[test]
+    fn root_directory_binds_the_program_outside_usr() {
+        let td = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(td.path()).unwrap();
+        let binds = |p: &Path| -> Vec<String> {
+            root_directory(Path::new("/r"), p)
+                .into_iter()
+                .filter(|p| p.starts_with("BindReadOnlyPaths="))
+                .collect()
+        };
+        assert_eq!(
+            binds(&td.path().join("skopeo")),
+            [format!(
+                "BindReadOnlyPaths={}:{}",
+                real.display(),
+                td.path().display()
+            )]
+        );
+        assert!(binds(Path::new("/usr/bin/skopeo")).is_empty());
+        if std::fs::canonicalize("/bin").is_ok_and(|b| b.starts_with("/usr")) {
+            assert!(binds(Path::new("/bin/skopeo")).is_empty());
+        }
+    }
+
     #[test]
     fn command_carries_every_setting() {
         let mounts = Mounts {
@@ -231,6 +287,7 @@ mod tests {
                 "/etc/resolv.conf".into(),
             )],
             resolvers: vec!["169.254.169.254".parse().unwrap()],
+            root: Some("/run/hostpull/1/root".into()),
         };
         let spec = WorkerSpec {
             limits: Limits {
@@ -282,6 +339,9 @@ mod tests {
             "SELinuxContext=system_u:system_r:hostpull_worker_t:s0",
             "IPAddressDeny=169.254.0.0/16 fe80::/10 fd00:ec2::254/128",
             "IPAddressAllow=169.254.169.254",
+            "RootDirectory=/run/hostpull/1/root",
+            "MountAPIVFS=yes",
+            "TemporaryFileSystem=/run",
         ] {
             assert!(props.contains(&want), "{want} missing from {props:?}");
         }
