@@ -13,14 +13,14 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use super::what;
 use crate::error::{Kind, failure};
 use crate::manifest::Descriptor;
-use crate::sandbox::{open_blob, proxy_failure};
+use crate::sandbox::{BlobPipe, open_blob, proxy_failure};
 use crate::store::Layout;
 
 /// GetBlob requests kept in flight. skopeo serves one request at a time, but
 /// transfers overlap once several pipes are open; 4 was fastest in the lab.
 /// Under `--max-rate`, fewer at low caps ([`crate::rate::in_flight`]).
 const IN_FLIGHT: usize = 4;
-/// The size blob pipes are widened to without a cap; see [`widen_pipes`].
+/// The size blob pipes are widened to without a cap; see [`BlobPipe::widen`].
 const PIPE_SIZE: usize = 1 << 20;
 /// The most one read from a blob pipe asks for.
 const READ_BUF: usize = 1 << 20;
@@ -134,14 +134,15 @@ pub(super) async fn transfer(
                 let what = what(d);
                 let doing = format!("fetching {what} {}", d.digest);
                 watchdog.open(d.size).await;
-                let (reader, finish) = open_blob(proxy, img, d)
+                let blob = open_blob(proxy, img, d)
                     .await
                     .map_err(|e| proxy_failure(&doing, e))?;
                 // Under a cap the kernel's 64 KiB is plenty, and what a
                 // wider pipe holds reaches the registry as a burst.
                 if watchdog.pacer.is_none() {
-                    widen_pipes();
+                    blob.widen(PIPE_SIZE);
                 }
+                let BlobPipe { reader, finish, .. } = blob;
                 let reading = Reader(tokio::spawn(consume(
                     reader,
                     Arc::clone(layout),
@@ -251,40 +252,6 @@ async fn consume(
         };
         written.map_err(Consumed::Early)?;
         watchdog.paced(i, d.size, n).await;
-    }
-}
-
-/// Blob pipes come from skopeo with the kernel's default 64 KiB. Each read
-/// then moves at most that much through tokio's blocking pool, and skopeo's
-/// writer parks whenever the pipe is full; a 1 MiB pipe cut a 512 MiB pull from
-/// 2.65 s to 2.0 s here. containers-image-proxy does not expose the pipe's fd,
-/// so every pipe this process holds is widened by its fd number, as listed in
-/// /proc/self/fd. Not by reopening /proc/self/fd/N: that is an open(2) of the
-/// worker's pipe, which SELinux checks (`fifo_file open` on hostpull_worker_t's
-/// pipe), while fcntl(F_SETPIPE_SZ) on a descriptor already held is not.
-#[allow(unsafe_code)]
-fn widen_pipes() {
-    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    for fd in fds.flatten() {
-        let is_pipe =
-            std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("pipe:"));
-        let Some(n) = fd.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if !is_pipe {
-            continue;
-        }
-        // SAFETY: fcntl(2) on a number reads and writes no memory of ours; if the
-        // fd was closed since the listing, the call fails (EBADF) or widens
-        // whatever pipe now has that number, both harmless.
-        unsafe {
-            let size = libc::fcntl(n, libc::F_GETPIPE_SZ);
-            if size >= 0 && (size as usize) < PIPE_SIZE {
-                libc::fcntl(n, libc::F_SETPIPE_SZ, PIPE_SIZE as libc::c_int);
-            }
-        }
     }
 }
 

@@ -30,7 +30,7 @@ use crate::options::SandboxMode;
 use crate::plan::imgref::ImageRef;
 use crate::plan::worker::{Isolation, WorkerSpec};
 use monitor::{Observed, Systemd};
-pub use session::{open_blob, proxy_failure};
+pub use session::{BlobPipe, open_blob, proxy_failure};
 pub use skopeo::worker_failure;
 use skopeo::{skopeo_version, transient_if_network};
 use staging::Staging;
