@@ -6,6 +6,7 @@
 //! that tests can assert without spawning, and a [`ProxySession`] runs one
 //! image proxy session, watched as the unit it is.
 
+mod children;
 mod curl;
 pub mod monitor;
 mod prepare;
@@ -17,8 +18,8 @@ pub mod unit;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -29,6 +30,7 @@ use crate::error::{Failure, Kind, fail};
 use crate::options::SandboxMode;
 use crate::plan::imgref::ImageRef;
 use crate::plan::worker::{Isolation, WorkerSpec};
+use children::Children;
 use monitor::{Observed, Systemd};
 pub use session::{BlobPipe, open_blob, proxy_failure};
 pub use skopeo::worker_failure;
@@ -95,9 +97,6 @@ pub struct Worker {
     /// What its isolation needs to start each worker.
     mode: Mode,
     seq: AtomicU32,
-    /// Whether a worker process was started at all: without systemd, only
-    /// then are there children to stop.
-    started: AtomicBool,
     units: Mutex<Vec<String>>,
     observed: Mutex<Option<Observed>>,
     session: Mutex<Session>,
@@ -124,6 +123,8 @@ enum Mode {
         authfile: Option<PathBuf>,
         /// The staged registries.conf.
         registries: PathBuf,
+        /// The workers started so far.
+        children: Arc<Children>,
     },
 }
 
@@ -168,7 +169,6 @@ impl Worker {
             staging: Some(staging),
             mode,
             seq: AtomicU32::new(0),
-            started: AtomicBool::new(false),
             units: Mutex::default(),
             observed: Mutex::default(),
             session: Mutex::default(),
@@ -273,7 +273,10 @@ impl Worker {
                 })
             }
             Mode::Plain {
-                home, registries, ..
+                home,
+                registries,
+                children,
+                ..
             } => {
                 // A direct child with a clean environment and a parent-death signal.
                 let mut c = Command::new(program);
@@ -285,6 +288,9 @@ impl Worker {
                     .env("HOME", home)
                     .current_dir(home);
                 pdeathsig(&mut c);
+                children
+                    .watch(&mut c)
+                    .context("Starting the worker's pidfd thread")?;
                 if skopeo {
                     c.arg("--registries-conf").arg(registries);
                 }
@@ -390,7 +396,6 @@ impl Worker {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let run = async move {
-            self.started.store(true, Ordering::Relaxed);
             let mut c = tokio::process::Command::from(cmd);
             c.kill_on_drop(true);
             let mut child = c.spawn().map_err(|e| {
@@ -478,9 +483,7 @@ impl Worker {
                     }
                 }
             }
-            // Other children (a test's, say) are none of a worker's business.
-            Mode::Plain { .. } if self.started.load(Ordering::Relaxed) => kill_children(),
-            Mode::Plain { .. } => {}
+            Mode::Plain { children, .. } => children.kill(),
         }
     }
 
@@ -489,29 +492,6 @@ impl Worker {
         self.stop_units().await;
         if let Some(s) = self.staging.take() {
             s.remove();
-        }
-    }
-}
-
-/// SIGKILL every child of this process: without systemd, they are workers.
-fn kill_children() {
-    let me = std::process::id().to_string();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for p in procs.flatten() {
-        let Ok(stat) = std::fs::read_to_string(p.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid …: comm may hold spaces, so split after the ')'.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1));
-        let pid = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok());
-        if let (Some(ppid), Some(pid)) = (ppid, pid.and_then(rustix::process::Pid::from_raw))
-            && ppid == me
-        {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
     }
 }

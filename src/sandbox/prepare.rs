@@ -128,6 +128,7 @@ pub(super) fn plain(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<Mode
         host_cert_dir,
         authfile,
         registries,
+        children: Default::default(),
     })
 }
 

@@ -3,7 +3,6 @@
 //! that serves the blob fetch and the fetch of attached signatures alike.
 
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -77,7 +76,6 @@ impl ProxySession<'_> {
         } = self;
         let session = async {
             let started = Instant::now();
-            worker.started.store(true, Ordering::Relaxed);
             let proxy = ImageProxy::new_with_config(config)
                 .await
                 .map_err(|e| proxy_failure("starting the worker", e))?;
