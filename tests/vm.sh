@@ -348,7 +348,8 @@ mutant_policy() {
 
 cmd_mutants() {
     local m name line test want failed=0 chosen
-    mapfile -t chosen < <(printf '%s\n' "${MUTANTS[@]}" | grep -E "^($VM_MUTANTS)\|" || true)
+    chosen=()
+    for m in "${MUTANTS[@]}"; do if [[ ${m%%|*} =~ $VM_MUTANTS ]]; then chosen+=("$m"); fi; done
     [ ${#chosen[@]} -gt 0 ] || die "no mutant matches VM_MUTANTS='$VM_MUTANTS'"
     VM_TESTS=$(printf '%s\n' "${chosen[@]}" | cut -d'|' -f3 | sort -u | paste -sd'|')
     VM_TESTS="^($VM_TESTS)\$"
