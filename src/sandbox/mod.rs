@@ -133,7 +133,7 @@ impl Worker {
     /// workers; nothing runs yet.
     pub async fn prepare(spec: &WorkerSpec) -> anyhow::Result<Self> {
         let isolation = spec.isolation;
-        let id = format!("{}-{:08x}", std::process::id(), rand_u32());
+        let id = unit::run_id();
         let version = tokio::spawn(skopeo_version(spec.skopeo.clone()));
         let (staging, mode) = match isolation {
             Isolation::Systemd => {
@@ -255,7 +255,7 @@ impl Worker {
         match &self.mode {
             Mode::Systemd { mounts, .. } => {
                 let n = self.seq.fetch_add(1, Ordering::Relaxed);
-                let unit = format!("{}{}-{n}.service", unit::UNIT_PREFIX, self.id);
+                let unit = unit::unit_name(&self.id, n);
                 let mut mounts = mounts.clone();
                 if let Some(tree) = self.stage_certs_d(n, &unit)? {
                     mounts.binds.push((tree, "/etc/containers/certs.d".into()));

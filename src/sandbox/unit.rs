@@ -65,11 +65,6 @@ const HARDENING: &[&str] = &[
     "SystemCallFilter=@system-service",
     "SystemCallFilter=~@privileged @resources",
     "SystemCallFilter=~setrlimit:EPERM",
-    // Only IPv4 and IPv6 sockets. Measured with strace over pulls by address,
-    // by /etc/hosts name and by DNS name: skopeo creates no other kind. The
-    // proxy's socketpair is inherited, not created. Where nsswitch asks
-    // systemd-resolved over AF_UNIX, glibc falls through to plain DNS.
-    "RestrictAddressFamilies=AF_INET AF_INET6",
     // Whatever it writes is private to it; HOME is its private /tmp.
     "UMask=0077",
     "Environment=HOME=/tmp",
@@ -105,27 +100,74 @@ pub fn credentials_dir(unit: &str) -> PathBuf {
     Path::new("/run/credentials").join(unit)
 }
 
-/// The `systemd-run` command that starts `skopeo` as unit `unit`. The caller's
-/// stdin, stdout and stderr pass through (`--pipe`): the image proxy's
-/// socketpair arrives unchanged as the worker's stdin.
-///
-/// `selinux_context` is the worker's domain (selinux/hostpull.te), given where
-/// SELinux is enabled: without it, init_t would run skopeo (bin_t) unconfined.
-pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path) -> Command {
-    let limits = &spec.limits;
-    let mut c = Command::new("systemd-run");
-    // No --collect: a unit that fails stays loaded until hostpull has read why
-    // (a SIGKILL from the OOM killer on cgroup v1, `oom-kill` on v2) and reset it.
-    c.args(["--pipe", "--wait", "--quiet"])
-        .arg(format!("--unit={unit}"))
-        .arg(format!("--slice={SLICE}"));
-    let mut props: Vec<String> = HARDENING.iter().map(|s| s.to_string()).collect();
-    props.push(format!("MemoryMax={}", limits.memory_max));
-    props.push(format!("TasksMax={}", limits.tasks_max));
-    props.push(format!("IOWeight={}", limits.io_weight));
-    if let Some(q) = &limits.cpu_quota {
-        props.push(format!("CPUQuota={q}"));
+/// A worker unit's name, `hostpull-worker-<id>-<what>.service`, where `id` is
+/// [`run_id`]'s: [`super::monitor::unit_owner`] reads the pid back out of it.
+pub fn unit_name(id: &str, what: impl std::fmt::Display) -> String {
+    format!("{UNIT_PREFIX}{id}-{what}.service")
+}
+
+/// `<orchestrator pid>-<random>`: one pull's staging directory and units.
+pub fn run_id() -> String {
+    format!("{}-{:08x}", std::process::id(), super::rand_u32())
+}
+
+/// One transient unit: what every unit hostpull starts has in common.
+struct Unit<'a> {
+    name: &'a str,
+    limits: &'a Limits,
+    /// The unit's domain (selinux/hostpull.te), given where SELinux is
+    /// enabled: without it, init_t would run skopeo (bin_t) unconfined.
+    selinux_context: Option<&'a str>,
+    program: &'a Path,
+}
+
+impl Unit<'_> {
+    /// `systemd-run` for this unit: the caller's stdin, stdout and stderr
+    /// pass through (`--pipe`), so the image proxy's socketpair arrives
+    /// unchanged as its stdin. [`HARDENING`], the limits, `families` (its
+    /// `RestrictAddressFamilies=`) and `props`. With `collect`, the unit goes
+    /// when it ends; without, one that failed stays loaded until hostpull has
+    /// read why (a SIGKILL from the OOM killer on cgroup v1, `oom-kill` on
+    /// v2) and reset it.
+    fn command(&self, collect: bool, families: &str, props: Vec<String>) -> Command {
+        let mut c = Command::new("systemd-run");
+        c.args(["--pipe", "--wait", "--quiet"]);
+        if collect {
+            c.arg("--collect");
+        }
+        c.arg(format!("--unit={}", self.name))
+            .arg(format!("--slice={SLICE}"));
+        let l = self.limits;
+        let all = HARDENING
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                format!("RestrictAddressFamilies={families}"),
+                format!("MemoryMax={}", l.memory_max),
+                format!("TasksMax={}", l.tasks_max),
+                format!("IOWeight={}", l.io_weight),
+            ])
+            .chain(l.cpu_quota.iter().map(|q| format!("CPUQuota={q}")))
+            .chain(props)
+            .chain(self.selinux_context.map(|c| format!("SELinuxContext={c}")));
+        for p in all {
+            c.arg("--property").arg(p);
+        }
+        c.arg("--").arg(self.program);
+        // systemd-run needs nothing of ours but the way to the system bus; the
+        // unit itself starts from systemd's clean environment.
+        c.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        if let Some(bus) = std::env::var_os("DBUS_SYSTEM_BUS_ADDRESS") {
+            c.env("DBUS_SYSTEM_BUS_ADDRESS", bus);
+        }
+        c
     }
+}
+
+/// The `systemd-run` command that starts `skopeo` as worker unit `unit`, with
+/// `mounts` and a network that reaches registries.
+pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path) -> Command {
+    let mut props = Vec::new();
     for (name, path) in &mounts.credentials {
         props.push(format!("LoadCredential={name}:{}", path.display()));
     }
@@ -138,9 +180,6 @@ pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path
     }
     if let Some(root) = &mounts.root {
         props.extend(root_directory(root, skopeo));
-    }
-    if let Some(ctx) = &spec.selinux_context {
-        props.push(format!("SELinuxContext={ctx}"));
     }
     // Where a redirect must never lead the worker: the link-local ranges,
     // where AWS, GCP, Azure and OpenStack serve instance metadata and
@@ -155,17 +194,17 @@ pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path
         let allow: Vec<String> = mounts.resolvers.iter().map(|ip| ip.to_string()).collect();
         props.push(format!("IPAddressAllow={}", allow.join(" ")));
     }
-    for p in props {
-        c.arg("--property").arg(p);
-    }
-    c.arg("--").arg(skopeo);
-    // systemd-run needs nothing of ours but the way to the system bus; the unit
-    // itself starts from systemd's clean environment.
-    c.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-    if let Some(bus) = std::env::var_os("DBUS_SYSTEM_BUS_ADDRESS") {
-        c.env("DBUS_SYSTEM_BUS_ADDRESS", bus);
-    }
-    c
+    let unit = Unit {
+        name: unit,
+        limits: &spec.limits,
+        selinux_context: spec.selinux_context.as_deref(),
+        program: skopeo,
+    };
+    // Only IPv4 and IPv6 sockets. Measured with strace over pulls by address,
+    // by /etc/hosts name and by DNS name: skopeo creates no other kind. The
+    // proxy's socketpair is inherited, not created. Where nsswitch asks
+    // systemd-resolved over AF_UNIX, glibc falls through to plain DNS.
+    unit.command(false, "AF_INET AF_INET6", props)
 }
 
 /// The properties of a unit whose root is `root`: the API file systems, an
@@ -206,40 +245,21 @@ pub fn offline_systemd_run(
     selinux_context: Option<&str>,
     skopeo: &Path,
 ) -> Command {
-    let mut c = Command::new("systemd-run");
-    c.args(["--pipe", "--wait", "--quiet", "--collect"])
-        .arg(format!("--unit={unit}"))
-        .arg(format!("--slice={SLICE}"));
-    let mut props: Vec<String> = HARDENING
-        .iter()
-        .filter(|p| !p.starts_with("RestrictAddressFamilies="))
-        .map(|s| s.to_string())
-        .collect();
-    props.push("PrivateNetwork=yes".into());
-    props.push("RestrictAddressFamilies=AF_UNIX".into());
-    props.push(format!("MemoryMax={}", limits.memory_max));
-    props.push(format!("TasksMax={}", limits.tasks_max));
-    props.push(format!("IOWeight={}", limits.io_weight));
-    if let Some(q) = &limits.cpu_quota {
-        props.push(format!("CPUQuota={q}"));
-    }
-    props.push(format!(
-        "BindReadOnlyPaths={}:{}",
-        layout.0.display(),
-        layout.1.display()
-    ));
-    if let Some(ctx) = selinux_context {
-        props.push(format!("SELinuxContext={ctx}"));
-    }
-    for p in props {
-        c.arg("--property").arg(p);
-    }
-    c.arg("--").arg(skopeo);
-    c.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-    if let Some(bus) = std::env::var_os("DBUS_SYSTEM_BUS_ADDRESS") {
-        c.env("DBUS_SYSTEM_BUS_ADDRESS", bus);
-    }
-    c
+    let unit = Unit {
+        name: unit,
+        limits,
+        selinux_context,
+        program: skopeo,
+    };
+    let props = vec![
+        "PrivateNetwork=yes".into(),
+        format!(
+            "BindReadOnlyPaths={}:{}",
+            layout.0.display(),
+            layout.1.display()
+        ),
+    ];
+    unit.command(true, "AF_UNIX", props)
 }
 
 #[cfg(test)]
@@ -329,6 +349,7 @@ mod tests {
             "SystemCallFilter=@system-service",
             "SystemCallFilter=~@privileged @resources",
             "SystemCallFilter=~setrlimit:EPERM",
+            "RestrictAddressFamilies=AF_INET AF_INET6",
             "UMask=0077",
             "MemoryMax=512M",
             "TasksMax=256",

@@ -30,6 +30,7 @@ use crate::digest::Sha256Digest;
 use crate::manifest::Manifest;
 use crate::plan::imgref::{ImageRef, OstreeDest};
 use crate::plan::worker::{Isolation, WorkerSpec};
+use crate::sandbox::unit;
 
 /// Where ostree-ext keeps the image refs (`ostree/container/image/<escaped ref>`).
 pub const IMAGE_REF_PREFIX: &str = "ostree/container/image";
@@ -241,13 +242,8 @@ fn proxy_for(
 ) -> ImportProxy {
     match isolation {
         Isolation::Systemd => {
-            let unit = format!(
-                "{}{}-import-{:08x}.service",
-                crate::sandbox::unit::UNIT_PREFIX,
-                std::process::id(),
-                crate::sandbox::rand_u32()
-            );
-            let mut command = crate::sandbox::unit::offline_systemd_run(
+            let unit = unit::unit_name(&unit::run_id(), "import");
+            let mut command = unit::offline_systemd_run(
                 &unit,
                 limits,
                 (layout, Path::new(LAYOUT_IN_UNIT)),
@@ -447,10 +443,16 @@ mod tests {
         let p = proxy(Isolation::Systemd, true, layout);
         let args = argv(&p.command);
         let unit = p.unit.unwrap();
-        assert!(unit.starts_with(&format!("hostpull-worker-{}-import-", std::process::id())));
+        // Named as a worker's, so that a leftover is stopped as one is.
+        assert!(unit.ends_with("-import.service"), "{unit}");
+        assert_eq!(
+            crate::sandbox::monitor::unit_owner(&unit),
+            Some(std::process::id())
+        );
         assert_eq!(p.layout, Path::new(LAYOUT_IN_UNIT));
         for want in [
             format!("--unit={unit}"),
+            "--collect".into(),
             "PrivateNetwork=yes".into(),
             "RestrictAddressFamilies=AF_UNIX".into(),
             format!("BindReadOnlyPaths={}:{LAYOUT_IN_UNIT}", layout.display()),
