@@ -13,7 +13,7 @@
 //! | [`config`] | hostpull.d drop-ins and `pulls.d` profiles, merged into one [`options::Options`] |
 //! | [`host`] | the real [`plan::host::Host`]: files under the root, environment, clock, plugins |
 //! | [`plan`] | the pure planner: what a pull may use, decided as data |
-//! | `sandbox` | the worker: a transient unit or a child, its staged files, the proxy session |
+//! | `sandbox` | the worker: a transient unit or a child, its staged files, the proxy session, the reading of its errors |
 //! | `metered` | NetworkManager's `Metered`, for a pull that waits out metered links |
 //! | `fetch` | the pull: manifest, blobs, retries, watchdog |
 //! | `rate` | `--max-rate`: one token bucket for the whole pull |
@@ -22,7 +22,7 @@
 //! | `store` | the OCI layout writer and the ostree import |
 //! | `handoff` | rpm-ostree and bootc, after a verified pull |
 //! | `progress`, `report` | progress events and bars; the final report |
-//! | [`error`] | failure kinds, their exit codes, and the reading of the worker's errors |
+//! | [`error`] | failure kinds and their exit codes |
 
 pub mod cli;
 pub mod config;
@@ -48,5 +48,6 @@ pub(crate) mod verify;
 #[doc(hidden)]
 pub mod internals {
     pub use crate::rate::{LEAD, SLICE, in_flight};
+    pub use crate::sandbox::classify::classify_worker_text;
     pub use crate::signature::{ATOMIC, COSIGN, check_payload, verify_attachment, verify_bundle};
 }

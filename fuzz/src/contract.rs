@@ -602,7 +602,7 @@ pub fn hostpull_config_target(data: &[u8]) {
 /// a status, a 401's fixed words) or inside what Go quotes (a URL), the fixed
 /// part before it decides.
 pub fn classify_target(data: &[u8]) {
-    use hostpull::error::classify_worker_text as classify;
+    use hostpull::internals::classify_worker_text as classify;
     let text = String::from_utf8_lossy(data);
     let kind = classify(&text);
     assert!(

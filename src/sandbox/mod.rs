@@ -7,6 +7,7 @@
 //! image proxy session, watched as the unit it is.
 
 mod children;
+pub(crate) mod classify;
 mod curl;
 pub mod monitor;
 mod prepare;

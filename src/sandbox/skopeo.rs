@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::error::{Failure, Kind, Retry, classify_with_cause};
+use super::classify::classify_with_cause;
+use crate::error::{Failure, Kind, Retry};
 
 /// A failure reported by skopeo, classified by its text, with the raw text kept
 /// as the second line.
