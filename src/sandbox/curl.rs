@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{CA_BUNDLE, Worker, transient_if_network};
+use super::{CA_BUNDLE, Output, Worker, transient_if_network};
 use crate::error::{Failure, Kind, fail};
 
 impl Worker {
@@ -30,10 +30,8 @@ impl Worker {
             launch.cmd.arg("--cacert").arg(bundle);
         }
         launch.cmd.arg("--").arg(url);
-        self.run(launch, limit, |ok, out, err| {
-            curl_result(url, limit, ok, out, &String::from_utf8_lossy(&err))
-        })
-        .await
+        self.run(launch, limit, |out| curl_result(url, limit, out))
+            .await
     }
 
     /// curl's `--cacert` for an https `url`: the host's bundle, if it has CAs.
@@ -53,20 +51,15 @@ impl Worker {
 
 /// What curl's run means: the body for 200, `None` for 404, else an error.
 /// `--write-out` put `HTTP <code>` last on stderr.
-fn curl_result(
-    url: &str,
-    limit: u64,
-    ok: bool,
-    out: Vec<u8>,
-    err: &str,
-) -> anyhow::Result<Option<Vec<u8>>> {
-    let code = err
+fn curl_result(url: &str, limit: u64, out: Output) -> anyhow::Result<Option<Vec<u8>>> {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let http = err
         .lines()
         .rev()
         .find_map(|l| l.strip_prefix("HTTP "))
         .unwrap_or("000");
-    match code {
-        "200" if ok && out.len() as u64 <= limit => Ok(Some(out)),
+    match http {
+        "200" if out.success() && out.stdout.len() as u64 <= limit => Ok(Some(out.stdout)),
         "404" => Ok(None),
         "200" => fail(
             Kind::Signature,
@@ -75,11 +68,11 @@ fn curl_result(
         _ => {
             let text = err.lines().find(|l| !l.is_empty()).unwrap_or_default();
             let text = if text.starts_with("HTTP ") {
-                format!("HTTP status {code}")
+                format!("HTTP status {http}")
             } else {
                 text.to_owned()
             };
-            let kind = curl_kind(&text);
+            let kind = curl_kind(out.code);
             Err(Failure::new(kind, format!("fetching signature {url}"))
                 .with_detail(text)
                 .with_retry(transient_if_network(kind))
@@ -91,11 +84,7 @@ fn curl_result(
 /// What a failed curl means, by its exit code (curl(1), "EXIT CODES"): the
 /// TLS ones are trust errors, everything else (an HTTP status, a refused or
 /// timed-out connection, a name that does not resolve) a network error.
-fn curl_kind(text: &str) -> Kind {
-    let code = text
-        .strip_prefix("curl: (")
-        .and_then(|r| r.split(')').next())
-        .and_then(|c| c.parse::<u32>().ok());
+fn curl_kind(code: Option<i32>) -> Kind {
     match code {
         Some(35 | 51 | 53 | 54 | 58 | 59 | 60 | 64 | 66 | 77 | 80 | 82 | 83 | 90 | 91) => Kind::Tls,
         _ => Kind::Network,
@@ -111,35 +100,44 @@ mod tests {
     fn curl_results() {
         let u = "http://l/s";
         let body = || b"sig".to_vec();
+        let out = |code, stdout: Vec<u8>, stderr: &str| Output {
+            code,
+            stdout,
+            stderr: stderr.into(),
+        };
         assert_eq!(
-            curl_result(u, 9, true, body(), "\nHTTP 200\n").unwrap(),
+            curl_result(u, 9, out(Some(0), body(), "\nHTTP 200\n")).unwrap(),
             Some(body())
         );
         assert_eq!(
-            curl_result(u, 9, true, vec![], "\nHTTP 404\n").unwrap(),
+            curl_result(u, 9, out(Some(0), vec![], "\nHTTP 404\n")).unwrap(),
             None
         );
-        for (ok, out, err, code) in [
-            (true, body(), "\nHTTP 500\n", 6),
+        for (code, stdout, err, want) in [
+            (Some(0), body(), "\nHTTP 500\n", 6),
             (
-                false,
+                Some(7),
                 vec![],
                 "curl: (7) Failed to connect to l port 80\nHTTP 000\n",
                 6,
             ),
             (
-                false,
+                Some(60),
                 vec![],
                 "curl: (60) SSL certificate problem: unable to get local issuer certificate\nHTTP 000\n",
                 5,
             ),
-            (true, vec![], "\nHTTP 401\n", 6),
-            (true, b"0123456789".to_vec(), "\nHTTP 200\n", 9),
+            // The exit code decides, not what the text says.
+            (Some(60), vec![], "curl: (7) spoofed\nHTTP 000\n", 5),
+            (Some(7), vec![], "curl: (60) spoofed\nHTTP 000\n", 6),
+            (None, vec![], "\nHTTP 000\n", 6),
+            (Some(0), vec![], "\nHTTP 401\n", 6),
+            (None, b"0123456789".to_vec(), "\nHTTP 200\n", 9),
         ] {
-            let e = curl_result(u, 9, ok, out, err).unwrap_err();
-            assert_eq!(crate::error::exit_code(&e), code, "{err}: {e:#}");
+            let e = curl_result(u, 9, out(code, stdout, err)).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), want, "{err}: {e:#}");
             let retry = crate::error::failure(&e).unwrap().retry;
-            assert_eq!(retry == Retry::Transient, code == 6, "{err}");
+            assert_eq!(retry == Retry::Transient, want == 6, "{err}");
             assert!(e.to_string().contains(u), "{e}");
         }
     }

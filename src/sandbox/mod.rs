@@ -87,6 +87,24 @@ struct Launch {
     program: PathBuf,
 }
 
+/// How a worker command ended.
+#[derive(Debug)]
+struct Output {
+    /// Its exit code (systemd-run's `--wait` passes the service's on); none
+    /// when a signal ended it, or when its stdout passed the limit and it was
+    /// not waited for.
+    code: Option<i32>,
+    /// At most the limit plus one byte.
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl Output {
+    fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
 /// A prepared worker environment for one pull. [`Worker::shutdown`] stops its
 /// units and removes its staging directory.
 #[derive(Debug)]
@@ -362,31 +380,30 @@ impl Worker {
             .arg("--raw")
             .args(self.client_args(launch.unit.as_deref()))
             .arg(image.to_transport());
-        self.run(launch, limit, |ok, out, err| {
-            if out.len() as u64 > limit {
+        self.run(launch, limit, |out| {
+            if out.stdout.len() as u64 > limit {
                 return fail(
                     Kind::Verify,
                     format!("manifest of {image} is larger than {} MiB", limit >> 20),
                 );
             }
-            if !ok {
-                let err = String::from_utf8_lossy(&err);
+            if !out.success() {
+                let err = String::from_utf8_lossy(&out.stderr);
                 return Err(worker_failure(&format!("inspecting {image}"), &err).into());
             }
-            Ok(out)
+            Ok(out.stdout)
         })
         .await
     }
 
-    /// Run a worker command to its end, watched: `check` turns whether it
-    /// succeeded, its stdout (at most `limit` + 1 bytes) and stderr into the
-    /// result, inside the watch, so that a unit that failed to start is
-    /// reported as such.
+    /// Run a worker command to its end, watched: `check` turns its [`Output`]
+    /// into the result, inside the watch, so that a unit that failed to start
+    /// is reported as such.
     async fn run<T>(
         &self,
         launch: Launch,
         limit: u64,
-        check: impl FnOnce(bool, Vec<u8>, Vec<u8>) -> anyhow::Result<T>,
+        check: impl FnOnce(Output) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
         let Launch {
             mut cmd,
@@ -411,11 +428,16 @@ impl Worker {
             let mut err = Vec::new();
             let (r1, r2) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
             r1.and(r2).context("Reading worker output")?;
-            if out.len() as u64 > limit {
-                return check(false, out, err);
-            }
-            let status = child.wait().await?;
-            check(status.success(), out, err)
+            let code = if out.len() as u64 > limit {
+                None
+            } else {
+                child.wait().await?.code()
+            };
+            check(Output {
+                code,
+                stdout: out,
+                stderr: err,
+            })
         };
         self.observe(unit.as_deref(), run).await
     }
