@@ -263,14 +263,23 @@ impl Worker {
         a
     }
 
-    /// The command up to and including the skopeo binary.
+    /// The command up to and including the skopeo binary and this pull's
+    /// registries.conf.
     fn launch(&self) -> anyhow::Result<Launch> {
-        self.launch_program(&self.spec.skopeo, true)
+        let mut launch = self.launch_program(&self.spec.skopeo)?;
+        let conf = match (&self.mode, launch.unit.as_deref()) {
+            (_, Some(unit)) => Some(unit::credentials_dir(unit).join(REGISTRIES_CONF)),
+            (Mode::Plain { registries, .. }, None) => Some(registries.clone()),
+            (Mode::Systemd { .. }, None) => None,
+        };
+        if let Some(conf) = conf {
+            launch.cmd.arg("--registries-conf").arg(conf);
+        }
+        Ok(launch)
     }
 
-    /// The command up to and including `program`, isolated as skopeo is; with
-    /// `skopeo`, it gets this pull's registries.conf.
-    fn launch_program(&self, program: &Path, skopeo: bool) -> anyhow::Result<Launch> {
+    /// The command up to and including `program`, isolated as skopeo is.
+    fn launch_program(&self, program: &Path) -> anyhow::Result<Launch> {
         match &self.mode {
             Mode::Systemd { mounts, .. } => {
                 let n = self.seq.fetch_add(1, Ordering::Relaxed);
@@ -280,23 +289,14 @@ impl Worker {
                     mounts.binds.push((tree, "/etc/containers/certs.d".into()));
                 }
                 self.units.lock().unwrap().push(unit.clone());
-                let mut cmd = unit::systemd_run(&unit, &self.spec, &mounts, program);
-                if skopeo {
-                    let conf = unit::credentials_dir(&unit).join(REGISTRIES_CONF);
-                    cmd.arg("--registries-conf").arg(conf);
-                }
+                let cmd = unit::systemd_run(&unit, &self.spec, &mounts, program);
                 Ok(Launch {
                     cmd,
                     unit: Some(unit),
                     program: program.into(),
                 })
             }
-            Mode::Plain {
-                home,
-                registries,
-                children,
-                ..
-            } => {
+            Mode::Plain { home, children, .. } => {
                 // A direct child with a clean environment and a parent-death signal.
                 let mut c = Command::new(program);
                 c.env_clear()
@@ -310,9 +310,6 @@ impl Worker {
                 children
                     .watch(&mut c)
                     .context("Starting the worker's pidfd thread")?;
-                if skopeo {
-                    c.arg("--registries-conf").arg(registries);
-                }
                 Ok(Launch {
                     cmd: c,
                     unit: None,
