@@ -119,8 +119,7 @@ pub async fn pull_into(
             r = pull_with(&worker, plan, into, progress) => r,
             kind = cancelled() => Err(Failure::new(kind, "interrupted: the pull was stopped").into()),
         };
-        let report = worker.report().await;
-        worker.shutdown().await;
+        let report = worker.finish().await;
         let refused = matches!(&result, Err(e) if failure(e).is_some_and(|f| f.kind == Kind::Auth));
         if refused && n + 1 < tries {
             tracing::warn!("credential {} of {tries} refused, trying the next", n + 1);

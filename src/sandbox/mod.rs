@@ -19,7 +19,6 @@ pub mod unit;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -105,7 +104,7 @@ impl Output {
     }
 }
 
-/// A prepared worker environment for one pull. [`Worker::shutdown`] stops its
+/// A prepared worker environment for one pull. [`Worker::finish`] stops its
 /// units and removes its staging directory.
 #[derive(Debug)]
 pub struct Worker {
@@ -115,12 +114,26 @@ pub struct Worker {
     staging: Option<Staging>,
     /// What its isolation needs to start each worker.
     mode: Mode,
-    seq: AtomicU32,
-    units: Mutex<Vec<String>>,
-    observed: Mutex<Option<Observed>>,
-    session: Mutex<Session>,
+    /// What its workers have done so far.
+    ledger: Mutex<Ledger>,
     /// `skopeo --version`, asked while the pull runs.
-    version: Mutex<Option<tokio::task::JoinHandle<Option<String>>>>,
+    version: tokio::task::JoinHandle<Option<String>>,
+}
+
+/// What a pull's workers have done so far, kept beside them rather than
+/// returned by each: the pull's tasks share the worker, a stop may come while
+/// a session runs, and a session cut short (a stall, a signal) returns
+/// nothing, yet its unit must still be stopped and what it used reported.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// The next worker's number: it names the unit and its certs.d tree.
+    next: u32,
+    /// The units started and not stopped yet.
+    running: Vec<String>,
+    /// The last unit watched, as its watch ended.
+    observed: Option<Observed>,
+    /// What the timed proxy session said about itself.
+    session: Session,
 }
 
 /// A worker's isolation, with what each mode staged for it.
@@ -187,11 +200,8 @@ impl Worker {
             id,
             staging: Some(staging),
             mode,
-            seq: AtomicU32::new(0),
-            units: Mutex::default(),
-            observed: Mutex::default(),
-            session: Mutex::default(),
-            version: Mutex::new(Some(version)),
+            ledger: Mutex::default(),
+            version,
         })
     }
 
@@ -282,13 +292,17 @@ impl Worker {
     fn launch_program(&self, program: &Path) -> anyhow::Result<Launch> {
         match &self.mode {
             Mode::Systemd { mounts, .. } => {
-                let n = self.seq.fetch_add(1, Ordering::Relaxed);
+                let n = {
+                    let mut ledger = self.ledger();
+                    ledger.next += 1;
+                    ledger.next - 1
+                };
                 let unit = unit::unit_name(&self.id, n);
                 let mut mounts = mounts.clone();
                 if let Some(tree) = self.stage_certs_d(n, &unit)? {
                     mounts.binds.push((tree, "/etc/containers/certs.d".into()));
                 }
-                self.units.lock().unwrap().push(unit.clone());
+                self.ledger().running.push(unit.clone());
                 let cmd = unit::systemd_run(&unit, &self.spec, &mounts, program);
                 Ok(Launch {
                     cmd,
@@ -330,7 +344,7 @@ impl Worker {
             return fut.await;
         };
         let (r, seen) = systemd.watch(unit, fut).await;
-        *self.observed.lock().unwrap() = Some(seen.clone());
+        self.ledger().observed = Some(seen.clone());
         let Err(e) = r else { return r };
         // Did the worker die under us? Then that, not its last words, is the error.
         let exit = match systemd.exit_state(unit, Duration::from_secs(1)).await {
@@ -450,23 +464,33 @@ impl Worker {
 
     /// Record how long the proxy took to answer `Initialize`, and what it answered.
     fn record_session(&self, took: Duration, proxy: &containers_image_proxy::ImageProxy) {
-        *self.session.lock().unwrap() = Session {
+        self.ledger().session = Session {
             startup: Some(took),
             protocol: Some(proxy.protocol_version().to_string()),
             raw_blobs: proxy.supports_get_raw_blob(),
         };
     }
 
-    /// What the final report says about this pull's workers.
-    pub async fn report(&self) -> WorkerReport {
-        let seen = self.observed.lock().unwrap().clone();
-        let session = self.session.lock().unwrap().clone();
-        let version = self.version.lock().unwrap().take();
-        let skopeo = match version {
-            Some(v) => v.await.ok().flatten(),
-            None => None,
-        };
-        let (unit, uid, memory_peak_bytes) = match seen {
+    /// The ledger; a task that panicked holding it left nothing half-written
+    /// that matters more than a report.
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Stop the workers, remove the staging directory, and say what the
+    /// final report says about this pull's workers.
+    pub async fn finish(mut self) -> WorkerReport {
+        self.stop_units().await;
+        if let Some(s) = self.staging.take() {
+            s.remove();
+        }
+        let Ledger {
+            observed, session, ..
+        } = std::mem::take(&mut *self.ledger());
+        let skopeo = (&mut self.version).await.ok().flatten();
+        let (unit, uid, memory_peak_bytes) = match observed {
             Some(o) => (Some(o.unit), o.uid, o.memory_peak_bytes),
             None => (
                 None,
@@ -496,7 +520,7 @@ impl Worker {
     pub async fn stop_units(&self) {
         match &self.mode {
             Mode::Systemd { systemd, .. } => {
-                let units = std::mem::take(&mut *self.units.lock().unwrap());
+                let units = std::mem::take(&mut self.ledger().running);
                 for unit in units {
                     if let Err(e) = systemd.stop(&unit, STOP_TIMEOUT).await {
                         tracing::warn!("stopping {unit}: {e:#}");
@@ -506,18 +530,10 @@ impl Worker {
             Mode::Plain { children, .. } => children.kill(),
         }
     }
-
-    /// Stop the workers and remove the staging directory.
-    pub async fn shutdown(mut self) {
-        self.stop_units().await;
-        if let Some(s) = self.staging.take() {
-            s.remove();
-        }
-    }
 }
 
 impl Drop for Worker {
-    /// A worker dropped without `shutdown` (a panic) still removes its secrets.
+    /// A worker dropped without `finish` (a panic) still removes its secrets.
     fn drop(&mut self) {
         if let Some(s) = self.staging.take() {
             s.remove();
@@ -599,7 +615,7 @@ mod tests {
                 "--tls-verify=false"
             ]
         );
-        w.shutdown().await;
+        w.finish().await;
     }
 
     #[tokio::test]
@@ -638,7 +654,7 @@ mod tests {
             ]
         );
         let staging = home.parent().unwrap().to_owned();
-        w.shutdown().await;
+        w.finish().await;
         assert!(!staging.exists(), "staging removed");
     }
 
