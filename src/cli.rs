@@ -523,6 +523,14 @@ fn end_batch_scheduling() {
 
 /// Parse the command line, run it, print any error once, and return the exit code.
 pub fn run_main() -> i32 {
+    // Inside a worker unit, hostpull is the worker agent (sandbox::agent).
+    let mut args = std::env::args_os().skip(1);
+    if args
+        .next()
+        .is_some_and(|a| a == crate::sandbox::agent::VERB)
+    {
+        return crate::sandbox::agent::main(args.collect());
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -514,7 +514,7 @@ async fn fetch_blobs(
     let todo = &tally.todo;
     let stall = plan.retry.stall;
     let watchdog = Watchdog::new(todo.len(), plan.max_rate);
-    let session = worker.proxy_session()?.timed();
+    let session = worker.proxy_session();
     let session = session.run(image, async |proxy, img| {
         transfer(proxy, img, layout, todo, &watchdog).await
     });

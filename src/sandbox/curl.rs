@@ -11,7 +11,7 @@ impl Worker {
     /// per-host CAs): the body, or `None` for a 404. Signature lookasides are
     /// network access, so root does not fetch them itself.
     pub async fn fetch_url(&self, url: &str, limit: u64) -> anyhow::Result<Option<Vec<u8>>> {
-        let mut launch = self.launch_program(Path::new("curl"))?;
+        let mut launch = self.launch_program(Path::new("curl"), None)?;
         launch
             .cmd
             .args([

@@ -6,6 +6,7 @@
 //! that tests can assert without spawning, and a [`ProxySession`] runs one
 //! image proxy session, watched as the unit it is.
 
+pub mod agent;
 mod children;
 pub(crate) mod classify;
 mod curl;
@@ -118,6 +119,8 @@ pub struct Worker {
     ledger: Mutex<Ledger>,
     /// `skopeo --version`, asked while the pull runs.
     version: tokio::task::JoinHandle<Option<String>>,
+    /// The one worker that serves the pull, once started.
+    agent: tokio::sync::Mutex<Option<Arc<session::Agent>>>,
 }
 
 /// What a pull's workers have done so far, kept beside them rather than
@@ -202,6 +205,7 @@ impl Worker {
             mode,
             ledger: Mutex::default(),
             version,
+            agent: Default::default(),
         })
     }
 
@@ -273,23 +277,21 @@ impl Worker {
         a
     }
 
-    /// The command up to and including the skopeo binary and this pull's
-    /// registries.conf.
-    fn launch(&self) -> anyhow::Result<Launch> {
-        let mut launch = self.launch_program(&self.spec.skopeo)?;
-        let conf = match (&self.mode, launch.unit.as_deref()) {
+    /// skopeo's global option that gives it this pull's registries.conf,
+    /// as a worker running as `unit` sees it.
+    fn registries_args(&self, unit: Option<&str>) -> Vec<String> {
+        let conf = match (&self.mode, unit) {
             (_, Some(unit)) => Some(unit::credentials_dir(unit).join(REGISTRIES_CONF)),
             (Mode::Plain { registries, .. }, None) => Some(registries.clone()),
             (Mode::Systemd { .. }, None) => None,
         };
-        if let Some(conf) = conf {
-            launch.cmd.arg("--registries-conf").arg(conf);
-        }
-        Ok(launch)
+        conf.map(|c| vec!["--registries-conf".into(), c.to_string_lossy().into_owned()])
+            .unwrap_or_default()
     }
 
-    /// The command up to and including `program`, isolated as skopeo is.
-    fn launch_program(&self, program: &Path) -> anyhow::Result<Launch> {
+    /// The command up to and including `program`, isolated as skopeo is;
+    /// `also` is a program it runs in turn, which its unit must see too.
+    fn launch_program(&self, program: &Path, also: Option<&Path>) -> anyhow::Result<Launch> {
         match &self.mode {
             Mode::Systemd { mounts, .. } => {
                 let n = {
@@ -303,7 +305,8 @@ impl Worker {
                     mounts.binds.push((tree, "/etc/containers/certs.d".into()));
                 }
                 self.ledger().running.push(unit.clone());
-                let cmd = unit::systemd_run(&unit, &self.spec, &mounts, program);
+                let programs: Vec<&Path> = std::iter::once(program).chain(also).collect();
+                let cmd = unit::systemd_run(&unit, &self.spec, &mounts, &programs);
                 Ok(Launch {
                     cmd,
                     unit: Some(unit),
@@ -384,27 +387,35 @@ impl Worker {
     /// that root can hash them. The proxy of skopeo 1.9.3 converts Docker manifests
     /// to OCI and resolves indexes itself, which would hide both from root.
     pub async fn inspect_raw(&self, image: &ImageRef, limit: u64) -> anyhow::Result<Vec<u8>> {
-        let mut launch = self.launch()?;
-        launch
-            .cmd
-            .arg("inspect")
-            .arg("--raw")
-            .args(self.client_args(launch.unit.as_deref()))
-            .arg(image.to_transport());
-        self.run(launch, limit, |out| {
-            if out.stdout.len() as u64 > limit {
-                return fail(
-                    Kind::Verify,
-                    format!("manifest of {image} is larger than {} MiB", limit >> 20),
-                );
+        let agent = self.agent().await?;
+        let unit = agent.unit.as_deref();
+        let mut args = self.registries_args(unit);
+        args.extend(["inspect".into(), "--raw".into()]);
+        args.extend(
+            self.client_args(unit)
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned()),
+        );
+        args.push(image.to_transport());
+        let out = match self.observe(unit, agent.run(args, limit)).await {
+            Ok(out) => out,
+            Err(e) => {
+                drop(agent);
+                self.drop_agent().await;
+                return Err(e);
             }
-            if !out.success() {
-                let err = String::from_utf8_lossy(&out.stderr);
-                return Err(worker_failure(&format!("inspecting {image}"), &err).into());
-            }
-            Ok(out.stdout)
-        })
-        .await
+        };
+        if out.stdout.len() as u64 > limit {
+            return fail(
+                Kind::Verify,
+                format!("manifest of {image} is larger than {} MiB", limit >> 20),
+            );
+        }
+        if !out.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(worker_failure(&format!("inspecting {image}"), &err).into());
+        }
+        Ok(out.stdout)
     }
 
     /// Run a worker command to its end, watched: `check` turns its [`Output`]
@@ -482,6 +493,7 @@ impl Worker {
     /// Stop the workers, remove the staging directory, and say what the
     /// final report says about this pull's workers.
     pub async fn finish(mut self) -> WorkerReport {
+        self.close_agent().await;
         self.stop_units().await;
         if let Some(s) = self.staging.take() {
             s.remove();
@@ -518,6 +530,7 @@ impl Worker {
     /// `systemd-run` does not stop them), or without systemd, its child skopeo
     /// processes. A skopeo blocked on a stalled registry ends no other way.
     pub async fn stop_units(&self) {
+        self.drop_agent().await;
         match &self.mode {
             Mode::Systemd { systemd, .. } => {
                 let units = std::mem::take(&mut self.ledger().running);
@@ -621,10 +634,11 @@ mod tests {
     #[tokio::test]
     async fn none_mode_command_is_clean() {
         let w = Worker::prepare(&spec(Isolation::None)).await.unwrap();
-        let session = w.proxy_session().unwrap();
-        assert_eq!(session.unit, None);
-        let cmd = Command::try_from(session.config).unwrap();
-        assert_eq!(cmd.get_program(), "/usr/bin/skopeo");
+        let (config, unit) = w.agent_command(99).unwrap();
+        assert_eq!(unit, None);
+        let cmd = Command::try_from(config).unwrap();
+        // The agent is hostpull itself, which runs the worker's skopeo.
+        assert_eq!(cmd.get_program(), std::env::current_exe().unwrap());
         let env: Vec<_> = cmd
             .get_envs()
             .map(|(k, _)| k.to_str().unwrap().to_owned())
@@ -643,10 +657,11 @@ mod tests {
             "HOME is empty"
         );
         let args: Vec<_> = cmd.get_args().map(|a| a.to_str().unwrap()).collect();
-        assert_eq!(args[0], "--registries-conf", "this pull's, not the host's");
+        assert_eq!(args[..2], [agent::VERB, "/usr/bin/skopeo"]);
+        assert_eq!(args[2], "--registries-conf", "this pull's, not the host's");
         // The host's policy.json never applies in the worker: root enforces it.
         assert_eq!(
-            args[2..],
+            args[4..],
             [
                 "experimental-image-proxy",
                 "--no-creds",

@@ -1,37 +1,62 @@
-//! One session of the image proxy (containers-image-proxy) with a worker: its
-//! configuration, the unit it runs as and the watch on that unit, in one value
-//! that serves the blob fetch and the fetch of attached signatures alike.
+//! The pull's one worker, as root holds it: the worker agent (agent.rs) in
+//! its unit, the side channel that asks it for `skopeo inspect --raw`, and the
+//! image proxy session (containers-image-proxy) that serves the blob fetch and
+//! the fetch of attached signatures alike, started when first needed.
 
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use containers_image_proxy::{Error as ProxyError, ImageProxy, ImageProxyConfig, OpenedImage};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::task::JoinHandle;
 
-use super::{Launch, Worker, worker_failure};
+use super::agent::{self, Reply, Request};
+use super::{Launch, Output, STOP_TIMEOUT, Worker, worker_failure};
 use crate::error::{Failure, Kind, fail};
 use crate::manifest::{Descriptor, MANIFEST_MAX};
 use crate::plan::imgref::ImageRef;
 use crate::verify;
 
-/// An image proxy session not yet started: what the worker is given, and the
-/// unit it will run as, kept together so that the session is watched as the
-/// unit it is.
+/// The worker agent of a pull, running: its unit, its side channel, and its
+/// image proxy.
 #[derive(Debug)]
-pub struct ProxySession<'w> {
-    worker: &'w Worker,
-    pub(super) config: ImageProxyConfig,
+pub(super) struct Agent {
+    /// The unit it runs as, under systemd.
     pub(super) unit: Option<String>,
-    /// Whether the worker's report tells this session's startup.
-    timed: bool,
+    /// The side channel; one request at a time.
+    side: tokio::sync::Mutex<BufReader<UnixStream>>,
+    proxy: tokio::sync::Mutex<Proxy>,
+    /// From starting its unit to its [`agent::HELLO`].
+    startup: Duration,
+}
+
+/// The agent's image proxy: asked for when first needed.
+#[derive(Debug)]
+enum Proxy {
+    /// containers-image-proxy's start, waiting for its `Initialize` reply,
+    /// which comes once the agent is asked to start skopeo.
+    Pending(JoinHandle<Result<ImageProxy, ProxyError>>),
+    Ready(Arc<ImageProxy>),
+    /// It failed to start, or was given up.
+    Gone,
 }
 
 impl Worker {
-    /// A session of the image proxy with a new worker, ready to
-    /// [run](ProxySession::run): nothing starts yet.
-    pub fn proxy_session(&self) -> anyhow::Result<ProxySession<'_>> {
-        let Launch { cmd, unit, .. } = self.launch()?;
+    /// The command that starts the agent, and its image proxy's
+    /// configuration: the crate starts it, with the proxy's socketpair as its
+    /// stdin; `side` becomes its stdout.
+    pub(super) fn agent_command(
+        &self,
+        side: RawFd,
+    ) -> anyhow::Result<(ImageProxyConfig, Option<String>)> {
+        let exe = std::env::current_exe().context("Finding hostpull's own program")?;
+        let Launch { mut cmd, unit, .. } = self.launch_program(&exe, Some(&self.spec.skopeo))?;
+        cmd.arg(agent::VERB).arg(&self.spec.skopeo);
+        cmd.args(self.registries_args(unit.as_deref()));
+        stdout_from(&mut cmd, side);
         // The crate spells these options itself; they mean what client_args says.
         let mut cfg = ImageProxyConfig::default();
         cfg.authfile = self.authfile_for(unit.as_deref());
@@ -42,46 +67,222 @@ impl Worker {
         // proxy would apply the host's policy.json inside OpenImage.
         cfg.insecure_policy = Some(true);
         cfg.skopeo_cmd = Some(cmd);
-        Ok(ProxySession {
-            worker: self,
-            config: cfg,
+        Ok((cfg, unit))
+    }
+
+    /// The pull's agent, started on first use.
+    pub(super) async fn agent(&self) -> anyhow::Result<Arc<Agent>> {
+        let mut slot = self.agent.lock().await;
+        if let Some(a) = &*slot {
+            return Ok(Arc::clone(a));
+        }
+        let a = Arc::new(self.start_agent().await?);
+        *slot = Some(Arc::clone(&a));
+        Ok(a)
+    }
+
+    /// Start the agent and wait for its hello; its proxy waits meanwhile.
+    async fn start_agent(&self) -> anyhow::Result<Agent> {
+        let (ours, theirs) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .context("Creating the worker's side channel")?;
+        let (cfg, unit) = self.agent_command(theirs.as_raw_fd())?;
+        let started = Instant::now();
+        let mut pending = tokio::spawn(ImageProxy::new_with_config(cfg));
+        let ours = std::os::unix::net::UnixStream::from(ours);
+        ours.set_nonblocking(true)?;
+        let mut side = BufReader::new(UnixStream::from_std(ours)?);
+        let hello = async {
+            tokio::select! {
+                line = read_line(&mut side) => match line? {
+                    Some(l) if l == agent::HELLO => Ok(()),
+                    _ => fail(Kind::Worker, "the worker agent did not start"),
+                },
+                r = &mut pending => match r {
+                    Err(e) => fail(Kind::Internal, format!("starting the worker: {e}")),
+                    Ok(Err(e)) => Err(proxy_failure("starting the worker", e)),
+                    Ok(Ok(_)) => fail(Kind::Worker, "the worker answered before it was asked"),
+                },
+            }
+        };
+        let r = self.observe(unit.as_deref(), hello).await;
+        // Its copy in the agent is all that keeps the channel open now: when
+        // the agent ends, root reads the end.
+        drop(theirs);
+        if let Err(e) = r {
+            pending.abort();
+            return Err(e);
+        }
+        Ok(Agent {
             unit,
-            timed: false,
+            side: tokio::sync::Mutex::new(side),
+            proxy: tokio::sync::Mutex::new(Proxy::Pending(pending)),
+            startup: started.elapsed(),
         })
+    }
+
+    /// Give the agent up: the next request starts another. It ends when it
+    /// sees its channels close; its unit is stopped with the others.
+    pub(super) async fn drop_agent(&self) {
+        self.agent.lock().await.take();
+    }
+
+    /// Close the agent's channels and let it end: a proxy is shut down and
+    /// waited for, an agent never asked for one exits on its own.
+    pub(super) async fn close_agent(&self) {
+        let Some(agent) = self.agent.lock().await.take() else {
+            return;
+        };
+        let Ok(Agent { side, proxy, .. }) = Arc::try_unwrap(agent) else {
+            return;
+        };
+        drop(side);
+        let stopped = match proxy.into_inner() {
+            Proxy::Ready(p) => match Arc::try_unwrap(p) {
+                Ok(p) => tokio::time::timeout(STOP_TIMEOUT, p.finalize())
+                    .await
+                    .map(|r| r.map_err(|e| e.to_string())),
+                Err(_) => Ok(Ok(())),
+            },
+            Proxy::Pending(task) => tokio::time::timeout(STOP_TIMEOUT, task)
+                .await
+                .map(|_| Ok(())),
+            Proxy::Gone => Ok(Ok(())),
+        };
+        if let Ok(Err(e)) = stopped {
+            tracing::debug!("the worker's proxy ended badly: {e}");
+        }
+    }
+}
+
+/// In the child that `c` starts, `fd` replaces stdout (which the proxy crate
+/// sets to /dev/null): the agent's side channel.
+#[allow(unsafe_code)]
+fn stdout_from(c: &mut std::process::Command, fd: RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: dup2(2) is async-signal-safe and allocates nothing; `fd` is
+    // open in the parent until the agent has said hello, so in the child too.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::dup2(fd, 1) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// One line from the agent, without its newline; none at the end.
+async fn read_line(side: &mut BufReader<UnixStream>) -> anyhow::Result<Option<String>> {
+    let mut line = Vec::new();
+    (&mut *side)
+        .take(agent::LINE_MAX)
+        .read_until(b'\n', &mut line)
+        .await
+        .context("Reading the worker agent")?;
+    match line.pop() {
+        Some(b'\n') => Ok(Some(String::from_utf8_lossy(&line).into_owned())),
+        _ => Ok(None),
+    }
+}
+
+impl Agent {
+    /// Run skopeo in the agent with `args`, to its end: at most `limit` + 1
+    /// bytes of its stdout.
+    pub(super) async fn run(&self, args: Vec<String>, limit: u64) -> anyhow::Result<Output> {
+        let mut side = self.side.lock().await;
+        send(side.get_mut(), &Request::Run { args, limit }).await?;
+        let gone = || Failure::new(Kind::Worker, "the worker agent ended unexpectedly");
+        let head = read_line(&mut side).await?.ok_or_else(gone)?;
+        let reply: Reply = serde_json::from_str(&head)
+            .map_err(|e| Failure::new(Kind::Worker, format!("the worker agent's reply: {e}")))?;
+        if reply.stdout > limit.saturating_add(1) || reply.stderr > agent::STDERR_MAX {
+            return fail(
+                Kind::Worker,
+                "the worker agent sent more than it was asked for",
+            );
+        }
+        let mut stdout = vec![0; reply.stdout as usize];
+        let mut stderr = vec![0; reply.stderr as usize];
+        side.read_exact(&mut stdout).await.map_err(|_| gone())?;
+        side.read_exact(&mut stderr).await.map_err(|_| gone())?;
+        Ok(Output {
+            code: reply.code,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// The image proxy: asked for of the agent the first time.
+    async fn proxy(&self, worker: &Worker) -> anyhow::Result<Arc<ImageProxy>> {
+        let mut state = self.proxy.lock().await;
+        let task = match std::mem::replace(&mut *state, Proxy::Gone) {
+            Proxy::Ready(p) => {
+                *state = Proxy::Ready(Arc::clone(&p));
+                return Ok(p);
+            }
+            Proxy::Gone => return fail(Kind::Worker, "the worker's image proxy failed earlier"),
+            Proxy::Pending(task) => task,
+        };
+        let started = Instant::now();
+        send(self.side.lock().await.get_mut(), &Request::Proxy).await?;
+        let proxy = match task.await {
+            Ok(r) => r.map_err(|e| proxy_failure("starting the worker", e))?,
+            Err(e) => return fail(Kind::Internal, format!("starting the worker: {e}")),
+        };
+        worker.record_session(self.startup + started.elapsed(), &proxy);
+        let proxy = Arc::new(proxy);
+        *state = Proxy::Ready(Arc::clone(&proxy));
+        Ok(proxy)
+    }
+}
+
+/// Send one request line.
+async fn send(side: &mut UnixStream, request: &Request) -> anyhow::Result<()> {
+    let mut line = serde_json::to_vec(request)?;
+    line.push(b'\n');
+    side.write_all(&line).await.map_err(|e| {
+        Failure::new(
+            Kind::Worker,
+            format!("the worker agent ended unexpectedly: {e}"),
+        )
+    })?;
+    Ok(())
+}
+
+/// An image proxy session with the pull's worker: [run](ProxySession::run)
+/// opens an image and hands it over.
+#[derive(Debug)]
+pub struct ProxySession<'w> {
+    worker: &'w Worker,
+}
+
+impl Worker {
+    /// A session of the image proxy with this pull's worker, ready to
+    /// [run](ProxySession::run): nothing starts yet.
+    pub fn proxy_session(&self) -> ProxySession<'_> {
+        ProxySession { worker: self }
     }
 }
 
 impl ProxySession<'_> {
-    /// Let the worker's report tell how long this session's worker took to
-    /// answer, and what protocol it speaks.
-    pub fn timed(mut self) -> Self {
-        self.timed = true;
-        self
-    }
-
-    /// Start the worker, open `image`, hand both to `work`, then close the
-    /// image and stop the worker; watched throughout, so that a worker that
-    /// died is reported as such. On an error the proxy is dropped, which
-    /// closes its socket, and skopeo exits on that.
+    /// Open `image` in the worker's proxy (started if it is not yet), hand
+    /// both to `work`, then close the image; watched throughout, so that a
+    /// worker that died is reported as such. After an error the worker is
+    /// given up: the next session starts another.
     pub async fn run<T>(
         self,
         image: &ImageRef,
         work: impl AsyncFnOnce(&ImageProxy, &OpenedImage) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        let Self {
-            worker,
-            config,
-            unit,
-            timed,
-        } = self;
+        let worker = self.worker;
+        let agent = worker.agent().await?;
         let session = async {
-            let started = Instant::now();
-            let proxy = ImageProxy::new_with_config(config)
-                .await
-                .map_err(|e| proxy_failure("starting the worker", e))?;
-            if timed {
-                worker.record_session(started.elapsed(), &proxy);
-            }
+            let proxy = agent.proxy(worker).await?;
             let img = proxy
                 .open_image(&image.to_transport())
                 .await
@@ -91,13 +292,14 @@ impl ProxySession<'_> {
                 .close_image(&img)
                 .await
                 .map_err(|e| proxy_failure("closing the image", e))?;
-            proxy
-                .finalize()
-                .await
-                .map_err(|e| proxy_failure("stopping the worker", e))?;
             Ok(out)
         };
-        worker.observe(unit.as_deref(), session).await
+        let r = worker.observe(agent.unit.as_deref(), session).await;
+        if r.is_err() {
+            drop(agent);
+            worker.drop_agent().await;
+        }
+        r
     }
 
     /// Small blobs of `image` (signature payloads), whole and verified.

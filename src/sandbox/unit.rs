@@ -164,9 +164,10 @@ impl Unit<'_> {
     }
 }
 
-/// The `systemd-run` command that starts `skopeo` as worker unit `unit`, with
-/// `mounts` and a network that reaches registries.
-pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path) -> Command {
+/// The `systemd-run` command that starts `programs[0]` (the worker agent, or
+/// curl) as worker unit `unit`, with `mounts`, every program of `programs`
+/// (what it runs in turn: skopeo) and a network that reaches registries.
+pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, programs: &[&Path]) -> Command {
     let mut props = Vec::new();
     for (name, path) in &mounts.credentials {
         props.push(format!("LoadCredential={name}:{}", path.display()));
@@ -179,7 +180,7 @@ pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path
         ));
     }
     if let Some(root) = &mounts.root {
-        props.extend(root_directory(root, skopeo));
+        props.extend(root_directory(root, programs));
     }
     // Where a redirect must never lead the worker: the link-local ranges,
     // where AWS, GCP, Azure and OpenStack serve instance metadata and
@@ -198,7 +199,7 @@ pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path
         name: unit,
         limits: &spec.limits,
         selinux_context: spec.selinux_context.as_deref(),
-        program: skopeo,
+        program: programs[0],
     };
     // Only IPv4 and IPv6 sockets. Measured with strace over pulls by address,
     // by /etc/hosts name and by DNS name: skopeo creates no other kind. The
@@ -208,24 +209,25 @@ pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, skopeo: &Path
 }
 
 /// The properties of a unit whose root is `root`: the API file systems, an
-/// empty /run (where systemd puts the unit's credentials), and `program`'s
-/// directory, read-only at the path the unit runs it by, if it is not in /usr
-/// (bound already) or a top-level symlink to it.
-fn root_directory(root: &Path, program: &Path) -> Vec<String> {
+/// empty /run (where systemd puts the unit's credentials), and each of
+/// `programs`' directories, read-only at the path the unit runs it by, if it
+/// is not in /usr (bound already) or a top-level symlink to it.
+fn root_directory(root: &Path, programs: &[&Path]) -> Vec<String> {
     let mut props = vec![
         format!("RootDirectory={}", root.display()),
         "MountAPIVFS=yes".into(),
         "TemporaryFileSystem=/run".into(),
     ];
-    if let Some(dir) = program.parent()
-        && let Ok(real) = std::fs::canonicalize(dir)
-        && !real.starts_with("/usr")
-    {
-        props.push(format!(
-            "BindReadOnlyPaths={}:{}",
-            real.display(),
-            dir.display()
-        ));
+    for program in programs {
+        if let Some(dir) = program.parent()
+            && let Ok(real) = std::fs::canonicalize(dir)
+            && !real.starts_with("/usr")
+        {
+            let bind = format!("BindReadOnlyPaths={}:{}", real.display(), dir.display());
+            if !props.contains(&bind) {
+                props.push(bind);
+            }
+        }
     }
     props
 }
@@ -279,7 +281,7 @@ mod tests {
         let td = tempfile::tempdir().unwrap();
         let real = std::fs::canonicalize(td.path()).unwrap();
         let binds = |p: &Path| -> Vec<String> {
-            root_directory(Path::new("/r"), p)
+            root_directory(Path::new("/r"), &[p])
                 .into_iter()
                 .filter(|p| p.starts_with("BindReadOnlyPaths="))
                 .collect()
@@ -321,7 +323,7 @@ mod tests {
             "hostpull-worker-1-0.service",
             &spec,
             &mounts,
-            Path::new("/usr/bin/skopeo"),
+            &[Path::new("/usr/bin/skopeo")],
         );
         assert_eq!(c.get_program(), "systemd-run");
         let a = args(&c);
@@ -381,7 +383,7 @@ mod tests {
     #[test]
     fn cpu_quota_unset_by_default() {
         let spec = WorkerSpec::for_tests(crate::plan::worker::Isolation::Systemd);
-        let c = systemd_run("u", &spec, &Mounts::default(), Path::new("skopeo"));
+        let c = systemd_run("u", &spec, &Mounts::default(), &[Path::new("skopeo")]);
         assert!(!args(&c).iter().any(|a| a.starts_with("CPUQuota")
             || a.starts_with("SELinuxContext")
             || a.starts_with("IPAddressAllow")));

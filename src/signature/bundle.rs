@@ -149,7 +149,7 @@ pub(super) async fn referrers(
                 .map_err(|e| bad(format!("referrer {pinned} is not a bundle of {d}: {e}")))?;
             let Some(layer) = layer else { continue };
             let blobs = worker
-                .proxy_session()?
+                .proxy_session()
                 .fetch_small(&pinned, std::slice::from_ref(&layer))
                 .await?;
             out.extend(blobs.into_iter().map(|bytes| Bundled {

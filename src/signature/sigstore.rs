@@ -279,10 +279,7 @@ pub(super) async fn attachments(
             continue;
         }
         let pinned = sig_image.with_digest(&digest::sha256(&raw));
-        let payloads = worker
-            .proxy_session()?
-            .fetch_small(&pinned, &layers)
-            .await?;
+        let payloads = worker.proxy_session().fetch_small(&pinned, &layers).await?;
         for (l, payload) in layers.into_iter().zip(payloads) {
             out.push(Attached {
                 digest: d.clone(),

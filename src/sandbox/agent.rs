@@ -1,0 +1,271 @@
+//! The worker agent: the program a pull's one worker unit runs. It is
+//! `hostpull` itself (`hostpull __worker-agent SKOPEO ARGS…`), runs as the
+//! worker does (the unit's dynamic user, its domain, its limits) and is as
+//! untrusted as skopeo: root checks every byte it passes on.
+//!
+//! It serves two channels that `systemd-run --pipe` hands it:
+//! - stdin is the image proxy's socketpair. The agent never reads it: on
+//!   root's `proxy` request it starts `SKOPEO ARGS…` (the crate's
+//!   `experimental-image-proxy` command line) with it as stdin, and ends
+//!   with that skopeo, as it ends.
+//! - stdout is a stream socket to root, the side channel. The agent writes
+//!   [`HELLO`], then serves root's requests one at a time: `run` starts
+//!   `SKOPEO ARGS…` (`inspect --raw`, whose bytes root hashes itself) and
+//!   answers with how it ended, its stdout (at most `limit` + 1 bytes) and
+//!   its stderr (at most [`STDERR_MAX`]). When root closes it before asking
+//!   for the proxy, the agent exits 0.
+//!
+//! So one unit serves the whole pull: the manifests, the signatures' images
+//! and the blobs, where each used to be a unit of its own (about 80 ms each).
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+/// The hidden first argument that makes `hostpull` the agent.
+pub const VERB: &str = "__worker-agent";
+/// The agent's first line on the side channel.
+pub const HELLO: &str = "hostpull-worker-agent 1";
+/// The most of a command's stderr the agent passes on.
+pub const STDERR_MAX: u64 = 64 << 10;
+/// The longest line either side sends.
+pub const LINE_MAX: u64 = 64 << 10;
+
+/// What root asks the agent, one JSON line each.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Request {
+    /// Run skopeo with `args`; answer with a [`Reply`] and its output.
+    Run {
+        /// skopeo's arguments.
+        args: Vec<String>,
+        /// The most of its stdout root wants; one byte more says it was more.
+        limit: u64,
+    },
+    /// Start the image proxy on stdin's socketpair; nothing is answered.
+    Proxy,
+}
+
+/// How a `run` ended, one JSON line, followed by `stdout` then `stderr` bytes.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Reply {
+    /// Its exit code; none when a signal ended it or its stdout passed the
+    /// limit (it is then killed, not waited for) or it could not start.
+    pub code: Option<i32>,
+    /// The bytes of stdout that follow.
+    pub stdout: u64,
+    /// The bytes of stderr that follow them.
+    pub stderr: u64,
+}
+
+/// The agent's `main`: `args` are what follows [`VERB`]. Returns the exit
+/// code; a proxy skopeo killed by a signal kills the agent with it.
+pub fn main(args: Vec<OsString>) -> i32 {
+    let mut args = args.into_iter();
+    let Some(skopeo) = args.next().map(PathBuf::from) else {
+        eprintln!("error: {VERB}: no worker program");
+        return 2;
+    };
+    let proxy_args: Vec<OsString> = args.collect();
+    // SAFETY: fd 1 is the side channel root handed over, owned by nobody else
+    // here; it is taken once, before any other code could use it.
+    #[allow(unsafe_code)]
+    let side = UnixStream::from(unsafe { OwnedFd::from_raw_fd(1) });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("side-channel".into())
+        .spawn({
+            let skopeo = skopeo.clone();
+            move || serve(side, &skopeo, &tx)
+        });
+    if let Err(e) = spawned {
+        eprintln!("error: {VERB}: starting the side channel: {e}");
+        return 8;
+    }
+    // Either root asks for the proxy, or the side channel ends without it.
+    if rx.recv().is_err() {
+        return 0;
+    }
+    let mut proxy = Command::new(&skopeo);
+    proxy
+        .args(proxy_args)
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    die_with_us(&mut proxy);
+    match proxy.status() {
+        Ok(s) => s.code().unwrap_or_else(|| s.signal().map_or(1, die_of)),
+        Err(e) => {
+            eprintln!("error: {VERB}: starting {}: {e}", skopeo.display());
+            8
+        }
+    }
+}
+
+/// Serve root's requests until it closes the side channel; tell `proxy`
+/// when it asks for the proxy.
+fn serve(side: UnixStream, skopeo: &std::path::Path, proxy: &std::sync::mpsc::Sender<()>) {
+    let Ok(mut out) = side.try_clone() else {
+        return;
+    };
+    if writeln!(out, "{HELLO}").is_err() {
+        return;
+    }
+    let mut lines = BufReader::new(side);
+    loop {
+        let mut line = String::new();
+        match (&mut lines).take(LINE_MAX).read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        match serde_json::from_str::<Request>(&line) {
+            Ok(Request::Proxy) => {
+                let _ = proxy.send(());
+            }
+            Ok(Request::Run { args, limit }) => {
+                if answer(&mut out, run(skopeo, &args, limit)).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                eprintln!("error: {VERB}: a request that does not parse: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// Run skopeo with `args` to its end, keeping at most `limit` + 1 bytes of
+/// stdout (past that it is killed) and [`STDERR_MAX`] of stderr.
+fn run(skopeo: &std::path::Path, args: &[String], limit: u64) -> (Option<i32>, Vec<u8>, Vec<u8>) {
+    let mut c = Command::new(skopeo);
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    die_with_us(&mut c);
+    let mut child = match c.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return (
+                None,
+                Vec::new(),
+                format!("starting {}: {e}", skopeo.display()).into(),
+            );
+        }
+    };
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        let _ = child.kill();
+        return (None, Vec::new(), b"the worker's pipes are missing".to_vec());
+    };
+    let errors = std::thread::spawn(move || {
+        let mut err = Vec::new();
+        let mut stderr = stderr;
+        let _ = (&mut stderr).take(STDERR_MAX).read_to_end(&mut err);
+        // Drain the rest, so that a chatty command never blocks on it.
+        let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+        err
+    });
+    let mut out = Vec::new();
+    let _ = stdout.take(limit.saturating_add(1)).read_to_end(&mut out);
+    let code = if out.len() as u64 > limit {
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    } else {
+        child.wait().ok().and_then(|s| s.code())
+    };
+    let err = errors.join().unwrap_or_default();
+    (code, out, err)
+}
+
+/// Write a [`Reply`] and the bytes it announces.
+fn answer(
+    side: &mut UnixStream,
+    (code, stdout, stderr): (Option<i32>, Vec<u8>, Vec<u8>),
+) -> std::io::Result<()> {
+    let reply = Reply {
+        code,
+        stdout: stdout.len() as u64,
+        stderr: stderr.len() as u64,
+    };
+    let mut head = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
+    head.push(b'\n');
+    side.write_all(&head)?;
+    side.write_all(&stdout)?;
+    side.write_all(&stderr)?;
+    side.flush()
+}
+
+/// A child of the agent dies with it: a skopeo must not outlive the agent
+/// that root stops (without systemd, the agent is all root knows of).
+#[allow(unsafe_code)]
+fn die_with_us(c: &mut Command) {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and allocates nothing.
+    unsafe {
+        c.pre_exec(|| {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(Into::into)
+        });
+    }
+}
+
+/// End the agent by `signal`, as its proxy skopeo ended, so that the unit's
+/// main process reports it (a worker killed by signal 11 reads as such);
+/// `128 + signal` if it survives that.
+#[allow(unsafe_code)]
+fn die_of(signal: i32) -> i32 {
+    // SAFETY: resetting a disposition to the default and raising the signal
+    // touch no memory of ours.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+    128 + signal
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Requests and replies as the wire carries them.
+    #[test]
+    fn wire_format() {
+        let run = Request::Run {
+            args: vec!["inspect".into(), "--raw".into()],
+            limit: 9,
+        };
+        let line = serde_json::to_string(&run).unwrap();
+        assert_eq!(line, r#"{"op":"run","args":["inspect","--raw"],"limit":9}"#);
+        assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), run);
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"op":"proxy"}"#).unwrap(),
+            Request::Proxy
+        );
+        assert!(serde_json::from_str::<Request>(r#"{"op":"exec"}"#).is_err());
+    }
+
+    /// A command's output comes back whole up to the limit; one byte more
+    /// stops it (no exit code), and its stderr is kept either way.
+    #[test]
+    fn run_keeps_output_within_the_limit() {
+        let sh = std::path::Path::new("/bin/sh");
+        let args = |s: &str| vec!["-c".to_owned(), s.to_owned()];
+        let (code, out, err) = run(sh, &args("printf abc; printf oops >&2; exit 3"), 3);
+        assert_eq!(
+            (code, &out[..], &err[..]),
+            (Some(3), &b"abc"[..], &b"oops"[..])
+        );
+        let (code, out, _) = run(sh, &args("printf abcd; exec sleep 60"), 3);
+        assert_eq!((code, &out[..]), (None, &b"abcd"[..]));
+        let (code, _, err) = run(std::path::Path::new("/nonexistent"), &[], 3);
+        assert_eq!(code, None);
+        assert!(String::from_utf8_lossy(&err).contains("/nonexistent"));
+    }
+}
