@@ -67,6 +67,11 @@ EXPECT = [
     ("allow", "@worker", "ld_so_cache_t", "file", "read open map", "/etc/ld.so.cache"),
     ("allow", "@worker", "security_t", "filesystem", "getattr", "libselinux statfs()es selinuxfs"),
     ("allow", "@worker", "@worker", "process", "signal getsched", "Go runtime"),
+    ("allow", "@init", "hostpull_exec_t", "file", "execute read open map", "PID 1 execs the worker agent"),
+    ("allow", "@worker", "hostpull_exec_t", "file", "entrypoint read map execute", "the worker agent is /usr/bin/hostpull"),
+    ("allow", "@worker", "bin_t", "file", "execute_no_trans", "the agent runs skopeo in the worker domain"),
+    ("allow", "@worker", "@worker", "process", "fork sigchld sigkill", "the agent's skopeo children"),
+    ("deny", "@orch", "@worker", "process", "transition", "root never enters the worker domain itself"),
 
     # --- fds from hostpull through D-Bus to PID 1 to the worker (rpm-ostree#3239)
     ("allow", "@dbusd", "@orch", "fd", "use", "dbus-broker receives systemd-run's fds"),
@@ -140,9 +145,8 @@ EXPECT = [
     ("deny", "@worker", "user_home_t", "file", "read", "home directories"),
     ("deny", "@worker", "default_t", "file", "read", "unlabelled files"),
     ("deny", "@worker", "user_home_dir_t", "dir", "search", "/home/*"),
-    ("deny", "@worker", "bin_t", "file", "execute_no_trans", "runs no other program"),
     ("deny", "@worker", "shell_exec_t", "file", "execute", "no shell"),
-    ("deny", "@worker", "hostpull_exec_t", "file", "execute", "never runs hostpull"),
+    ("deny", "@worker", "hostpull_exec_t", "file", "execute_no_trans", "runs hostpull only as PID 1 starts it"),
     ("deny", "@worker", "@orch", "process", "ptrace transition dyntransition signal sigkill", "never reaches the orchestrator"),
     ("deny", "@worker", "@init", "process", "ptrace", "never reaches PID 1"),
     ("deny", "@worker", "@worker", "process", "setexec setcurrent dyntransition", "cannot change its own domain"),

@@ -5,6 +5,7 @@
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -31,6 +32,10 @@ pub(super) struct Agent {
     proxy: tokio::sync::Mutex<Proxy>,
     /// From starting its unit to its [`agent::HELLO`].
     startup: Duration,
+    /// Sessions begun and not run to their end: one cut short (a stall, a
+    /// timeout) may have left a request waiting in the proxy, which then
+    /// cannot be shut down in order, only stopped.
+    open: std::sync::atomic::AtomicUsize,
 }
 
 /// The agent's image proxy: asked for when first needed.
@@ -122,6 +127,7 @@ impl Worker {
             side: tokio::sync::Mutex::new(side),
             proxy: tokio::sync::Mutex::new(Proxy::Pending(pending)),
             startup: started.elapsed(),
+            open: Default::default(),
         })
     }
 
@@ -137,10 +143,16 @@ impl Worker {
         let Some(agent) = self.agent.lock().await.take() else {
             return;
         };
-        let Ok(Agent { side, proxy, .. }) = Arc::try_unwrap(agent) else {
+        let Ok(Agent {
+            side, proxy, open, ..
+        }) = Arc::try_unwrap(agent)
+        else {
             return;
         };
         drop(side);
+        if open.into_inner() > 0 {
+            return;
+        }
         let stopped = match proxy.into_inner() {
             Proxy::Ready(p) => match Arc::try_unwrap(p) {
                 Ok(p) => tokio::time::timeout(STOP_TIMEOUT, p.finalize())
@@ -281,6 +293,7 @@ impl ProxySession<'_> {
     ) -> anyhow::Result<T> {
         let worker = self.worker;
         let agent = worker.agent().await?;
+        agent.open.fetch_add(1, SeqCst);
         let session = async {
             let proxy = agent.proxy(worker).await?;
             let img = proxy
@@ -295,6 +308,7 @@ impl ProxySession<'_> {
             Ok(out)
         };
         let r = worker.observe(agent.unit.as_deref(), session).await;
+        agent.open.fetch_sub(1, SeqCst);
         if r.is_err() {
             drop(agent);
             worker.drop_agent().await;
