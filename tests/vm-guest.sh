@@ -152,9 +152,13 @@ t_domains() {
     grep -q ':hostpull_t:s0 hostpull ' "$R/domains.txt" || fail "hostpull never seen in hostpull_t"
     grep -q ':hostpull_worker_t:s0 skopeo .*experimental-image-proxy' "$R/domains.txt" ||
         fail "the proxy never seen in hostpull_worker_t"
+    grep -q ':hostpull_worker_t:s0 hostpull .*__worker-agent' "$R/domains.txt" ||
+        fail "the worker agent never seen in hostpull_worker_t"
     # Root runs `skopeo --version` for the report, in its own domain; every other
-    # skopeo is the worker. (ps pads the comm column with spaces.)
+    # skopeo is the worker, and so is the worker agent that runs them, the unit's
+    # program. (ps pads the comm column with spaces.)
     ! grep -v -e ':hostpull_t:s0 hostpull ' -e ':hostpull_worker_t:s0 skopeo ' \
+        -e ':hostpull_worker_t:s0 hostpull  *[^ ]*hostpull __worker-agent ' \
         -e ':hostpull_t:s0 skopeo  *[^ ]*skopeo --version$' "$R/domains.txt" ||
         fail "a process in another domain (above)"
     layout_has /var/lib/hostpull/images/paced v1
@@ -176,7 +180,7 @@ t_timer() {
 # SIGTERM while the worker streams: hostpull stops the worker unit and publishes nothing.
 t_sigterm() {
     systemctl start --no-block hostpull-pull@slow.service
-    wait_for 120 "the proxy unit" sh -c "systemctl list-units --no-legend 'hostpull-worker-*-1.service' | grep -q ."
+    wait_for 120 "the proxy" pgrep -f '^[^ ]*skopeo .*experimental-image-proxy'
     sleep 1
     kill -TERM "$(systemctl show -P MainPID hostpull-pull@slow.service)"
     wait_for 30 "the pull to end" sh -c \
@@ -219,9 +223,9 @@ t_sigstore() {
 # systemd-analyze security of the running worker unit: the exposure README states.
 t_security() {
     systemctl start --no-block hostpull-pull@slow.service
-    wait_for 120 "the proxy unit" sh -c "systemctl list-units --no-legend 'hostpull-worker-*-1.service' | grep -q ."
+    wait_for 120 "the proxy" pgrep -f '^[^ ]*skopeo .*experimental-image-proxy'
     local unit score
-    unit=$(worker_units | grep -- '-1.service$' | head -1)
+    unit=$(worker_units | grep -- '-0.service$' | head -1)
     systemd-analyze security --no-pager "$unit" >"$R/security.txt" 2>&1 || true
     systemctl stop hostpull-pull@slow.service
     score=$(sed -n 's/.*Overall exposure level for .*: \([0-9.]*\) .*/\1/p' "$R/security.txt")
