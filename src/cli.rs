@@ -577,6 +577,10 @@ pub fn run_main() -> i32 {
             }
         }
     });
+    // A blocking read of a worker's socket that never ends (a worker that
+    // was stopped, not shut down) must not hold the exit: dropping the
+    // runtime would wait for it.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
     match r {
         Ok(()) => 0,
         Err(e) => report_error(&e),

@@ -5,15 +5,16 @@
 //!
 //! It serves two channels that `systemd-run --pipe` hands it:
 //! - stdin is the image proxy's socketpair. The agent never reads it: on
-//!   root's `proxy` request it starts `SKOPEO ARGS…` (the crate's
-//!   `experimental-image-proxy` command line) with it as stdin, and ends
-//!   with that skopeo, as it ends.
+//!   root's `proxy` request it becomes `SKOPEO ARGS…` (the crate's
+//!   `experimental-image-proxy` command line) by execve(2), so that the unit's
+//!   main process is skopeo from then on, as it was before the agent, with
+//!   none of the agent's memory, and its end is the unit's.
 //! - stdout is a stream socket to root, the side channel. The agent writes
 //!   [`HELLO`], then serves root's requests one at a time: `run` starts
 //!   `SKOPEO ARGS…` (`inspect --raw`, whose bytes root hashes itself) and
 //!   answers with how it ended, its stdout (at most `limit` + 1 bytes) and
 //!   its stderr (at most [`STDERR_MAX`]). When root closes it before asking
-//!   for the proxy, the agent exits 0.
+//!   for the proxy, the agent exits 0; once the proxy runs, it is closed.
 //!
 //! So one unit serves the whole pull: the manifests, the signatures' images
 //! and the blobs, where each used to be a unit of its own (about 80 ms each).
@@ -22,7 +23,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -65,7 +66,7 @@ pub struct Reply {
 }
 
 /// The agent's `main`: `args` are what follows [`VERB`]. Returns the exit
-/// code; a proxy skopeo killed by a signal kills the agent with it.
+/// code, unless it became the proxy.
 pub fn main(args: Vec<OsString>) -> i32 {
     let mut args = args.into_iter();
     let Some(skopeo) = args.next().map(PathBuf::from) else {
@@ -92,20 +93,16 @@ pub fn main(args: Vec<OsString>) -> i32 {
     if rx.recv().is_err() {
         return 0;
     }
-    let mut proxy = Command::new(&skopeo);
-    proxy
+    // The side channel goes with the exec: fd 1 becomes /dev/null, as the
+    // proxy crate gives skopeo, and the other descriptors are close-on-exec.
+    let e = Command::new(&skopeo)
         .args(proxy_args)
         .stdin(Stdio::inherit())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    die_with_us(&mut proxy);
-    match proxy.status() {
-        Ok(s) => s.code().unwrap_or_else(|| s.signal().map_or(1, die_of)),
-        Err(e) => {
-            eprintln!("error: {VERB}: starting {}: {e}", skopeo.display());
-            8
-        }
-    }
+        .stderr(Stdio::inherit())
+        .exec();
+    eprintln!("error: {VERB}: starting {}: {e}", skopeo.display());
+    8
 }
 
 /// Serve root's requests until it closes the side channel; tell `proxy`
@@ -203,7 +200,7 @@ fn answer(
     side.flush()
 }
 
-/// A child of the agent dies with it: a skopeo must not outlive the agent
+/// A child of the agent dies with it: an `inspect` must not outlive the agent
 /// that root stops (without systemd, the agent is all root knows of).
 #[allow(unsafe_code)]
 fn die_with_us(c: &mut Command) {
@@ -214,20 +211,6 @@ fn die_with_us(c: &mut Command) {
                 .map_err(Into::into)
         });
     }
-}
-
-/// End the agent by `signal`, as its proxy skopeo ended, so that the unit's
-/// main process reports it (a worker killed by signal 11 reads as such);
-/// `128 + signal` if it survives that.
-#[allow(unsafe_code)]
-fn die_of(signal: i32) -> i32 {
-    // SAFETY: resetting a disposition to the default and raising the signal
-    // touch no memory of ours.
-    unsafe {
-        libc::signal(signal, libc::SIG_DFL);
-        libc::raise(signal);
-    }
-    128 + signal
 }
 
 #[cfg(test)]

@@ -29,6 +29,9 @@ pub(super) struct Agent {
     pub(super) unit: Option<String>,
     /// The side channel; one request at a time.
     side: tokio::sync::Mutex<BufReader<UnixStream>>,
+    /// Whether it was asked for the proxy: it is skopeo's from then on, and
+    /// serves no more requests.
+    proxied: std::sync::atomic::AtomicBool,
     proxy: tokio::sync::Mutex<Proxy>,
     /// From starting its unit to its [`agent::HELLO`].
     startup: Duration,
@@ -75,10 +78,14 @@ impl Worker {
         Ok((cfg, unit))
     }
 
-    /// The pull's agent, started on first use.
-    pub(super) async fn agent(&self) -> anyhow::Result<Arc<Agent>> {
+    /// The pull's agent, started on first use; for a request (`run`), one
+    /// that is not the proxy yet: after blobs, a signature's `inspect` starts
+    /// another.
+    pub(super) async fn agent(&self, run: bool) -> anyhow::Result<Arc<Agent>> {
         let mut slot = self.agent.lock().await;
-        if let Some(a) = &*slot {
+        if let Some(a) = &*slot
+            && !(run && a.proxied.load(SeqCst))
+        {
             return Ok(Arc::clone(a));
         }
         let a = Arc::new(self.start_agent().await?);
@@ -128,6 +135,7 @@ impl Worker {
             proxy: tokio::sync::Mutex::new(Proxy::Pending(pending)),
             startup: started.elapsed(),
             open: Default::default(),
+            proxied: Default::default(),
         })
     }
 
@@ -207,6 +215,10 @@ impl Agent {
     /// bytes of its stdout.
     pub(super) async fn run(&self, args: Vec<String>, limit: u64) -> anyhow::Result<Output> {
         let mut side = self.side.lock().await;
+        if self.proxied.load(SeqCst) {
+            // Worker::agent(true) gives no such agent; requests come one after another.
+            return fail(Kind::Internal, "the worker agent is the proxy already");
+        }
         send(side.get_mut(), &Request::Run { args, limit }).await?;
         let gone = || Failure::new(Kind::Worker, "the worker agent ended unexpectedly");
         let head = read_line(&mut side).await?.ok_or_else(gone)?;
@@ -241,7 +253,11 @@ impl Agent {
             Proxy::Pending(task) => task,
         };
         let started = Instant::now();
-        send(self.side.lock().await.get_mut(), &Request::Proxy).await?;
+        {
+            let mut side = self.side.lock().await;
+            self.proxied.store(true, SeqCst);
+            send(side.get_mut(), &Request::Proxy).await?;
+        }
         let proxy = match task.await {
             Ok(r) => r.map_err(|e| proxy_failure("starting the worker", e))?,
             Err(e) => return fail(Kind::Internal, format!("starting the worker: {e}")),
@@ -292,7 +308,7 @@ impl ProxySession<'_> {
         work: impl AsyncFnOnce(&ImageProxy, &OpenedImage) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
         let worker = self.worker;
-        let agent = worker.agent().await?;
+        let agent = worker.agent(false).await?;
         agent.open.fetch_add(1, SeqCst);
         let session = async {
             let proxy = agent.proxy(worker).await?;
