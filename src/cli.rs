@@ -523,14 +523,6 @@ fn end_batch_scheduling() {
 
 /// Parse the command line, run it, print any error once, and return the exit code.
 pub fn run_main() -> i32 {
-    // Inside a worker unit, hostpull is the worker agent (sandbox::agent).
-    let mut args = std::env::args_os().skip(1);
-    if args
-        .next()
-        .is_some_and(|a| a == crate::sandbox::agent::VERB)
-    {
-        return crate::sandbox::agent::main(args.collect());
-    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -577,9 +569,7 @@ pub fn run_main() -> i32 {
             }
         }
     });
-    // A blocking read of a worker's socket that never ends (a worker that
-    // was stopped, not shut down) must not hold the exit: dropping the
-    // runtime would wait for it.
+    // Dropping the runtime would wait for a blocked read of a stopped worker.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     match r {
         Ok(()) => 0,

@@ -43,11 +43,13 @@ pub(crate) mod signature;
 pub(crate) mod store;
 pub(crate) mod verify;
 
-/// What the fuzz targets (`fuzz/`) and the integration tests (`tests/`) drive
-/// directly inside modules that are not public. Not an API.
+/// What the fuzz targets (`fuzz/`), the integration tests (`tests/`) and the
+/// binary's worker agent (`src/main.rs`) reach inside modules that are not
+/// public. Not an API.
 #[doc(hidden)]
 pub mod internals {
     pub use crate::rate::{LEAD, SLICE, in_flight};
+    pub use crate::sandbox::agent::{VERB as WORKER_AGENT, main as worker_agent};
     pub use crate::sandbox::classify::classify_worker_text;
     pub use crate::signature::{ATOMIC, COSIGN, check_payload, verify_attachment, verify_bundle};
 }

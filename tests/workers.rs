@@ -4,6 +4,7 @@
 //! (`HOSTPULL_SKOPEO`); these tests check what differs between them.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use crate::util::*;
 
@@ -178,5 +179,65 @@ fn registry_errors_are_classified_by_code_and_status_not_by_words() {
         "protocol {}:\n{}",
         worker_protocol(),
         wrong.join("\n")
+    );
+}
+
+/// The worker agent, the program of a pull's one unit, as root drives it: it
+/// says hello on its side channel (its stdout), runs what it is asked and
+/// answers with how that ended and exactly its bytes, at most the limit plus
+/// one of stdout; it exits 0 when root closes the channel without asking for
+/// the proxy. A stdout that is not a socket is refused.
+#[test]
+fn the_worker_agent_serves_its_side_channel() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let (root, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_hostpull"))
+        .args(["__worker-agent", "/bin/sh"])
+        .stdin(Stdio::null())
+        .stdout(std::os::fd::OwnedFd::from(theirs))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(root.try_clone().unwrap());
+    let mut writer = root;
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "hostpull-worker-agent 1\n");
+    // (script, the reply's line, the bytes after it)
+    let cases = [
+        (
+            "printf manifest; printf oops >&2; exit 3",
+            r#"{"code":3,"stdout":8,"stderr":4}"#,
+            &b"manifestoops"[..],
+        ),
+        (
+            "printf 123456789; exec sleep 60",
+            r#"{"code":null,"stdout":9,"stderr":0}"#,
+            &b"123456789"[..],
+        ),
+    ];
+    for (script, reply, bytes) in cases {
+        let request = serde_json::json!({"op": "run", "args": ["-c", script], "limit": 8});
+        writeln!(writer, "{request}").unwrap();
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        assert_eq!(line.trim_end(), reply, "{script}");
+        let mut got = vec![0; bytes.len()];
+        reader.read_exact(&mut got).unwrap();
+        assert_eq!(got, bytes, "{script}");
+    }
+    writer.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(reader.read(&mut [0; 1]).unwrap(), 0, "nothing more");
+    assert_eq!(agent.wait().unwrap().code(), Some(0));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_hostpull"))
+        .args(["__worker-agent", "/bin/sh"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: __worker-agent: stdout is not"),
+        "{err}"
     );
 }

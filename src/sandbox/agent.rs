@@ -74,10 +74,10 @@ pub fn main(args: Vec<OsString>) -> i32 {
         return 2;
     };
     let proxy_args: Vec<OsString> = args.collect();
-    // SAFETY: fd 1 is the side channel root handed over, owned by nobody else
-    // here; it is taken once, before any other code could use it.
-    #[allow(unsafe_code)]
-    let side = UnixStream::from(unsafe { OwnedFd::from_raw_fd(1) });
+    let Some(side) = side_channel() else {
+        eprintln!("error: {VERB}: stdout is not hostpull's side channel");
+        return 2;
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("side-channel".into())
@@ -103,6 +103,20 @@ pub fn main(args: Vec<OsString>) -> i32 {
         .exec();
     eprintln!("error: {VERB}: starting {}: {e}", skopeo.display());
     8
+}
+
+/// Stdout, the side channel, if it is a socket, as root hands it over.
+#[allow(unsafe_code)]
+fn side_channel() -> Option<UnixStream> {
+    // SAFETY: fd 1 is only looked at here; fstat(2) of a closed one fails.
+    let stdout = unsafe { std::os::fd::BorrowedFd::borrow_raw(1) };
+    let st = rustix::fs::fstat(stdout).ok()?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
+        return None;
+    }
+    // SAFETY: fd 1 is open (above), owned by nobody else here, and taken
+    // once, before any other code could use it.
+    Some(UnixStream::from(unsafe { OwnedFd::from_raw_fd(1) }))
 }
 
 /// Serve root's requests until it closes the side channel; tell `proxy`
