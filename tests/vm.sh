@@ -329,6 +329,7 @@ cmd_run() {
 MUTANTS=(
     'fds|hostpull_fds_via_systemd(hostpull_t)|pull_mirror|scontext=[^ ]*:(init|system_dbusd)_t:[^ ]* tcontext=[^ ]*:hostpull_t:[^ ]* tclass=(fd|unix_stream_socket|fifo_file)'
     'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|pull_mirror|denied  \{ name_connect \} .*scontext=system_u:system_r:hostpull_worker_t'
+    'agent|domain_entry_file(hostpull_worker_t, hostpull_exec_t)|pull_mirror|denied  \{ [a-z ]*entrypoint[a-z ]* \} .*scontext=system_u:system_r:hostpull_worker_t:s0 tcontext=system_u:object_r:hostpull_exec_t'
     'relabel|	allow hostpull_t { hostpull_object_types shadow_t }:file { getattr open read link rename unlink setattr relabelto };|ostree|denied  \{ [a-z ]*relabelto[a-z ]* \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:(bin|etc|lib)_t'
     'root|filetrans_pattern(hostpull_t, hostpull_runtime_t, hostpull_worker_conf_t, dir, "root")|pull_mirror|denied  \{ create \} .*name="bin" scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:hostpull_runtime_t:s0 tclass=lnk_file'
 )

@@ -257,7 +257,12 @@ impl Systemd {
             never = memory => match never {},
             never = process => match never {},
         };
-        let observed = seen.lock().unwrap().clone();
+        // Once more as `done` ends: a worker killed for memory between two
+        // samples (a busy machine delays them) must still show it.
+        let (peak, ooms) = read_memory(&cgroup);
+        let mut observed = seen.lock().unwrap().clone();
+        observed.memory_peak_bytes = peak.max(observed.memory_peak_bytes);
+        observed.oom_kills = observed.oom_kills.max(ooms);
         (out, observed)
     }
 
