@@ -1,11 +1,11 @@
 #!/bin/bash
 # bench/held.sh [-n RUNS] - P6, the timer's common case: a sandboxed pull of an image the
 # destination already holds (`--sandbox systemd`, into oci:) against `skopeo inspect --raw` of
-# the same image run in a transient unit with the worker's identity (DynamicUser=yes, the
-# credential by LoadCredential=, the CA by --cert-dir), the same skopeo (SKOPEO=, default
-# Debian 12's), interleaved, medians of wall time. Also counts the worker units each pull
-# started (the report's unit number). Needs the rig (tests/rig.sh up; RIG_DIR) and systemd
-# (booted with tests/sysd.sh if PID 1 is not).
+# the same image in a transient unit with the worker unit's sandbox (unit.rs's hardening, its
+# address rules and limits, a root of its own; the credential by LoadCredential=, the CA by
+# --cert-dir), the same skopeo (SKOPEO=, default Debian 12's), interleaved, medians of wall
+# time. Also counts the worker units each pull started (the report's unit number). Needs the
+# rig (tests/rig.sh up; RIG_DIR) and systemd (booted with tests/sysd.sh if PID 1 is not).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig} BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
@@ -19,35 +19,58 @@ bench_in_systemd bash "$0" "$@"
 # shellcheck disable=SC1091
 . "$RIG_DIR/env"
 SKOPEO=${SKOPEO:-/usr/bin/skopeo}
-HP=$ROOT/target/release/hostpull
+HP=${HOSTPULL:-$ROOT/target/release/hostpull}   # HOSTPULL=: another build, for an A/B
 [ -x "$HP" ] || (cd "$ROOT" && cargo build --release --locked >&2)
 mkdir -p "$BENCH_DIR"
-dest=$BENCH_DIR/held
-rm -rf "$dest"
-image=docker://$RIG_IMG_MULTI
-pull() {
-    HOSTPULL_SKOPEO=$SKOPEO "$HP" pull "$image" --dest "oci:$dest" --authfile "$RIG_AUTHFILE" \
+pull() {   # IMAGE DEST
+    HOSTPULL_SKOPEO=$SKOPEO "$HP" pull "$1" --dest "oci:$2" --authfile "$RIG_AUTHFILE" \
         --ca "$RIG_REGISTRY=$RIG_CA" --sandbox systemd --json 2>/dev/null
 }
-peer() {
-    systemd-run --pipe --wait --quiet --collect -p DynamicUser=yes -p PrivateTmp=yes \
-        -p Environment=HOME=/tmp -p "LoadCredential=auth.json:$RIG_AUTHFILE" \
-        -p "LoadCredential=ca.crt:$RIG_CA" -p "BindReadOnlyPaths=$(dirname "$SKOPEO")" -- \
-        /bin/sh -c "exec $SKOPEO inspect --raw --authfile \"\$CREDENTIALS_DIRECTORY/auth.json\" \
-            --cert-dir \"\$CREDENTIALS_DIRECTORY\" $image" >/dev/null </dev/null
+# The worker unit's own sandbox for the peer: unit.rs's HARDENING, its address families, the
+# default limits, IPAddressDeny= and a root of its own like prepare::worker_root's.
+mapfile -t hardening < <(sed -n '/^const HARDENING/,/^];/p' "$ROOT/src/sandbox/unit.rs" | grep -o '^ *"[^"]*"' | tr -d ' "')
+[ ${#hardening[@]} -gt 20 ] || die "cannot read HARDENING from src/sandbox/unit.rs"
+peer_root=$BENCH_DIR/peer-root
+rm -rf "$peer_root"
+mkdir -p "$peer_root"/{tmp,var/tmp,run,dev,proc,sys}
+props=()
+for top in usr etc opt bin sbin lib lib32 lib64 libx32; do
+    if [ -L "/$top" ]; then ln -s "$(readlink "/$top")" "$peer_root/$top"
+    elif [ -d "/$top" ]; then mkdir "$peer_root/$top"; props+=(-p "BindReadOnlyPaths=/$top:/$top"); fi
+done
+case $SKOPEO in /usr/*) ;; *) props+=(-p "BindReadOnlyPaths=$(dirname "$SKOPEO")") ;; esac
+for h in "${hardening[@]}"; do props+=(-p "$h"); done
+props+=(-p "RestrictAddressFamilies=AF_INET AF_INET6" -p MemoryMax=512M -p TasksMax=256
+        -p "IPAddressDeny=169.254.0.0/16 fe80::/10 fd00:ec2::254/128"
+        -p "RootDirectory=$peer_root" -p MountAPIVFS=yes -p TemporaryFileSystem=/run)
+peer() {   # IMAGE
+    systemd-run --pipe --wait --quiet --collect --unit=hostpull-peer.service \
+        --slice=hostpull.slice "${props[@]}" \
+        -p "LoadCredential=auth.json:$RIG_AUTHFILE" -p "LoadCredential=ca.crt:$RIG_CA" -- \
+        "$SKOPEO" inspect --raw --authfile "/run/credentials/hostpull-peer.service/auth.json" \
+        --cert-dir /run/credentials/hostpull-peer.service "$1" >/dev/null </dev/null
 }
 ms() { local t0; t0=$(date +%s%N); "$@" >/dev/null; echo $(( ($(date +%s%N) - t0) / 1000000 )); }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-pull >/dev/null   # the layout holds the image from here on
-peer
-read -r load _ </proc/loadavg
-: >"$BENCH_DIR/held.tsv"
-for _ in $(seq "$RUNS"); do
-    printf '%s\t%s\n' "$(ms pull)" "$(ms peer)" >>"$BENCH_DIR/held.tsv"
+version=$($SKOPEO --version | cut -d' ' -f3)
+# small:v1 is one manifest; multi:v1 an index, whose platform's manifest is a second inspect
+# for hostpull (the peer reads the index alone).
+for name in small multi; do
+    var=RIG_IMG_${name^^}
+    image=docker://${!var} dest=$BENCH_DIR/held-$name
+    rm -rf "$dest"
+    pull "$image" "$dest" >/dev/null   # the layout holds the image from here on
+    peer "$image"
+    read -r load _ </proc/loadavg
+    tsv=$BENCH_DIR/held-$name.tsv
+    : >"$tsv"
+    for _ in $(seq "$RUNS"); do
+        printf '%s\t%s\n' "$(ms pull "$image" "$dest")" "$(ms peer "$image")" >>"$tsv"
+    done
+    unit=$(pull "$image" "$dest" | sed -n 's/.*"unit":"hostpull-worker-[^"]*-\([0-9]*\)\.service".*/\1/p')
+    a=$(cut -f1 "$tsv" | median)
+    b=$(cut -f2 "$tsv" | median)
+    echo "P6 $version $name:v1, load $load, $RUNS runs: hostpull (image held) ${a} ms," \
+         "skopeo inspect --raw in a unit ${b} ms, ratio $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f", a/b}');" \
+         "worker units started: $((unit + 1))"
 done
-units=$(pull | sed -n 's/.*"unit":"hostpull-worker-[^"]*-\([0-9]*\)\.service".*/\1/p')
-a=$(cut -f1 "$BENCH_DIR/held.tsv" | median)
-b=$(cut -f2 "$BENCH_DIR/held.tsv" | median)
-echo "P6 $($SKOPEO --version | cut -d' ' -f3), load $load, $RUNS runs: hostpull (image held) ${a} ms," \
-     "skopeo inspect --raw in a unit ${b} ms, ratio $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f", a/b}');" \
-     "worker units started: $((units + 1))"
