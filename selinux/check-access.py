@@ -58,8 +58,8 @@ EXPECT = [
     # --- systemd starts skopeo in the worker domain (SELinuxContext=)
     ("allow", "@init", "@worker", "process", "transition rlimitinh", "setexeccon + execve"),
     ("allow", "@init", "@worker", "process2", "nnp_transition nosuid_transition", "NoNewPrivileges=yes"),
-    ("allow", "@init", "bin_t", "file", "execute read open map", "PID 1 execs /usr/bin/skopeo"),
-    ("allow", "@worker", "bin_t", "file", "entrypoint read map execute", "skopeo is bin_t"),
+    ("allow", "@init", "bin_t", "file", "execute read open map", "PID 1 execs curl, the import's skopeo"),
+    ("allow", "@worker", "bin_t", "file", "entrypoint read map execute", "curl (lookaside) is bin_t, as skopeo"),
     ("allow", "@worker", "@init", "process", "sigchld", "the worker is PID 1's child"),
     ("allow", "@worker", "@init", "fd", "use", "PID 1 fexecve()s skopeo: else SIGSEGV at exec (guest)"),
     ("allow", "@worker", "lib_t", "file", "read open map execute", "skopeo is dynamically linked"),

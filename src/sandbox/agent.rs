@@ -78,12 +78,29 @@ pub fn main(args: Vec<OsString>) -> i32 {
         eprintln!("error: {VERB}: stdout is not hostpull's side channel");
         return 2;
     };
+    // Opened once, as the unit starts: on cgroup v1, a daemon-reload rewrites
+    // the unit's device list, and an open(2) of /dev/null meanwhile is EPERM.
+    let null = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {VERB}: opening /dev/null: {e}");
+            return 8;
+        }
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("side-channel".into())
         .spawn({
-            let skopeo = skopeo.clone();
-            move || serve(side, &skopeo, &tx)
+            let (skopeo, null) = (skopeo.clone(), null.try_clone());
+            move || {
+                if let Ok(null) = null {
+                    serve(side, &skopeo, &null, &tx);
+                }
+            }
         });
     if let Err(e) = spawned {
         eprintln!("error: {VERB}: starting the side channel: {e}");
@@ -98,7 +115,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let e = Command::new(&skopeo)
         .args(proxy_args)
         .stdin(Stdio::inherit())
-        .stdout(Stdio::null())
+        .stdout(null)
         .stderr(Stdio::inherit())
         .exec();
     eprintln!("error: {VERB}: starting {}: {e}", skopeo.display());
@@ -121,7 +138,12 @@ fn side_channel() -> Option<UnixStream> {
 
 /// Serve root's requests until it closes the side channel; tell `proxy`
 /// when it asks for the proxy.
-fn serve(side: UnixStream, skopeo: &std::path::Path, proxy: &std::sync::mpsc::Sender<()>) {
+fn serve(
+    side: UnixStream,
+    skopeo: &std::path::Path,
+    null: &std::fs::File,
+    proxy: &std::sync::mpsc::Sender<()>,
+) {
     let Ok(mut out) = side.try_clone() else {
         return;
     };
@@ -140,7 +162,7 @@ fn serve(side: UnixStream, skopeo: &std::path::Path, proxy: &std::sync::mpsc::Se
                 let _ = proxy.send(());
             }
             Ok(Request::Run { args, limit }) => {
-                if answer(&mut out, run(skopeo, &args, limit)).is_err() {
+                if answer(&mut out, run(skopeo, &args, limit, null)).is_err() {
                     return;
                 }
             }
@@ -152,12 +174,28 @@ fn serve(side: UnixStream, skopeo: &std::path::Path, proxy: &std::sync::mpsc::Se
     }
 }
 
-/// Run skopeo with `args` to its end, keeping at most `limit` + 1 bytes of
-/// stdout (past that it is killed) and [`STDERR_MAX`] of stderr.
-fn run(skopeo: &std::path::Path, args: &[String], limit: u64) -> (Option<i32>, Vec<u8>, Vec<u8>) {
+/// Run skopeo with `args` to its end, `null` as its stdin, keeping at most
+/// `limit` + 1 bytes of stdout (past that it is killed) and [`STDERR_MAX`] of
+/// stderr.
+fn run(
+    skopeo: &std::path::Path,
+    args: &[String],
+    limit: u64,
+    null: &std::fs::File,
+) -> (Option<i32>, Vec<u8>, Vec<u8>) {
     let mut c = Command::new(skopeo);
+    let stdin = match null.try_clone() {
+        Ok(f) => Stdio::from(f),
+        Err(e) => {
+            return (
+                None,
+                Vec::new(),
+                format!("duplicating /dev/null: {e}").into(),
+            );
+        }
+    };
     c.args(args)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     die_with_us(&mut c);
@@ -253,15 +291,16 @@ mod tests {
     #[test]
     fn run_keeps_output_within_the_limit() {
         let sh = std::path::Path::new("/bin/sh");
+        let null = std::fs::File::open("/dev/null").unwrap();
         let args = |s: &str| vec!["-c".to_owned(), s.to_owned()];
-        let (code, out, err) = run(sh, &args("printf abc; printf oops >&2; exit 3"), 3);
+        let (code, out, err) = run(sh, &args("printf abc; printf oops >&2; exit 3"), 3, &null);
         assert_eq!(
             (code, &out[..], &err[..]),
             (Some(3), &b"abc"[..], &b"oops"[..])
         );
-        let (code, out, _) = run(sh, &args("printf abcd; exec sleep 60"), 3);
+        let (code, out, _) = run(sh, &args("printf abcd; exec sleep 60"), 3, &null);
         assert_eq!((code, &out[..]), (None, &b"abcd"[..]));
-        let (code, _, err) = run(std::path::Path::new("/nonexistent"), &[], 3);
+        let (code, _, err) = run(std::path::Path::new("/nonexistent"), &[], 3, &null);
         assert_eq!(code, None);
         assert!(String::from_utf8_lossy(&err).contains("/nonexistent"));
     }

@@ -60,7 +60,9 @@ pub struct WorkerReport {
     pub uid: Option<u32>,
     /// The unit's peak memory, where the cgroup tells it.
     pub memory_peak_bytes: Option<u64>,
-    /// From starting the proxy's worker to its `Initialize` reply.
+    /// The worker's own start: from starting its unit to the agent's hello,
+    /// plus from asking it for the proxy to the proxy's `Initialize` reply;
+    /// none when the pull fetched no blob (the proxy never started).
     pub startup_ms: Option<u64>,
     /// The worker's `skopeo --version`, e.g. `1.22.0`.
     pub skopeo: Option<String>,
