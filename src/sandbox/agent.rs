@@ -198,7 +198,9 @@ fn run(
         .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    die_with_us(&mut c);
+    // An `inspect` must not outlive the agent that root stops (without
+    // systemd, the agent is all root knows of).
+    super::pdeathsig(&mut c, rustix::process::Signal::KILL);
     let mut child = match c.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -250,19 +252,6 @@ fn answer(
     side.write_all(&stdout)?;
     side.write_all(&stderr)?;
     side.flush()
-}
-
-/// A child of the agent dies with it: an `inspect` must not outlive the agent
-/// that root stops (without systemd, the agent is all root knows of).
-#[allow(unsafe_code)]
-fn die_with_us(c: &mut Command) {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and allocates nothing.
-    unsafe {
-        c.pre_exec(|| {
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
-                .map_err(Into::into)
-        });
-    }
 }
 
 #[cfg(test)]

@@ -325,7 +325,8 @@ impl Worker {
                     )
                     .env("HOME", home)
                     .current_dir(home);
-                pdeathsig(&mut c);
+                // If hostpull dies, the worker gets SIGTERM.
+                pdeathsig(&mut c, rustix::process::Signal::TERM);
                 children
                     .watch(&mut c)
                     .context("Starting the worker's pidfd thread")?;
@@ -563,15 +564,15 @@ pub(crate) fn rand_u32() -> u32 {
     u32::from_ne_bytes(b)
 }
 
-/// Bind a direct child's life to ours: if hostpull dies, skopeo gets SIGTERM.
+/// Bind the life of the child that `c` starts to its parent's: when the
+/// parent dies, the child gets `signal`.
 #[allow(unsafe_code)]
-fn pdeathsig(c: &mut Command) {
+fn pdeathsig(c: &mut Command, signal: rustix::process::Signal) {
     use std::os::unix::process::CommandExt;
     // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and allocates nothing.
     unsafe {
-        c.pre_exec(|| {
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
-                .map_err(Into::into)
+        c.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(signal)).map_err(Into::into)
         });
     }
 }
