@@ -50,6 +50,8 @@ def obj(t):
 # A target without ":" is an object type (see obj()). A verdict
 # "deny/refpolicy" is only checked on refpolicy: Fedora's base policy
 # grants that access to every domain (DAC still applies). A verdict
+# "always:NAME" is allowed, and not only by rules under the boolean NAME (so it
+# stays allowed when NAME is off). A verdict
 # "tunable:NAME" is allowed now, but only by rules under the boolean NAME
 # (so turning NAME off denies it). A verdict "filetrans:TYPE" is not an access: what the
 # source creates (class) in a directory of the target type is created as TYPE, by a
@@ -72,6 +74,12 @@ EXPECT = [
     ("allow", "@worker", "bin_t", "file", "execute_no_trans", "the agent runs skopeo in the worker domain"),
     ("allow", "@worker", "@worker", "process", "fork sigchld sigkill", "the agent's skopeo children"),
     ("deny", "@orch", "@worker", "process", "transition", "root never enters the worker domain itself"),
+    # /sys/fs/selinux/enforce tells hostpull that SELinux is on, and so to give each unit
+    # SELinuxContext=: without it, the worker agent (hostpull_exec_t) would enter
+    # hostpull_t by init_daemon_domain's transition. It came only from the ostree
+    # tunable's object rules before (the guest's relabel mutant showed it).
+    ("always:hostpull_import_ostree", "@orch", "security_t", "file", "getattr open read", "selinux_get_enforce_mode"),
+    ("always:hostpull_import_ostree", "@orch", "security_t", "dir", "search", "selinux_get_enforce_mode"),
 
     # --- fds from hostpull through D-Bus to PID 1 to the worker (rpm-ostree#3239)
     ("allow", "@dbusd", "@orch", "fd", "use", "dbus-broker receives systemd-run's fds"),
@@ -385,8 +393,8 @@ class Checker:
         if verdict.startswith("filetrans:"):
             self.filetrans(verdict.partition(":")[2], src, tgt, tclass, why)
             return
-        if verdict.startswith("tunable:"):
-            boolname = verdict.partition(":")[2]
+        if verdict.startswith(("tunable:", "always:")):
+            always, boolname = verdict.startswith("always:"), verdict.partition(":")[2]
             s = ALIASES.get(src, src)
             t = ALIASES.get(tgt) or (tgt if ":" in tgt else obj(self.pick(tgt)))
             bad = []
@@ -395,8 +403,8 @@ class Checker:
                 name = self.names.get(rc, str(rc))
                 if name != "ALLOW":
                     bad.append(f"{perm}={name}")
-                elif not self.only_by(boolname, s, t, tclass, perm):
-                    bad.append(f"{perm}=ALLOW not only by {boolname}")
+                elif self.only_by(boolname, s, t, tclass, perm) == always:
+                    bad.append(f"{perm}=ALLOW {'only' if always else 'not only'} by {boolname}")
             self.result(not bad, f"{verdict} {src} {tgt} {tclass} ({why}): {', '.join(bad)}")
             return
         verdict, _, only = verdict.partition("/")

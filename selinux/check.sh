@@ -104,6 +104,7 @@ mutants=(
     'fds|hostpull_fds_via_systemd(hostpull_t)|allow @dbusd @orch fd '
     'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|allow @worker http_port_t tcp_socket '
     'agent|domain_entry_file(hostpull_worker_t, hostpull_exec_t)|allow @worker hostpull_exec_t file '
+    'enforce|selinux_get_enforce_mode(hostpull_t)|always:hostpull_import_ostree @orch security_t file '
     # --dest ostree: the import unit, and the repository rules of hostpull_import_ostree.
     'import|hostpull_import_parent(hostpull_t)|allow @import @orch fd '
     'staging|read_files_pattern(hostpull_import_t, hostpull_staging_t, hostpull_staging_t)|allow @import hostpull_staging_t file '
