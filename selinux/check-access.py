@@ -80,6 +80,8 @@ EXPECT = [
     # tunable's object rules before (the guest's relabel mutant showed it).
     ("always:hostpull_import_ostree", "@orch", "security_t", "file", "getattr open read", "selinux_get_enforce_mode"),
     ("always:hostpull_import_ostree", "@orch", "security_t", "dir", "search", "selinux_get_enforce_mode"),
+    ("always:hostpull_import_ostree", "@orch", "net_conf_t", "file", "getattr open read", "plan::dns: the host's resolv.conf and hosts"),
+    ("always:hostpull_import_ostree", "@orch", "sysfs_t", "file", "open read", "root's skopeo --version: Go reads the huge page size"),
 
     # --- fds from hostpull through D-Bus to PID 1 to the worker (rpm-ostree#3239)
     ("allow", "@dbusd", "@orch", "fd", "use", "dbus-broker receives systemd-run's fds"),
