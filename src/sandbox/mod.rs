@@ -403,8 +403,7 @@ impl Worker {
         let out = match self.observe(unit, agent.run(args, limit)).await {
             Ok(out) => out,
             Err(e) => {
-                drop(agent);
-                self.drop_agent().await;
+                self.give_up(agent).await;
                 return Err(e);
             }
         };

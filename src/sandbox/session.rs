@@ -145,6 +145,15 @@ impl Worker {
         self.agent.lock().await.take();
     }
 
+    /// Give `failed` up after an error, if it is still the pull's agent (a
+    /// signature's `inspect` after the blobs may have started another).
+    pub(super) async fn give_up(&self, failed: Arc<Agent>) {
+        let mut slot = self.agent.lock().await;
+        if slot.as_ref().is_some_and(|a| Arc::ptr_eq(a, &failed)) {
+            slot.take();
+        }
+    }
+
     /// Close the agent's channels and let it end: a proxy is shut down and
     /// waited for, an agent never asked for one exits on its own.
     pub(super) async fn close_agent(&self) {
@@ -326,8 +335,7 @@ impl ProxySession<'_> {
         let r = worker.observe(agent.unit.as_deref(), session).await;
         agent.open.fetch_sub(1, SeqCst);
         if r.is_err() {
-            drop(agent);
-            worker.drop_agent().await;
+            worker.give_up(agent).await;
         }
         r
     }
