@@ -283,11 +283,6 @@ async fn pull_to_dest(
     let Some(plan::imgref::Target::Ostree { dest, tag }) = plan.dest.clone() else {
         return crate::fetch::pull(&plan, progress).await;
     };
-    let label = plan
-        .worker
-        .selinux_context
-        .as_ref()
-        .map(|_| crate::store::ostree::STAGING_SELINUX_CONTEXT);
     // Made only once the signature policy has accepted the image: nothing is
     // written into the repository before.
     let staging = std::sync::OnceLock::<crate::store::ostree::Staging>::new();
@@ -295,7 +290,7 @@ async fn pull_to_dest(
         if let Some(s) = staging.get() {
             return Ok(s.layout());
         }
-        let made = crate::store::ostree::Staging::new(&dest.repo, label)?;
+        let made = crate::store::ostree::Staging::new(&dest.repo)?;
         Ok(staging.get_or_init(|| made).layout())
     };
     let mut report = crate::fetch::pull_into(&plan, progress, &layout).await?;
@@ -303,14 +298,8 @@ async fn pull_to_dest(
         return error::fail(Kind::Handoff, "the pull made no staging layout to import");
     };
     end_batch_scheduling();
-    let import = crate::store::ostree::import(
-        &dest,
-        staging,
-        &tag,
-        &plan.image,
-        &report.manifest_digest,
-        &plan.worker,
-    );
+    let import =
+        crate::store::ostree::import(&dest, staging, &tag, &plan.image, &report.manifest_digest);
     let imported = tokio::select! {
         r = import => r.map_err(|e| {
             error::Failure::new(Kind::Handoff, error::one_line(&format!("{e:#}")))

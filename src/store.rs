@@ -23,6 +23,7 @@ use crate::manifest::Descriptor;
 use crate::verify::Verifier;
 
 pub mod ostree;
+pub mod proxy;
 
 const BLOBS: &str = "blobs/sha256";
 const INDEX: &str = "index.json";

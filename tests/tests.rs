@@ -7,6 +7,7 @@ mod edges;
 mod fault;
 mod handoff;
 mod hostile;
+mod layout_proxy;
 mod manuals;
 mod messages;
 mod mirrors;

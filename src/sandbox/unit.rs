@@ -2,7 +2,7 @@
 //! a dynamic user, no capabilities, a read-only system and cgroup limits. Every
 //! property is set here, in one place, with the reason for it.
 
-use crate::plan::worker::{IP_DENY, Limits, WorkerSpec};
+use crate::plan::worker::{IP_DENY, WorkerSpec};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -111,62 +111,16 @@ pub fn run_id() -> String {
     format!("{}-{:08x}", std::process::id(), super::rand_u32())
 }
 
-/// One transient unit: what every unit hostpull starts has in common.
-struct Unit<'a> {
-    name: &'a str,
-    limits: &'a Limits,
-    /// The unit's domain (selinux/hostpull.te), given where SELinux is
-    /// enabled: without it, init_t would run skopeo (bin_t) unconfined.
-    selinux_context: Option<&'a str>,
-    program: &'a Path,
-}
-
-impl Unit<'_> {
-    /// `systemd-run` for this unit: the caller's stdin, stdout and stderr
-    /// pass through (`--pipe`), so the image proxy's socketpair arrives
-    /// unchanged as its stdin. [`HARDENING`], the limits, `families` (its
-    /// `RestrictAddressFamilies=`) and `props`. With `collect`, the unit goes
-    /// when it ends; without, one that failed stays loaded until hostpull has
-    /// read why (a SIGKILL from the OOM killer on cgroup v1, `oom-kill` on
-    /// v2) and reset it.
-    fn command(&self, collect: bool, families: &str, props: Vec<String>) -> Command {
-        let mut c = Command::new("systemd-run");
-        c.args(["--pipe", "--wait", "--quiet"]);
-        if collect {
-            c.arg("--collect");
-        }
-        c.arg(format!("--unit={}", self.name))
-            .arg(format!("--slice={SLICE}"));
-        let l = self.limits;
-        let all = HARDENING
-            .iter()
-            .map(|s| s.to_string())
-            .chain([
-                format!("RestrictAddressFamilies={families}"),
-                format!("MemoryMax={}", l.memory_max),
-                format!("TasksMax={}", l.tasks_max),
-                format!("IOWeight={}", l.io_weight),
-            ])
-            .chain(l.cpu_quota.iter().map(|q| format!("CPUQuota={q}")))
-            .chain(props)
-            .chain(self.selinux_context.map(|c| format!("SELinuxContext={c}")));
-        for p in all {
-            c.arg("--property").arg(p);
-        }
-        c.arg("--").arg(self.program);
-        // systemd-run needs nothing of ours but the way to the system bus; the
-        // unit itself starts from systemd's clean environment.
-        c.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-        if let Some(bus) = std::env::var_os("DBUS_SYSTEM_BUS_ADDRESS") {
-            c.env("DBUS_SYSTEM_BUS_ADDRESS", bus);
-        }
-        c
-    }
-}
-
 /// The `systemd-run` command that starts `programs[0]` (the worker agent, or
 /// curl) as worker unit `unit`, with `mounts`, every program of `programs`
 /// (what it runs in turn: skopeo) and a network that reaches registries.
+///
+/// The caller's stdin, stdout and stderr pass through (`--pipe`), so the image
+/// proxy's socketpair arrives unchanged as its stdin. [`HARDENING`], the
+/// limits, and the unit's domain (selinux/hostpull.te) where SELinux is
+/// enabled: without it, init_t would run the program unconfined. Not
+/// `--collect`: a unit that failed stays loaded until hostpull has read why (a
+/// SIGKILL from the OOM killer on cgroup v1, `oom-kill` on v2) and reset it.
 pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, programs: &[&Path]) -> Command {
     let mut props = Vec::new();
     for (name, path) in &mounts.credentials {
@@ -195,17 +149,42 @@ pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, programs: &[&
         let allow: Vec<String> = mounts.resolvers.iter().map(|ip| ip.to_string()).collect();
         props.push(format!("IPAddressAllow={}", allow.join(" ")));
     }
-    let unit = Unit {
-        name: unit,
-        limits: &spec.limits,
-        selinux_context: spec.selinux_context.as_deref(),
-        program: programs[0],
-    };
+    let mut c = Command::new("systemd-run");
+    c.args(["--pipe", "--wait", "--quiet"])
+        .arg(format!("--unit={unit}"))
+        .arg(format!("--slice={SLICE}"));
+    let l = &spec.limits;
     // Only IPv4 and IPv6 sockets. Measured with strace over pulls by address,
     // by /etc/hosts name and by DNS name: skopeo creates no other kind. The
     // proxy's socketpair is inherited, not created. Where nsswitch asks
     // systemd-resolved over AF_UNIX, glibc falls through to plain DNS.
-    unit.command(false, "AF_INET AF_INET6", props)
+    let all = HARDENING
+        .iter()
+        .map(|s| s.to_string())
+        .chain([
+            "RestrictAddressFamilies=AF_INET AF_INET6".into(),
+            format!("MemoryMax={}", l.memory_max),
+            format!("TasksMax={}", l.tasks_max),
+            format!("IOWeight={}", l.io_weight),
+        ])
+        .chain(l.cpu_quota.iter().map(|q| format!("CPUQuota={q}")))
+        .chain(props)
+        .chain(
+            spec.selinux_context
+                .iter()
+                .map(|c| format!("SELinuxContext={c}")),
+        );
+    for p in all {
+        c.arg("--property").arg(p);
+    }
+    c.arg("--").arg(programs[0]);
+    // systemd-run needs nothing of ours but the way to the system bus; the
+    // unit itself starts from systemd's clean environment.
+    c.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    if let Some(bus) = std::env::var_os("DBUS_SYSTEM_BUS_ADDRESS") {
+        c.env("DBUS_SYSTEM_BUS_ADDRESS", bus);
+    }
+    c
 }
 
 /// The properties of a unit whose root is `root`: the API file systems, an
@@ -230,38 +209,6 @@ fn root_directory(root: &Path, programs: &[&Path]) -> Vec<String> {
         }
     }
     props
-}
-
-/// The `systemd-run` command for the skopeo that reads a local, verified layout
-/// for ostree-ext's import (store::ostree): the worker's hardening, but no
-/// network at all. PID 1 makes its network namespace (`PrivateNetwork=yes`), so
-/// the caller needs no capability for it, and only AF_UNIX sockets may be made
-/// (the proxy's socketpair is inherited). `layout` (SRC, DST) is bound
-/// read-only at DST; DST under /tmp lands in the unit's private /tmp. Unlike a
-/// worker, the unit is collected when it ends: it has nothing to report.
-#[cfg_attr(not(feature = "ostree"), allow(dead_code))]
-pub fn offline_systemd_run(
-    unit: &str,
-    limits: &Limits,
-    layout: (&Path, &Path),
-    selinux_context: Option<&str>,
-    skopeo: &Path,
-) -> Command {
-    let unit = Unit {
-        name: unit,
-        limits,
-        selinux_context,
-        program: skopeo,
-    };
-    let props = vec![
-        "PrivateNetwork=yes".into(),
-        format!(
-            "BindReadOnlyPaths={}:{}",
-            layout.0.display(),
-            layout.1.display()
-        ),
-    ];
-    unit.command(true, "AF_UNIX", props)
 }
 
 #[cfg(test)]
@@ -312,7 +259,7 @@ mod tests {
             root: Some("/run/hostpull/1/root".into()),
         };
         let spec = WorkerSpec {
-            limits: Limits {
+            limits: crate::plan::worker::Limits {
                 cpu_quota: Some("50%".into()),
                 ..Default::default()
             },

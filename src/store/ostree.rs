@@ -10,12 +10,9 @@
 //! importer reads: the manifest, the config and the layers it has no commit
 //! for ([`import`] checks that against `prepare()` before it imports).
 //!
-//! ostree-ext reads the layout with a `skopeo experimental-image-proxy` of its
-//! own. With `--sandbox systemd` that skopeo runs as a transient unit with no
-//! network (`PrivateNetwork=yes`, set up by PID 1) and the layout bound
-//! read-only, so the orchestrator needs no `CAP_SYS_ADMIN` for a namespace
-//! (selinux/hostpull.te: hostpull_import_t). Without systemd, it runs under
-//! `unshare --net`.
+//! ostree-ext reads the layout through its image proxy, which is hostpull
+//! itself serving the staged, verified files ([`crate::store::proxy`]): no
+//! skopeo, no second hash, no network, no unit.
 //!
 //! Without the feature the import and what only it calls are compiled out; the
 //! rest stays, with its tests, so both builds check it.
@@ -29,42 +26,28 @@ use anyhow::Context;
 use crate::digest::Sha256Digest;
 use crate::manifest::Manifest;
 use crate::plan::imgref::{ImageRef, OstreeDest};
-use crate::plan::worker::{Isolation, WorkerSpec};
-use crate::sandbox::unit;
 
 /// Where ostree-ext keeps the image refs (`ostree/container/image/<escaped ref>`).
 pub const IMAGE_REF_PREFIX: &str = "ostree/container/image";
 /// Where ostree-ext keeps one ref per imported layer
 /// (`ostree/container/blob/<escaped digest>`), the commit that caches it.
 pub const LAYER_REF_PREFIX: &str = "ostree/container/blob";
-/// The staging layout's place inside the import unit (a bind mount into its
-/// private /tmp; the staging directory above it is root-only).
-pub const LAYOUT_IN_UNIT: &str = "/tmp/layout";
-/// The staging directory's SELinux label, set where SELinux is enabled: the
-/// import unit's domain may read this type and no other part of the repository.
-pub const STAGING_SELINUX_CONTEXT: &str = "system_u:object_r:hostpull_staging_t:s0";
-/// The import unit's domain (selinux/hostpull.te).
-pub const IMPORT_SELINUX_CONTEXT: &str = "system_u:system_r:hostpull_import_t:s0";
-
 /// The staging directory: root-only, under `REPO/tmp`, on the repository's own
 /// filesystem, where ostree also expires what a crash leaves. The layout is
-/// its subdirectory `layout` (mode 0755), which the import unit gets bound
-/// read-only. Dropping it removes it, whether the import happened or not.
+/// its subdirectory `layout`. Dropping it removes it, whether the import
+/// happened or not.
 #[derive(Debug)]
 pub struct Staging(tempfile::TempDir);
 
 impl Staging {
-    /// `label`: the SELinux context for the staging directory, where SELinux
-    /// is enabled (everything in it inherits the type).
-    pub fn new(repo: &Path, label: Option<&str>) -> anyhow::Result<Self> {
+    /// A new staging directory in `REPO/tmp`.
+    pub fn new(repo: &Path) -> anyhow::Result<Self> {
         let tmp = repo.join("tmp");
-        let made = with_fscreate(label, || {
-            tempfile::Builder::new()
-                .prefix("hostpull-staging-")
-                .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-                .tempdir_in(&tmp)
-        });
-        made.map(Self)
+        tempfile::Builder::new()
+            .prefix("hostpull-staging-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .tempdir_in(&tmp)
+            .map(Self)
             .with_context(|| format!("Creating a staging layout in {}", tmp.display()))
     }
 
@@ -77,38 +60,6 @@ impl Staging {
     /// The OCI layout the pull writes.
     pub fn layout(&self) -> PathBuf {
         self.0.path().join("layout")
-    }
-}
-
-/// Run `f` (which creates a file) with this thread's file creation context set
-/// to `label`, then reset it. Without a label, just `f`.
-fn with_fscreate<T>(
-    label: Option<&str>,
-    f: impl FnOnce() -> std::io::Result<T>,
-) -> std::io::Result<T> {
-    let Some(label) = label else {
-        return f();
-    };
-    set_fscreate(label.as_bytes())?;
-    let r = f();
-    set_fscreate(b"")?;
-    r
-}
-
-/// The calling thread's file creation context, as libselinux's
-/// setfscreatecon(): opened for writing only (with `O_TRUNC`, the enforcing
-/// guest saw a `dac_override` denial) and written with exactly one write(2),
-/// an empty one to reset it. `std::fs::write(…, b"")` makes no write(2) at
-/// all: the label stayed on the thread, and the next worker's CA directory
-/// was created as `hostpull_staging_t`, which the worker may not search.
-fn set_fscreate(label: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut attr = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/proc/thread-self/attr/fscreate")?;
-    match attr.write(label)? {
-        n if n == label.len() => Ok(()),
-        _ => Err(std::io::Error::other("a short write to attr/fscreate")),
     }
 }
 
@@ -196,81 +147,6 @@ fn open_repo(path: &Path) -> anyhow::Result<ostree_ext::ostree::Repo> {
     Ok(repo)
 }
 
-/// skopeo's global option that turns its own policy check off.
-const INSECURE_POLICY: &str = "--insecure-policy";
-
-/// How the importer's skopeo starts, and where it finds the staging layout.
-#[derive(Debug)]
-pub struct ImportProxy {
-    /// The command that starts skopeo.
-    pub command: std::process::Command,
-    /// The layout's path as skopeo sees it.
-    pub layout: PathBuf,
-    /// The transient unit, if any.
-    pub unit: Option<String>,
-}
-
-/// The command ostree-ext's proxy runs instead of plain `skopeo` (the crate
-/// appends `experimental-image-proxy --no-creds`). skopeo only reads the
-/// local, verified layout. It gets `--insecure-policy`: containers-image-proxy
-/// 0.7 (ostree-ext 0.15) has no option for it, and from protocol 0.2.6 on
-/// (skopeo 1.18) OpenImage would apply the host's policy.json, which root has
-/// enforced already ([`crate::plan::policy`]). It gets no network:
-/// - with `--sandbox systemd`, a transient unit as the worker's, with
-///   `PrivateNetwork=yes` and the layout bound read-only
-///   ([`crate::sandbox::unit::offline_systemd_run`]): PID 1 makes the
-///   namespace, so hostpull needs no capability for it;
-/// - without systemd, `unshare --net` as root, stopped if hostpull dies, as
-///   with ostree-ext's default.
-pub fn import_proxy(worker: &WorkerSpec, layout: &Path) -> ImportProxy {
-    proxy_for(
-        worker.isolation,
-        &worker.limits,
-        worker.selinux_context.is_some(),
-        &worker.skopeo,
-        layout,
-    )
-}
-
-/// [`import_proxy`] from the parts of the worker's spec it uses.
-fn proxy_for(
-    isolation: Isolation,
-    limits: &crate::plan::worker::Limits,
-    selinux: bool,
-    skopeo: &Path,
-    layout: &Path,
-) -> ImportProxy {
-    match isolation {
-        Isolation::Systemd => {
-            let unit = unit::unit_name(&unit::run_id(), "import");
-            let mut command = unit::offline_systemd_run(
-                &unit,
-                limits,
-                (layout, Path::new(LAYOUT_IN_UNIT)),
-                selinux.then_some(IMPORT_SELINUX_CONTEXT),
-                skopeo,
-            );
-            command.arg(INSECURE_POLICY);
-            ImportProxy {
-                command,
-                layout: LAYOUT_IN_UNIT.into(),
-                unit: Some(unit),
-            }
-        }
-        Isolation::None => {
-            let mut c = std::process::Command::new("setpriv");
-            c.args(["--pdeathsig", "TERM", "--", "unshare", "--net", "--"])
-                .arg(skopeo)
-                .arg(INSECURE_POLICY);
-            ImportProxy {
-                command: c,
-                layout: layout.to_owned(),
-                unit: None,
-            }
-        }
-    }
-}
-
 /// Import the staged layout `layout:tag` (manifest `digest`) into the
 /// repository, recorded as `image`, and point `dest`'s ref at the result.
 /// Without the `ostree` feature, planning refuses an ostree destination already.
@@ -281,11 +157,10 @@ pub async fn import(
     tag: &str,
     image: &ImageRef,
     digest: &Sha256Digest,
-    worker: &WorkerSpec,
 ) -> anyhow::Result<Imported> {
     #[cfg(not(feature = "ostree"))]
     {
-        let _ = (staging, tag, image, digest, worker);
+        let _ = (staging, tag, image, digest);
         crate::error::fail(
             crate::error::Kind::Usage,
             "built without ostree support (cargo feature `ostree`)",
@@ -299,14 +174,14 @@ pub async fn import(
         let repo = open_repo(&dest.repo)?;
         let target = OstreeImageReference::try_from(target_imgref(image).as_str())?;
         // The image is there with this very manifest: nothing to read, and no
-        // skopeo to start (the pull fetched nothing either).
+        // proxy to start (the pull fetched nothing either).
         let stored = ostree_ext::container::store::query_image(&repo, &target.imgref)
             .ok()
             .flatten()
             .filter(|s| s.manifest_digest.to_string() == digest.as_str());
         let state = match stored {
             Some(s) => s,
-            None => import_layout(&repo, &target, staging, tag, worker).await?,
+            None => import_layout(&repo, &target, staging, tag).await?,
         };
         let mut refs = Vec::new();
         if let Some(r) = &dest.ostree_ref {
@@ -326,36 +201,33 @@ pub async fn import(
     }
 }
 
-/// Read the staged layout `layout:tag` with skopeo, isolated as
-/// [`import_proxy`] says, and import it into `repo` as `target`.
+/// Serve the staged layout `layout:tag` ([`crate::store::proxy`]) and
+/// import it into `repo` as `target`.
 #[cfg(feature = "ostree")]
 async fn import_layout(
     repo: &ostree_ext::ostree::Repo,
     target: &ostree_ext::container::OstreeImageReference,
     staging: &Staging,
     tag: &str,
-    worker: &WorkerSpec,
 ) -> anyhow::Result<Box<ostree_ext::container::store::LayeredImageState>> {
     use ostree_ext::container::store::{ImageImporter, ImageProxyConfig, PrepareResult};
     use ostree_ext::container::{ImageReference, OstreeImageReference, SignatureSource, Transport};
 
-    let proxy = import_proxy(worker, &staging.layout());
-    if let Some(unit) = &proxy.unit {
-        tracing::debug!("the import's skopeo runs as {unit}");
-    }
+    let layout = staging.layout();
     // Unverified: hostpull checked every digest and the signature
     // policy already, before anything was written.
     let source = OstreeImageReference {
         sigverify: SignatureSource::ContainerPolicyAllowInsecure,
         imgref: ImageReference {
             transport: Transport::OciDir,
-            name: format!("{}:{tag}", proxy.layout.display()),
+            name: format!("{}:{tag}", layout.display()),
         },
     };
     let config = ImageProxyConfig {
-        // A local layout needs no credential: give skopeo none.
+        // A local layout needs no credential: ostree-ext would otherwise pass
+        // on the host's /etc/ostree/auth.json.
         auth_anonymous: true,
-        skopeo_cmd: Some(proxy.command),
+        skopeo_cmd: Some(crate::store::proxy::command(&layout)?),
         ..Default::default()
     };
     let mut importer = ImageImporter::new(repo, &source, config)
@@ -376,8 +248,8 @@ async fn import_layout(
 }
 
 /// containers-image-proxy 0.7 shows its `Other` errors as just "error": why
-/// skopeo failed (its exit status and stderr) is only in the variant. Put it
-/// in the message.
+/// the proxy failed (its exit status and stderr) is only in the variant. Put
+/// it in the message.
 #[cfg(feature = "ostree")]
 fn with_proxy_detail(e: anyhow::Error) -> anyhow::Error {
     use ostree_ext::containers_image_proxy::Error;
@@ -393,8 +265,8 @@ fn with_proxy_detail(e: anyhow::Error) -> anyhow::Error {
 
 /// Every layer `prepare()` says the import will read (it has no commit for
 /// it) must be in the staging layout: a layer ref removed between the pull's
-/// decision and the import (another tool's prune) would otherwise make skopeo
-/// fail on a missing file.
+/// decision and the import (another tool's prune) would otherwise make the
+/// import fail on a missing file.
 pub fn check_staged(layout: &Path, needed: impl IntoIterator<Item = String>) -> anyhow::Result<()> {
     for d in needed {
         let hex = d.strip_prefix("sha256:").unwrap_or(&d);
@@ -412,67 +284,6 @@ pub fn check_staged(layout: &Path, needed: impl IntoIterator<Item = String>) -> 
 mod tests {
     use super::*;
     use crate::manifest::Descriptor;
-
-    fn argv(c: &std::process::Command) -> Vec<String> {
-        std::iter::once(c.get_program())
-            .chain(c.get_args())
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect()
-    }
-
-    fn proxy(mode: Isolation, selinux: bool, layout: &Path) -> ImportProxy {
-        proxy_for(
-            mode,
-            &Default::default(),
-            selinux,
-            Path::new("skopeo"),
-            layout,
-        )
-    }
-
-    #[test]
-    fn import_proxy_has_no_network_either_way() {
-        let layout = Path::new("/repo/tmp/hostpull-staging-x/layout");
-        let p = proxy(Isolation::None, false, layout);
-        assert_eq!(
-            argv(&p.command).join(" "),
-            "setpriv --pdeathsig TERM -- unshare --net -- skopeo --insecure-policy"
-        );
-        assert_eq!((p.layout.as_path(), p.unit), (layout, None));
-
-        let p = proxy(Isolation::Systemd, true, layout);
-        let args = argv(&p.command);
-        let unit = p.unit.unwrap();
-        // Named as a worker's, so that a leftover is stopped as one is.
-        assert!(unit.ends_with("-import.service"), "{unit}");
-        assert_eq!(
-            crate::sandbox::monitor::unit_owner(&unit),
-            Some(std::process::id())
-        );
-        assert_eq!(p.layout, Path::new(LAYOUT_IN_UNIT));
-        for want in [
-            format!("--unit={unit}"),
-            "--collect".into(),
-            "PrivateNetwork=yes".into(),
-            "RestrictAddressFamilies=AF_UNIX".into(),
-            format!("BindReadOnlyPaths={}:{LAYOUT_IN_UNIT}", layout.display()),
-            format!("SELinuxContext={IMPORT_SELINUX_CONTEXT}"),
-            "DynamicUser=yes".into(),
-        ] {
-            assert!(args.contains(&want), "{want} missing from {args:?}");
-        }
-        assert!(!args.iter().any(|a| a.contains("AF_INET")), "{args:?}");
-        assert_eq!(
-            args[args.len() - 3..],
-            ["--", "skopeo", "--insecure-policy"]
-        );
-        let p = proxy(Isolation::Systemd, false, layout);
-        assert!(
-            !argv(&p.command)
-                .iter()
-                .any(|a| a.starts_with("SELinuxContext="))
-        );
-    }
 
     #[test]
     fn target_is_the_registry_image() {
@@ -554,11 +365,11 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let repo = tempfile::tempdir().unwrap();
         assert!(
-            Staging::new(repo.path(), None).is_err(),
+            Staging::new(repo.path()).is_err(),
             "no tmp/: not a repository"
         );
         std::fs::create_dir(repo.path().join("tmp")).unwrap();
-        let s = Staging::new(repo.path(), None).unwrap();
+        let s = Staging::new(repo.path()).unwrap();
         let path = s.path().to_owned();
         assert_eq!(path.parent(), Some(repo.path().join("tmp").as_path()));
         assert_eq!(path.metadata().unwrap().permissions().mode() & 0o777, 0o700);

@@ -1,0 +1,174 @@
+//! `hostpull __layout-proxy` (src/store/proxy.rs), the image proxy that
+//! ostree-ext's import reads the staging layout through, driven by the real
+//! client: the containers-image-proxy that ostree-ext itself uses (0.7). The
+//! layout is made here by hand, so no rig is needed.
+#![cfg(feature = "ostree")]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hostpull::digest::sha256;
+use ostree_ext::containers_image_proxy::{ImageProxy, ImageProxyConfig, OpenedImage};
+use tokio::io::AsyncReadExt;
+
+const VERB: &str = "__layout-proxy";
+
+/// An OCI layout at `dir` holding one image tagged `t`: a config and two
+/// layers. Returns the layout, the manifest's bytes and the blobs.
+fn layout(dir: &Path) -> (PathBuf, Vec<u8>, Vec<Vec<u8>>) {
+    let root = dir.join("layout");
+    let blobs = root.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let put = |bytes: &[u8]| {
+        let d = sha256(bytes);
+        std::fs::write(blobs.join(d.hex()), bytes).unwrap();
+        serde_json::json!({"digest": d.as_str(), "size": bytes.len()})
+    };
+    let all: Vec<Vec<u8>> = vec![
+        br#"{"architecture":"amd64","os":"linux"}"#.to_vec(),
+        b"layer one".to_vec(),
+        vec![7u8; 300 << 10],
+    ];
+    let mut descs: Vec<serde_json::Value> = all.iter().map(|b| put(b)).collect();
+    descs[0]["mediaType"] = "application/vnd.oci.image.config.v1+json".into();
+    for d in &mut descs[1..] {
+        d["mediaType"] = "application/vnd.oci.image.layer.v1.tar".into();
+    }
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": descs[0],
+        "layers": descs[1..],
+    }))
+    .unwrap();
+    let mut m = put(&manifest);
+    m["mediaType"] = "application/vnd.oci.image.manifest.v1+json".into();
+    m["annotations"] = serde_json::json!({"org.opencontainers.image.ref.name": "t"});
+    std::fs::write(
+        root.join("index.json"),
+        serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": [m]})).unwrap(),
+    )
+    .unwrap();
+    (root, manifest, all)
+}
+
+async fn proxy(layout: &Path) -> ImageProxy {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.arg(VERB).arg(layout);
+    let config = ImageProxyConfig {
+        auth_anonymous: true,
+        skopeo_cmd: Some(c),
+        ..Default::default()
+    };
+    ImageProxy::new_with_config(config).await.unwrap()
+}
+
+fn oci(layout: &Path, tag: &str) -> String {
+    format!("oci:{}:{tag}", layout.display())
+}
+
+/// A layer read through the proxy, or the error of its request or its finish.
+async fn read_blob(
+    p: &ImageProxy,
+    img: &OpenedImage,
+    digest: &str,
+    size: u64,
+) -> Result<Vec<u8>, String> {
+    let digest = digest.parse().unwrap();
+    let (mut blob, finish) = p
+        .get_blob(img, &digest, size)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    let (read, finished) = tokio::join!(blob.read_to_end(&mut bytes), finish);
+    read.map_err(|e| e.to_string())?;
+    finished.map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+#[tokio::test]
+async fn the_layout_proxy_serves_the_staged_image() {
+    let td = tempfile::tempdir().unwrap();
+    let (root, manifest, blobs) = layout(td.path());
+    let p = proxy(&root).await;
+    let img = p.open_image(&oci(&root, "t")).await.unwrap();
+    let (digest, raw) = p.fetch_manifest_raw_oci(&img).await.unwrap();
+    assert_eq!(
+        (digest.as_str(), &raw),
+        (sha256(&manifest).as_str(), &manifest)
+    );
+    assert_eq!(p.fetch_config_raw(&img).await.unwrap(), blobs[0]);
+    for b in &blobs {
+        let got = read_blob(&p, &img, sha256(b).as_str(), b.len() as u64).await;
+        assert_eq!(got.as_ref(), Ok(b));
+    }
+    // The client reads the same blob twice, as ostree-ext may on a retry.
+    let again = read_blob(&p, &img, sha256(&blobs[2]).as_str(), 300 << 10).await;
+    assert_eq!(again.map(|b| b.len()), Ok(300 << 10));
+    p.close_image(&img).await.unwrap();
+    p.finalize().await.unwrap();
+}
+
+/// Each refusal is an error reply to that request, and the next request is
+/// served: only the image's own blobs, at their declared size, staged whole,
+/// and only this layout.
+#[tokio::test]
+async fn the_layout_proxy_refuses_what_is_not_staged() {
+    let td = tempfile::tempdir().unwrap();
+    let (root, _, blobs) = layout(td.path());
+    let p = proxy(&root).await;
+    let other = td.path().join("other");
+    for (r, want) in [
+        (oci(&other, "t"), "not oci:"),
+        (oci(&root, "nope"), "no image tagged \"nope\""),
+        (format!("docker://{}", root.display()), "not oci:"),
+    ] {
+        let e = p.open_image(&r).await.unwrap_err().to_string();
+        assert!(e.contains(want), "{r}: {e}");
+    }
+    let img = p.open_image(&oci(&root, "t")).await.unwrap();
+    let layer = sha256(&blobs[1]);
+    let stranger = sha256(b"not in the image");
+    for (digest, size, want) in [
+        (layer.as_str(), 8, "has 9 bytes, not 8"),
+        (stranger.as_str(), 16, "is not in image"),
+    ] {
+        let e = read_blob(&p, &img, digest, size).await.unwrap_err();
+        assert!(e.contains(want), "{digest}: {e}");
+    }
+    let path = root.join("blobs/sha256").join(layer.hex());
+    std::fs::write(&path, b"layer on").unwrap();
+    let e = read_blob(&p, &img, layer.as_str(), 9).await.unwrap_err();
+    assert!(e.contains("is not a file of 9 bytes"), "{e}");
+    std::fs::remove_file(&path).unwrap();
+    let e = read_blob(&p, &img, layer.as_str(), 9).await.unwrap_err();
+    assert!(e.contains("is not staged"), "{e}");
+    // Still serving.
+    assert_eq!(p.fetch_config_raw(&img).await.unwrap(), blobs[0]);
+    p.finalize().await.unwrap();
+}
+
+/// Started any other way than the crate starts it, it refuses at once (2).
+#[test]
+fn the_layout_proxy_needs_its_socket_and_command_line() {
+    let td = tempfile::tempdir().unwrap();
+    let exe = env!("CARGO_BIN_EXE_hostpull");
+    for args in [
+        vec![VERB],
+        vec![VERB, "/l"],
+        vec![VERB, "/l", "experimental-image-proxy", "--authfile", "/a"],
+        vec![VERB, "/l", "inspect"],
+        vec![VERB, "/l", "experimental-image-proxy"],
+    ] {
+        let out = Command::new(exe)
+            .args(&args)
+            .current_dir(td.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("error: __layout-proxy: "), "{stderr}");
+    }
+}
