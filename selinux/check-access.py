@@ -31,10 +31,8 @@ INIT = "system_u:system_r:init_t:s0-s0:c0.c1023"
 DBUSD = "system_u:system_r:system_dbusd_t:s0-s0:c0.c1023"
 ORCH = "system_u:system_r:hostpull_t:s0"
 WORKER = "system_u:system_r:hostpull_worker_t:s0"
-IMPORT = "system_u:system_r:hostpull_import_t:s0"
 SHELL = "unconfined_u:unconfined_r:unconfined_t:s0-s0:c0.c1023"
-ALIASES = {"@init": INIT, "@dbusd": DBUSD, "@orch": ORCH, "@worker": WORKER, "@import": IMPORT,
-           "@shell": SHELL}
+ALIASES = {"@init": INIT, "@dbusd": DBUSD, "@orch": ORCH, "@worker": WORKER, "@shell": SHELL}
 
 
 def obj(t):
@@ -60,7 +58,7 @@ EXPECT = [
     # --- systemd starts skopeo in the worker domain (SELinuxContext=)
     ("allow", "@init", "@worker", "process", "transition rlimitinh", "setexeccon + execve"),
     ("allow", "@init", "@worker", "process2", "nnp_transition nosuid_transition", "NoNewPrivileges=yes"),
-    ("allow", "@init", "bin_t", "file", "execute read open map", "PID 1 execs curl, the import's skopeo"),
+    ("allow", "@init", "bin_t", "file", "execute read open map", "PID 1 execs curl (lookaside signatures)"),
     ("allow", "@worker", "bin_t", "file", "entrypoint read map execute", "curl (lookaside) is bin_t, as skopeo"),
     ("allow", "@worker", "@init", "process", "sigchld", "the worker is PID 1's child"),
     ("allow", "@worker", "@init", "fd", "use", "PID 1 fexecve()s skopeo: else SIGSEGV at exec (guest)"),
@@ -232,47 +230,10 @@ EXPECT = [
     ("deny", "@orch", "user_home_dir_t", "dir", "write add_name remove_name relabelto", "never a home directory"),
     ("deny", "@orch", "@orch", "process", "setcurrent dyntransition", "stays hostpull_t"),
 
-    # --- --dest ostree: the staging layout, the import's skopeo, the repository
-    ("allow", "@orch", "@orch", "process", "setfscreate", "labels the staging directory"),
-    ("allow", "@orch", "hostpull_staging_t", "dir", "create write add_name remove_name rmdir search read setattr", "staging layout"),
-    ("allow", "@orch", "hostpull_staging_t", "file", "create write read open rename link unlink setattr lock", "staging layout"),
-    ("allow", "@init", "hostpull_staging_t", "dir", "search getattr", "BindReadOnlyPaths= of the layout"),
-    ("allow", "@init", "@import", "process", "transition rlimitinh", "SELinuxContext= of the import unit"),
-    ("allow", "@init", "@import", "process2", "nnp_transition nosuid_transition", "NoNewPrivileges=yes"),
-    ("allow", "@import", "bin_t", "file", "entrypoint read map execute", "skopeo is bin_t"),
-    ("allow", "@import", "@init", "process", "sigchld", "PID 1's child"),
-    ("allow", "@import", "@init", "fd", "use", "PID 1 fexecve()s skopeo (as the worker)"),
-    ("allow", "@import", "@orch", "fd", "use", "stdio through D-Bus and PID 1"),
-    ("allow", "@import", "@orch", "unix_stream_socket", "read write getattr getopt", "proxy protocol on stdin"),
-    ("allow", "@import", "@orch", "fifo_file", "write getattr", "stderr"),
-    ("allow", "@orch", "@import", "fd", "use", "blob pipes come back by SCM_RIGHTS"),
-    ("allow", "@import", "tmp_t", "dir", "search write add_name", "its private /tmp (HOME)"),
-    ("allow", "@import", "hostpull_worker_tmp_t", "dir", "create write add_name remove_name rmdir",
-     "what skopeo makes in its private /tmp"),
-    ("deny", "@import", "tmp_t", "file", "create write", "nothing else in /tmp"),
-    ("allow", "@orch", "@import", "fifo_file", "read getattr", "ostree-ext reads the blob pipes"),
-    ("allow", "@import", "@import", "fifo_file", "read write getattr", "blob pipes"),
-    ("allow", "@import", "@import", "process", "signal getsched", "Go runtime"),
-    ("allow", "@import", "hostpull_staging_t", "dir", "search read open getattr", "the staged layout"),
-    ("allow", "@import", "hostpull_staging_t", "file", "read open getattr", "the staged layout"),
-    ("allow", "@import", "tmp_t", "dir", "search", "/tmp/layout in its private /tmp"),
-    ("allow", "@import", "etc_t", "file", "read open getattr", "/etc/containers"),
-    ("allow", "@import", "null_device_t", "chr_file", "read write", "/dev/null stdio"),
-    ("deny", "@import", "hostpull_staging_t", "file", "write append create unlink rename setattr", "reads the layout only"),
-    ("deny", "@import", "hostpull_staging_t", "dir", "write add_name remove_name", "reads the layout only"),
-    ("deny", "@import", "@import", "tcp_socket", "create connect", "no network"),
-    ("deny", "@import", "@import", "udp_socket", "create", "no network, no DNS"),
-    ("deny", "@import", "http_port_t", "tcp_socket", "name_connect", "no network"),
-    ("deny", "@import", "net_conf_t", "file", "read", "no resolver"),
-    ("deny", "@import", "@import", "capability", "dac_override dac_read_search setuid sys_admin net_admin", "no capabilities"),
-    ("deny", "@import", "hostpull_ostree_repo_t", "file", "read write", "not the rest of the repository"),
-    ("deny", "@import", "bin_t", "file", "write", "nor its objects"),
-    ("deny", "@import", "hostpull_var_lib_t", "file", "read write", "not the OCI layouts"),
-    ("deny", "@import", "hostpull_runtime_t", "file", "read open", "not the staged secrets"),
-    ("deny", "@import", "init_runtime_t|init_var_run_t", "file", "read", "it gets no credential"),
-    ("deny", "@import", "shadow_t", "file", "read", "/etc/shadow"),
-    ("deny", "@import", "@orch", "process", "ptrace transition signal", "never reaches the orchestrator"),
-    ("deny", "@orch", "@import", "process", "transition dyntransition", "entered only through systemd"),
+    # --- --dest ostree: the layout proxy, the repository
+    ("tunable:hostpull_import_ostree", "@orch", "hostpull_exec_t", "file", "execute_no_trans",
+     "ostree-ext's image proxy is hostpull itself (__layout-proxy), in this domain"),
+    ("deny", "@orch", "@orch", "process", "setfscreate", "labels nothing it creates by hand"),
     # The repository's own files are hostpull_ostree_repo_t (hostpull.fc: /ostree/repo,
     # /sysroot/ostree/repo); its objects and the merge commit's checkout carry the
     # image's labels (bin_t, etc_t, shadow_t, var_run_t stand for them here).
@@ -484,7 +445,6 @@ def main():
         sys.exit(f"usage: {sys.argv[0]} [--table-only] POLICY")
     c = Checker(args[0])
     c.valid_context(WORKER)
-    c.valid_context(IMPORT)
     c.valid_context(ORCH)
     for row in EXPECT:
         c.access(*row)

@@ -17,7 +17,7 @@
 #     constraints and RBAC);
 #  6. mutation check: with one required rule deleted from a copy of
 #     hostpull.te, step 5 must fail, on the rows that rule is for (the fd
-#     passing, the worker's network, the import unit and the repository
+#     passing, the worker's network, the layout proxy and the repository
 #     rules of the ostree import).
 #
 # Last line: "selinux: N passed, N failed". Exit status 1 on any failure.
@@ -105,9 +105,8 @@ mutants=(
     'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|allow @worker http_port_t tcp_socket '
     'agent|domain_entry_file(hostpull_worker_t, hostpull_exec_t)|allow @worker hostpull_exec_t file '
     'enforce|selinux_get_enforce_mode(hostpull_t)|always:hostpull_import_ostree @orch security_t file '
-    # --dest ostree: the import unit, and the repository rules of hostpull_import_ostree.
-    'import|hostpull_import_parent(hostpull_t)|allow @import @orch fd '
-    'staging|read_files_pattern(hostpull_import_t, hostpull_staging_t, hostpull_staging_t)|allow @import hostpull_staging_t file '
+    # --dest ostree: the layout proxy, and the repository rules of hostpull_import_ostree.
+    $'proxy|\tcan_exec(hostpull_t, hostpull_exec_t)|tunable:hostpull_import_ostree @orch hostpull_exec_t file '
     $'repo|\tmanage_files_pattern(hostpull_t, hostpull_ostree_repo_t, hostpull_ostree_repo_t)|tunable:hostpull_import_ostree @orch hostpull_ostree_repo_t file '
     $'objects|\tallow hostpull_t { hostpull_object_types shadow_t }:file { getattr open read link rename unlink setattr relabelto };|tunable:hostpull_import_ostree @orch bin_t file '
     $'checkout|\tallow hostpull_t { hostpull_object_dirs }:dir { write add_name remove_name };|tunable:hostpull_import_ostree @orch etc_t dir '

@@ -331,6 +331,7 @@ MUTANTS=(
     'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|pull_mirror|denied  \{ name_connect \} .*scontext=system_u:system_r:hostpull_worker_t'
     'agent|domain_entry_file(hostpull_worker_t, hostpull_exec_t)|pull_mirror|denied  \{ [a-z ]*entrypoint[a-z ]* \} .*scontext=system_u:system_r:hostpull_worker_t:s0 tcontext=system_u:object_r:hostpull_exec_t'
     'relabel|	allow hostpull_t { hostpull_object_types shadow_t }:file { getattr open read link rename unlink setattr relabelto };|ostree|denied  \{ [a-z ]*relabelto[a-z ]* \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:(bin|etc|lib)_t'
+    'proxy|	can_exec(hostpull_t, hostpull_exec_t)|ostree|denied  \{ [a-z_ ]*execute_no_trans[a-z_ ]* \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:hostpull_exec_t'
     'root|filetrans_pattern(hostpull_t, hostpull_runtime_t, hostpull_worker_conf_t, dir, "root")|pull_mirror|denied  \{ create \} .*name="bin" scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:hostpull_runtime_t:s0 tclass=lnk_file'
 )
 
