@@ -883,8 +883,28 @@ fn policies(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The image proxy's skopeo of the pull whose orchestrator is `pid`: its child
+/// (`--sandbox none`), or a process of its worker unit, named after `pid`.
+fn proxy_of(pid: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
+        let n: u32 = p.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
+        let mut args = cmdline.split(|&b| b == 0);
+        // Not systemd-run or the worker agent, whose arguments name it too.
+        if !args.next()?.ends_with(b"skopeo") || !args.any(|a| a == b"experimental-image-proxy") {
+            return None;
+        }
+        let status = std::fs::read_to_string(p.path().join("status")).ok()?;
+        let cgroup = std::fs::read_to_string(p.path().join("cgroup")).ok()?;
+        let child = status.lines().any(|l| l == format!("PPid:\t{pid}"));
+        (child || cgroup.contains(&format!("/hostpull-worker-{pid}-"))).then_some(n)
+    })
+}
+
 /// A pull is batch work: every thread of hostpull runs SCHED_BATCH, unless the
-/// caller chose another policy (here SCHED_IDLE with chrt), which is kept.
+/// caller chose another policy (here SCHED_IDLE with chrt), which is kept. So
+/// does the worker's skopeo: a child inherits it, a worker unit is given it
+/// (`CPUSchedulingPolicy=`), or it would preempt root's readers.
 #[test]
 fn pull_runs_as_batch_work() {
     let s = scratch();
@@ -919,6 +939,19 @@ fn pull_runs_as_batch_work() {
             },
         );
         assert!(seen.iter().all(|p| *p == want), "{chrt:?}: {seen:?}");
+        let mut worker = Vec::new();
+        wait_for(
+            "the worker's image proxy",
+            std::time::Duration::from_secs(20),
+            || {
+                worker = proxy_of(child.id()).map(policies).unwrap_or_default();
+                !worker.is_empty()
+            },
+        );
+        assert!(
+            worker.iter().all(|p| *p == want),
+            "{chrt:?}: worker {worker:?}"
+        );
         assert!(child.wait().unwrap().success());
     }
 }

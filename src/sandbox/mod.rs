@@ -308,7 +308,7 @@ impl Worker {
                 }
                 self.ledger().running.push(unit.clone());
                 let programs: Vec<&Path> = std::iter::once(program).chain(also).collect();
-                let cmd = unit::systemd_run(&unit, &self.spec, &mounts, &programs);
+                let cmd = unit::systemd_run(&unit, &self.spec, &mounts, &programs, sched_policy());
                 Ok(Launch {
                     cmd,
                     unit: Some(unit),
@@ -561,6 +561,22 @@ pub(crate) fn rand_u32() -> u32 {
     // getrandom(2) cannot fail for 4 bytes once the pool is initialized.
     let _ = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty());
     u32::from_ne_bytes(b)
+}
+
+/// This thread's scheduling policy as systemd names it, if a unit must be told
+/// it to run as a child of this thread would: a pull runs SCHED_BATCH
+/// (`cli::batch_scheduling`), or SCHED_IDLE where the caller chose that. A
+/// worker unit started by PID 1 would otherwise run SCHED_OTHER and preempt
+/// root's readers on every wakeup (bench/sandbox.sh: about 0.1 CPU-s per
+/// 512 MiB). Realtime policies are not passed on (`RestrictRealtime=yes`).
+#[allow(unsafe_code)]
+pub(crate) fn sched_policy() -> Option<&'static str> {
+    // SAFETY: sched_getscheduler(0) reads this thread's policy and no memory.
+    match unsafe { libc::sched_getscheduler(0) } {
+        libc::SCHED_BATCH => Some("batch"),
+        libc::SCHED_IDLE => Some("idle"),
+        _ => None,
+    }
 }
 
 /// Bind the life of the child that `c` starts to its parent's: when the

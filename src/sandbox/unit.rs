@@ -121,7 +121,15 @@ pub fn run_id() -> String {
 /// enabled: without it, init_t would run the program unconfined. Not
 /// `--collect`: a unit that failed stays loaded until hostpull has read why (a
 /// SIGKILL from the OOM killer on cgroup v1, `oom-kill` on v2) and reset it.
-pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, programs: &[&Path]) -> Command {
+/// `policy`: its `CPUSchedulingPolicy=`, the pull's own ([`super::sched_policy`]),
+/// as a child of hostpull would inherit it.
+pub fn systemd_run(
+    unit: &str,
+    spec: &WorkerSpec,
+    mounts: &Mounts,
+    programs: &[&Path],
+    policy: Option<&str>,
+) -> Command {
     let mut props = Vec::new();
     for (name, path) in &mounts.credentials {
         props.push(format!("LoadCredential={name}:{}", path.display()));
@@ -168,6 +176,7 @@ pub fn systemd_run(unit: &str, spec: &WorkerSpec, mounts: &Mounts, programs: &[&
             format!("IOWeight={}", l.io_weight),
         ])
         .chain(l.cpu_quota.iter().map(|q| format!("CPUQuota={q}")))
+        .chain(policy.map(|p| format!("CPUSchedulingPolicy={p}")))
         .chain(props)
         .chain(
             spec.selinux_context
@@ -271,6 +280,7 @@ mod tests {
             &spec,
             &mounts,
             &[Path::new("/usr/bin/skopeo")],
+            Some("batch"),
         );
         assert_eq!(c.get_program(), "systemd-run");
         let a = args(&c);
@@ -304,6 +314,7 @@ mod tests {
             "TasksMax=256",
             "IOWeight=50",
             "CPUQuota=50%",
+            "CPUSchedulingPolicy=batch",
             "LoadCredential=auth.json:/run/hostpull/1/auth.json",
             "BindReadOnlyPaths=/run/hostpull/1/resolv.conf:/etc/resolv.conf",
             "SELinuxContext=system_u:system_r:hostpull_worker_t:s0",
@@ -328,10 +339,10 @@ mod tests {
     }
 
     #[test]
-    fn cpu_quota_unset_by_default() {
+    fn cpu_settings_unset_by_default() {
         let spec = WorkerSpec::for_tests(crate::plan::worker::Isolation::Systemd);
-        let c = systemd_run("u", &spec, &Mounts::default(), &[Path::new("skopeo")]);
-        assert!(!args(&c).iter().any(|a| a.starts_with("CPUQuota")
+        let c = systemd_run("u", &spec, &Mounts::default(), &[Path::new("skopeo")], None);
+        assert!(!args(&c).iter().any(|a| a.starts_with("CPU")
             || a.starts_with("SELinuxContext")
             || a.starts_with("IPAddressAllow")));
         assert!(args(&c).iter().any(|a| a.starts_with("IPAddressDeny=")));
