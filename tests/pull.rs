@@ -890,8 +890,14 @@ fn proxy_of(pid: u32) -> Option<u32> {
         let n: u32 = p.file_name().to_str()?.parse().ok()?;
         let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
         let mut args = cmdline.split(|&b| b == 0);
-        // Not systemd-run or the worker agent, whose arguments name it too.
-        if !args.next()?.ends_with(b"skopeo") || !args.any(|a| a == b"experimental-image-proxy") {
+        // Not systemd-run or the worker agent, whose arguments name it too. A
+        // worker of tests/rig.sh's may be skopeo run by its own ld.so.
+        let program = args.next()?;
+        if [&b"systemd-run"[..], b"hostpull"]
+            .iter()
+            .any(|p| program.ends_with(p))
+            || !args.any(|a| a == b"experimental-image-proxy")
+        {
             return None;
         }
         let status = std::fs::read_to_string(p.path().join("status")).ok()?;
