@@ -66,6 +66,22 @@ bench_systemd_for() {
     bench_in_systemd "$@"
 }
 
+# timed_row NAME COLUMNS CMD...: run CMD (stdout dropped, stderr in $BENCH_DIR/NAME.err) and
+# append a row to $RESULTS: COLUMNS (tab-separated), wall s, CPU s, the 1-min load before.
+# CPU: user + system of CMD and the children it reaped, plus what $CGROUP_CPU (a cpuacct.usage
+# file, if set: a systemd's units) grew by meanwhile.
+timed_row() {
+    local name=$1 cols=$2 c0=0 c1=0 load _
+    shift 2
+    read -r load _ </proc/loadavg
+    [ -n "${CGROUP_CPU:-}" ] && c0=$(cat "$CGROUP_CPU")
+    /usr/bin/time -f '%e %U %S' -o "$BENCH_DIR/$name.time" "$@" >/dev/null 2>"$BENCH_DIR/$name.err" ||
+        { tail -n 5 "$BENCH_DIR/$name.err" >&2; die "${cols//$'\t'/ } failed"; }
+    [ -n "${CGROUP_CPU:-}" ] && c1=$(cat "$CGROUP_CPU")
+    awk -v p="$cols" -v c="$((c1 - c0))" -v l="$load" \
+        '{ printf "%s\t%.3f\t%.3f\t%s\n", p, $1, $2 + $3 + c / 1e9, l }' "$BENCH_DIR/$name.time" >>"$RESULTS"
+}
+
 # ---- ostree fixtures (bench/ostree.sh, bench/ostree-peer.sh; need jq, tar, gzip, sha256sum)
 # derive BASE OUT TAG TREE: BASE (an OCI layout) plus TREE as one gzip layer, as the layout OUT.
 derive() {

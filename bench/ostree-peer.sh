@@ -104,21 +104,13 @@ RESULTS=$BENCH_DIR/ostree-peer.tsv
 printf 'run\timage\tkind\tvariant\twall_s\tcpu_s\tload\n' >"$RESULTS"
 # measure RUN IMAGE KIND VARIANT TAG REPO: one pull, one row.
 measure() {
-    local img=$REGISTRY/hostpull/ostree-peer-$2:$5 c0=0 c1=0 load cmd
+    local img=$REGISTRY/hostpull/ostree-peer-$2:$5 cmd
     case $4 in
         peer) cmd=("$PEER" "$img" "$6" "$AUTH" "$CERTS" "$SKOPEO") ;;
         *) cmd=("$HOSTPULL" pull --authfile "$AUTH" --cert-dir "$CERTS" --skopeo "$SKOPEO"
                 --sandbox "$4" "docker://$img" --dest "ostree:$6:bench") ;;
     esac
-    read -r load _ </proc/loadavg
-    [ -n "$CGROUP_CPU" ] && c0=$(cat "$CGROUP_CPU")
-    /usr/bin/time -f '%e %U %S' -o "$BENCH_DIR/ostree-peer.time" "${cmd[@]}" \
-        >/dev/null 2>"$BENCH_DIR/ostree-peer.err" ||
-        { tail -n 5 "$BENCH_DIR/ostree-peer.err" >&2; die "$4 $2 $3 failed"; }
-    [ -n "$CGROUP_CPU" ] && c1=$(cat "$CGROUP_CPU")
-    awk -v r="$1" -v i="$2" -v k="$3" -v v="$4" -v c="$((c1 - c0))" -v cg="$CGROUP_CPU" -v l="$load" \
-        '{ printf "%s\t%s\t%s\t%s\t%.3f\t%.3f\t%s\n", r, i, k, v, $1, $2 + $3 + c / 1e9, l }' \
-        "$BENCH_DIR/ostree-peer.time" >>"$RESULTS"
+    timed_row ostree-peer "$1"$'\t'"$2"$'\t'"$3"$'\t'"$4" "${cmd[@]}"
 }
 REPO=$BENCH_DIR/ostree-peer-repo
 echo "bench: ostree-peer-{two,many} full and update, ${VARIANTS[*]}, $RUNS runs + 1 warm-up, skopeo $SKOPEO" >&2

@@ -93,7 +93,7 @@ DEST=$BENCH_DIR/sandbox-dest
 # measure RUN VARIANT [IMAGE]: one pull into a fresh layout, one row. Variants `small-none`
 # and `small-systemd` pull RIG_IMG_SMALL: the fixed part of the cost.
 measure() {
-    local c0=0 c1=0 load mode=systemd cmd image=$RIG_IMG_BIG
+    local mode=systemd cmd image=$RIG_IMG_BIG
     case $2 in none|small-none) mode=none ;; esac
     [[ $2 == small-* ]] && image=$RIG_IMG_SMALL
     rm -rf "$DEST"
@@ -105,15 +105,7 @@ measure() {
         cmd=(unshare -m --propagation private sh -c
              "mount --bind '$W/systemd-run' '$REAL' && exec \"\$@\"" sh "${cmd[@]}")
     fi
-    read -r load _ </proc/loadavg
-    [ -n "$CGROUP_CPU" ] && c0=$(cat "$CGROUP_CPU")
-    /usr/bin/time -f '%e %U %S' -o "$BENCH_DIR/sandbox.time" "${cmd[@]}" \
-        >/dev/null 2>"$BENCH_DIR/sandbox.err" ||
-        { tail -n 5 "$BENCH_DIR/sandbox.err" >&2; die "$2 failed"; }
-    [ -n "$CGROUP_CPU" ] && c1=$(cat "$CGROUP_CPU")
-    awk -v r="$1" -v v="$2" -v c="$((c1 - c0))" -v l="$load" \
-        '{ printf "%s\t%s\t%.3f\t%.3f\t%s\n", r, v, $1, $2 + $3 + c / 1e9, l }' \
-        "$BENCH_DIR/sandbox.time" >>"$RESULTS"
+    timed_row sandbox "$1"$'\t'"$2" "${cmd[@]}"
 }
 version=$($SKOPEO --version | cut -d' ' -f3)
 echo "bench: $RIG_IMG_BIG, ${VARIANTS[*]}, $RUNS runs + 1 warm-up, skopeo $version" >&2
