@@ -8,9 +8,9 @@
 //! skopeo would read each one back, hash it again and copy it through a pipe.
 //! This server is that child instead: `hostpull __layout-proxy LAYOUT
 //! experimental-image-proxy`, root's own code, in root's own domain, with no
-//! network and no unit. For a blob it passes the staged file itself
-//! (`SCM_RIGHTS`), so the import reads each layer once, from the page cache,
-//! and nothing hashes it twice.
+//! network and no unit. For the manifest, the config and each blob it passes
+//! the staged file itself (`SCM_RIGHTS`), so the import reads each layer once,
+//! from the page cache, and nothing hashes it twice.
 //!
 //! It speaks protocol [`PROTOCOL`], the oldest containers-image-proxy accepts,
 //! and only what ostree-ext asks for an `oci:` image: `Initialize`,
@@ -21,20 +21,18 @@
 //! The socket is its stdin; it ends when the socket does.
 #![cfg_attr(not(feature = "ostree"), allow(dead_code))]
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{IoSlice, Write};
+use std::io::{IoSlice, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::thread::JoinHandle;
 
 use anyhow::Context;
 use rustix::net::{RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::digest::Sha256Digest;
 use crate::manifest::{Descriptor, Manifest, OCI_MANIFEST};
 
 /// The hidden first argument that makes `hostpull` the server.
@@ -88,35 +86,27 @@ struct Request {
     args: Vec<Value>,
 }
 
-/// What a request returns: a value, and the descriptor to read, if any.
+/// What a request returns: a value, and the staged file to read, if any.
 #[derive(Debug)]
 struct Answer {
     value: Value,
-    fd: Option<(OwnedFd, Pipe)>,
+    fd: Option<OwnedFd>,
 }
 
-/// What `FinishPipe` waits for: nothing for a staged file, the thread that
-/// writes the bytes into a pipe otherwise.
-#[derive(Debug)]
-enum Pipe {
-    File,
-    Writer(JoinHandle<std::io::Result<()>>),
-}
-
-/// The opened image: its manifest as staged, and the manifest's digest.
+/// The opened image: its manifest's descriptor and the manifest.
 #[derive(Debug)]
 struct Image {
-    digest: Sha256Digest,
-    raw: Vec<u8>,
+    desc: Descriptor,
     manifest: Manifest,
 }
 
-/// The server's state: the layout, its image once opened, the open pipes.
+/// The server's state: the layout, its image once opened, the files handed out
+/// and not yet finished (`FinishPipe` has nothing to wait for: each is whole).
 #[derive(Debug)]
 struct Server {
     layout: PathBuf,
     image: Option<Image>,
-    pipes: HashMap<u32, Pipe>,
+    pipes: HashSet<u32>,
     next_pipe: u32,
 }
 
@@ -125,7 +115,7 @@ impl Server {
         Self {
             layout,
             image: None,
-            pipes: HashMap::new(),
+            pipes: HashSet::new(),
             next_pipe: 1,
         }
     }
@@ -153,11 +143,11 @@ impl Server {
                 Ok(Answer { value, fd: None }) => send(sock, &reply(value, 0), None)?,
                 Ok(Answer {
                     value,
-                    fd: Some((fd, pipe)),
+                    fd: Some(fd),
                 }) => {
                     let id = self.next_pipe;
                     self.next_pipe += 1;
-                    self.pipes.insert(id, pipe);
+                    self.pipes.insert(id);
                     send(sock, &reply(value, id), Some(fd.as_fd()))?;
                 }
                 Err(e) => send(sock, &reply_error(format!("{e:#}")), None)?,
@@ -178,38 +168,32 @@ impl Server {
                 Ok(value(Value::Null))
             }
             ("GetManifest", [id]) => {
-                let image = self.image(id)?;
-                let fd = bytes_pipe(image.raw.clone())?;
+                let desc = &self.image(id)?.desc;
                 Ok(Answer {
-                    value: image.digest.as_str().into(),
-                    fd: Some(fd),
+                    value: desc.digest.as_str().into(),
+                    fd: Some(self.staged(desc)?),
                 })
             }
             ("GetFullConfig", [id]) => {
                 let config = self.image(id)?.manifest.config.clone();
                 Ok(Answer {
                     value: Value::Null,
-                    fd: Some((self.staged(&config)?, Pipe::File)),
+                    fd: Some(self.staged(&config)?),
                 })
             }
             ("GetBlob", [id, Value::String(digest), size]) => {
                 let blob = self.blob(id, digest, size)?;
                 Ok(Answer {
                     value: blob.size.into(),
-                    fd: Some((self.staged(&blob)?, Pipe::File)),
+                    fd: Some(self.staged(&blob)?),
                 })
             }
             ("FinishPipe", [id]) => {
-                let pipe = id
+                let known = id
                     .as_u64()
-                    .and_then(|id| self.pipes.remove(&u32::try_from(id).ok()?))
-                    .with_context(|| format!("no pipe {id}"))?;
-                if let Pipe::Writer(w) = pipe {
-                    match w.join() {
-                        Ok(r) => r.context("writing the pipe")?,
-                        Err(_) => anyhow::bail!("the pipe's writer failed"),
-                    }
-                }
+                    .and_then(|id| u32::try_from(id).ok())
+                    .is_some_and(|id| self.pipes.remove(&id));
+                anyhow::ensure!(known, "no pipe {id}");
                 Ok(value(Value::Null))
             }
             (m, args) => anyhow::bail!("unsupported request {m} with {} arguments", args.len()),
@@ -242,13 +226,9 @@ impl Server {
             );
         }
         let mut raw = Vec::new();
-        std::io::Read::read_to_end(&mut File::from(self.staged(&desc)?), &mut raw)?;
+        File::from(self.staged(&desc)?).read_to_end(&mut raw)?;
         let manifest = serde_json::from_slice(&raw).context("Parsing the manifest")?;
-        self.image = Some(Image {
-            digest: desc.digest,
-            raw,
-            manifest,
-        });
+        self.image = Some(Image { desc, manifest });
         Ok(())
     }
 
@@ -266,7 +246,7 @@ impl Server {
             .manifest
             .blobs()
             .find(|b| b.digest.as_str() == digest)
-            .with_context(|| format!("blob {digest} is not in image {}", image.digest))?;
+            .with_context(|| format!("blob {digest} is not in image {}", image.desc.digest))?;
         if size.as_u64() != Some(blob.size) {
             anyhow::bail!("blob {digest} has {} bytes, not {size}", blob.size);
         }
@@ -295,13 +275,6 @@ impl Server {
         }
         Ok(fd)
     }
-}
-
-/// A pipe that a thread fills with `bytes`, as skopeo returns a manifest.
-fn bytes_pipe(bytes: Vec<u8>) -> anyhow::Result<(OwnedFd, Pipe)> {
-    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-    let writer = std::thread::spawn(move || File::from(w).write_all(&bytes));
-    Ok((r, Pipe::Writer(writer)))
 }
 
 fn reply(value: Value, pipeid: u32) -> Value {
