@@ -13,6 +13,8 @@
 
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
+# hostpull finds its ostree importer in ../libexec from its own directory.
+LIBEXECDIR = $(BINDIR)/../libexec
 DATADIR ?= $(PREFIX)/share
 MANDIR ?= $(DATADIR)/man
 DOCDIR ?= $(DATADIR)/doc/hostpull
@@ -31,6 +33,8 @@ INSTALL ?= install
 CARGO ?= cargo
 CARGO_FEATURES ?= ostree
 BIN ?= target/release/hostpull
+# The ostree import's own program (with the ostree feature), built beside BIN.
+IMPORTER ?= $(dir $(BIN))hostpull-ostree-import
 # Generated files: man page, completions, units, policy package.
 OUT ?= target/dist
 # The policy is built with the distribution's devel Makefile (selinux-policy-devel,
@@ -85,6 +89,9 @@ $(OUT)/selinux/hostpull.pp.bz2: $(OUT)/selinux/hostpull.pp
 
 install: $(BIN) $(GENERATED)
 	$(INSTALL) -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/hostpull
+ifneq ($(filter ostree,$(CARGO_FEATURES)),)
+	$(INSTALL) -D -m 0755 $(IMPORTER) $(DESTDIR)$(LIBEXECDIR)/hostpull-ostree-import
+endif
 	$(INSTALL) -d -m 0755 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1
 # The units name /usr/bin/hostpull and /usr/share/doc/hostpull: written here, with
 # install's BINDIR and DOCDIR, as `make` or `make generated` never knew the PREFIX

@@ -283,6 +283,9 @@ async fn pull_to_dest(
     let Some(plan::imgref::Target::Ostree { dest, tag }) = plan.dest.clone() else {
         return crate::fetch::pull(&plan, progress).await;
     };
+    // The importer is there, or nothing is fetched.
+    let importer = crate::store::import::program()
+        .map_err(|e| error::Failure::new(Kind::Handoff, format!("{e:#}")))?;
     // Made only once the signature policy has accepted the image: nothing is
     // written into the repository before.
     let staging = std::sync::OnceLock::<crate::store::ostree::Staging>::new();
@@ -298,8 +301,14 @@ async fn pull_to_dest(
         return error::fail(Kind::Handoff, "the pull made no staging layout to import");
     };
     end_batch_scheduling();
-    let import =
-        crate::store::ostree::import(&dest, staging, &tag, &plan.image, &report.manifest_digest);
+    let req = crate::store::ostree::Request {
+        dest,
+        layout: staging.layout(),
+        tag,
+        image: plan.image.clone(),
+        digest: report.manifest_digest.clone(),
+    };
+    let import = crate::store::import::import(&importer, &req);
     let imported = tokio::select! {
         r = import => r.map_err(|e| {
             error::Failure::new(Kind::Handoff, error::one_line(&format!("{e:#}")))

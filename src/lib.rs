@@ -52,5 +52,6 @@ pub mod internals {
     pub use crate::sandbox::agent::{VERB as WORKER_AGENT, main as worker_agent};
     pub use crate::sandbox::classify::classify_worker_text;
     pub use crate::signature::{ATOMIC, COSIGN, check_payload, verify_attachment, verify_bundle};
-    pub use crate::store::proxy::{VERB as LAYOUT_PROXY, main as layout_proxy};
+    pub use crate::store::import::main as ostree_import;
+    pub use crate::store::proxy::VERB as LAYOUT_PROXY;
 }

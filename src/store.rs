@@ -22,6 +22,7 @@ use crate::error::{Failure, Kind, fail};
 use crate::manifest::Descriptor;
 use crate::verify::Verifier;
 
+pub mod import;
 pub mod ostree;
 pub mod proxy;
 

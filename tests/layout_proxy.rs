@@ -1,4 +1,4 @@
-//! `hostpull __layout-proxy` (src/store/proxy.rs), the image proxy that
+//! `hostpull-ostree-import __layout-proxy` (src/store/proxy.rs), the image proxy that
 //! ostree-ext's import reads the staging layout through, driven by the real
 //! client: the containers-image-proxy that ostree-ext itself uses (0.7). The
 //! layout is made here by hand, so no rig is needed.
@@ -12,6 +12,8 @@ use ostree_ext::containers_image_proxy::{ImageProxy, ImageProxyConfig, OpenedIma
 use tokio::io::AsyncReadExt;
 
 const VERB: &str = "__layout-proxy";
+/// The ostree import's own program, which is also the proxy (src/store/import.rs).
+const IMPORTER: &str = env!("CARGO_BIN_EXE_hostpull-ostree-import");
 
 /// An OCI layout at `dir` holding one image tagged `t`: a config and two
 /// layers. Returns the layout, the manifest's bytes and the blobs.
@@ -53,7 +55,7 @@ fn layout(dir: &Path) -> (PathBuf, Vec<u8>, Vec<Vec<u8>>) {
 }
 
 async fn proxy(layout: &Path) -> ImageProxy {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    let mut c = Command::new(IMPORTER);
     c.arg(VERB).arg(layout);
     let config = ImageProxyConfig {
         auth_anonymous: true,
@@ -148,19 +150,39 @@ async fn the_layout_proxy_refuses_what_is_not_staged() {
     p.finalize().await.unwrap();
 }
 
-/// Started any other way than the crate starts it, it refuses at once (2).
+/// Started any other way than the crate starts it, it refuses at once (2);
+/// so does the importer with a wrong command line.
 #[test]
 fn the_layout_proxy_needs_its_socket_and_command_line() {
     let td = tempfile::tempdir().unwrap();
-    let exe = env!("CARGO_BIN_EXE_hostpull");
-    for args in [
-        vec![VERB],
-        vec![VERB, "/l"],
-        vec![VERB, "/l", "experimental-image-proxy", "--authfile", "/a"],
-        vec![VERB, "/l", "inspect"],
-        vec![VERB, "/l", "experimental-image-proxy"],
+    let digest = format!("sha256:{}", "a".repeat(64));
+    for (args, prefix) in [
+        (vec![VERB], "error: __layout-proxy: "),
+        (vec![VERB, "/l"], "error: __layout-proxy: "),
+        (
+            vec![VERB, "/l", "experimental-image-proxy", "--authfile", "/a"],
+            "error: __layout-proxy: ",
+        ),
+        (vec![VERB, "/l", "inspect"], "error: __layout-proxy: "),
+        (
+            vec![VERB, "/l", "experimental-image-proxy"],
+            "error: __layout-proxy: ",
+        ),
+        (vec![], "error: hostpull-ostree-import: usage: "),
+        (
+            vec!["/r", "/l", "t", "quay.io/a:t"],
+            "error: hostpull-ostree-import: usage: ",
+        ),
+        (
+            vec!["/r", "/l", "t", "quay.io/a:t", "sha256:x"],
+            "error: hostpull-ostree-import: not a sha256",
+        ),
+        (
+            vec!["/r", "/l", "t", "quay.io/a:t", &digest, "ref", "x"],
+            "error: hostpull-ostree-import: usage: ",
+        ),
     ] {
-        let out = Command::new(exe)
+        let out = Command::new(IMPORTER)
             .args(&args)
             .current_dir(td.path())
             .stdin(std::process::Stdio::null())
@@ -169,6 +191,7 @@ fn the_layout_proxy_needs_its_socket_and_command_line() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(stderr.starts_with("error: __layout-proxy: "), "{stderr}");
+        assert!(stderr.starts_with(prefix), "{stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
     }
 }

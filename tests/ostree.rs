@@ -759,3 +759,105 @@ fn a_chunked_update_fetches_only_the_changed_chunks() {
     );
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 }
+
+/// The import runs in a program of its own, `hostpull-ostree-import`
+/// (src/store/import.rs), which an SELinux host runs in a domain of its own.
+/// hostpull looks for it in `../libexec/` from its own directory, then beside
+/// itself. A stand-in there records its command line and runs the real one:
+/// the repository, the staging layout, the tag, the image, the manifest's
+/// digest and the ref. Without it the pull fetches nothing and fails (10);
+/// an importer killed by a signal fails the pull with that signal.
+/// Host pass only: a worker unit runs the hostpull it was started as, and this
+/// one is a link in the test's own directory.
+#[cfg(feature = "ostree")]
+#[test]
+fn host_pass_the_import_runs_in_its_own_program() {
+    let s = scratch();
+    let (image, _) = encapsulated_image(s.path());
+    let prefix = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (bin, libexec) = (prefix.path().join("bin"), prefix.path().join("libexec"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::hard_link(env!("CARGO_BIN_EXE_hostpull"), bin.join("hostpull")).unwrap();
+    let repo = new_repo(s.path());
+    let dest = format!("ostree:{}:os", repo.display());
+    let pull = || {
+        let mut c = Command::new(bin.join("hostpull"));
+        c.args([
+            "pull",
+            &image,
+            "--dest",
+            &dest,
+            "--json",
+            "--sandbox",
+            "none",
+        ])
+        .env("RUST_LOG", "warn");
+        with_rig_creds(c)
+    };
+    let stand_in = |dir: &Path, body: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir).unwrap();
+        let path = dir.join("hostpull-ostree-import");
+        std::fs::write(&path, body).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+
+    let mark = registry_log_mark();
+    let missing = run(&mut pull());
+    missing.assert_failure(10);
+    assert!(
+        missing
+            .stderr
+            .contains("hostpull-ostree-import, which imports into ostree, is not installed"),
+        "{}",
+        missing.stderr
+    );
+    let name = image.split_once('/').unwrap().1.rsplit_once(':').unwrap().0;
+    assert_eq!(blobs_fetched_since(mark, name), Vec::<String>::new());
+
+    // ../libexec/ wins over the one beside hostpull, which would fail.
+    stand_in(
+        &bin,
+        "#!/bin/sh\necho 'error: the wrong importer' >&2\nexit 1\n",
+    );
+    let argv = prefix.path().join("argv");
+    stand_in(
+        &libexec,
+        &format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" >{}\nexec {} \"$@\"\n",
+            argv.display(),
+            env!("CARGO_BIN_EXE_hostpull-ostree-import")
+        ),
+    );
+    let r = run(&mut pull());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let json = r.json();
+    let args = std::fs::read_to_string(&argv).unwrap();
+    let args: Vec<&str> = args.lines().collect();
+    assert_eq!(args.len(), 6, "{args:?}");
+    assert_eq!(args[0], repo.display().to_string());
+    let staging = format!("{}/tmp/hostpull-staging-", repo.display());
+    assert!(
+        args[1].starts_with(&staging) && args[1].ends_with("/layout"),
+        "{args:?}"
+    );
+    assert_eq!(
+        args[3..],
+        [&image, json["manifest_digest"].as_str().unwrap(), "os"]
+    );
+    let commit = json["ostree"]["commit"].as_str().unwrap();
+    assert_eq!(ostree(&repo, &["rev-parse", "os"]).trim(), commit);
+    assert_eq!(staging_left(&repo), Vec::<String>::new());
+
+    stand_in(&libexec, "#!/bin/sh\nkill -KILL $$\n");
+    let killed = run(&mut pull());
+    killed.assert_failure(10);
+    assert!(
+        killed
+            .stderr
+            .contains("hostpull-ostree-import failed (signal: 9"),
+        "{}",
+        killed.stderr
+    );
+    assert_eq!(staging_left(&repo), Vec::<String>::new());
+}

@@ -10,9 +10,11 @@
 //! importer reads: the manifest, the config and the layers it has no commit
 //! for ([`import`] checks that against `prepare()` before it imports).
 //!
-//! ostree-ext reads the layout through its image proxy, which is hostpull
-//! itself serving the staged, verified files ([`crate::store::proxy`]): no
-//! skopeo, no second hash, no network, no unit.
+//! The import runs in a program of its own, `hostpull-ostree-import`
+//! ([`crate::store::import`], [`import_here`]), for an SELinux domain of its
+//! own. ostree-ext reads the layout through its image proxy, which is that
+//! program again serving the staged, verified files ([`crate::store::proxy`]):
+//! no skopeo, no second hash, no network, no unit.
 //!
 //! Without the feature the import and what only it calls are compiled out; the
 //! rest stays, with its tests, so both builds check it.
@@ -64,7 +66,7 @@ impl Staging {
 }
 
 /// What an import did, for the `--json` result.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Imported {
     /// The repository.
     pub repo: PathBuf,
@@ -72,6 +74,23 @@ pub struct Imported {
     pub commit: String,
     /// REF, if given, then the image ref.
     pub refs: Vec<String>,
+}
+
+/// What to import: the staged layout `layout:tag` (manifest `digest`), into
+/// `dest`, recorded as `image`. `hostpull-ostree-import` gets it on its
+/// command line ([`crate::store::import`]).
+#[derive(Debug)]
+pub struct Request {
+    /// The repository, and the ref to point at the import.
+    pub dest: OstreeDest,
+    /// The verified staging layout.
+    pub layout: PathBuf,
+    /// Its tag.
+    pub tag: String,
+    /// The registry image it was pulled as.
+    pub image: ImageRef,
+    /// Its manifest's digest.
+    pub digest: Sha256Digest,
 }
 
 /// The image reference the import is recorded under: the registry image, so
@@ -147,20 +166,22 @@ fn open_repo(path: &Path) -> anyhow::Result<ostree_ext::ostree::Repo> {
     Ok(repo)
 }
 
-/// Import the staged layout `layout:tag` (manifest `digest`) into the
-/// repository, recorded as `image`, and point `dest`'s ref at the result.
+/// Import the staged layout `layout:tag` (manifest `digest`) of `req` into
+/// the repository, recorded as `image`, and point `dest`'s ref at the result: in
+/// this process, which is `hostpull-ostree-import` ([`crate::store::import`]).
 /// Without the `ostree` feature, planning refuses an ostree destination already.
-#[fn_error_context::context("Importing into ostree repository {}", dest.repo.display())]
-pub async fn import(
-    dest: &OstreeDest,
-    staging: &Staging,
-    tag: &str,
-    image: &ImageRef,
-    digest: &Sha256Digest,
-) -> anyhow::Result<Imported> {
+#[fn_error_context::context("Importing into ostree repository {}", req.dest.repo.display())]
+pub async fn import_here(req: &Request) -> anyhow::Result<Imported> {
+    let Request {
+        dest,
+        layout,
+        tag,
+        image,
+        digest,
+    } = req;
     #[cfg(not(feature = "ostree"))]
     {
-        let _ = (staging, tag, image, digest);
+        let _ = (dest, layout, tag, image, digest);
         crate::error::fail(
             crate::error::Kind::Usage,
             "built without ostree support (cargo feature `ostree`)",
@@ -181,7 +202,7 @@ pub async fn import(
             .filter(|s| s.manifest_digest.to_string() == digest.as_str());
         let state = match stored {
             Some(s) => s,
-            None => import_layout(&repo, &target, staging, tag).await?,
+            None => import_layout(&repo, &target, layout, tag).await?,
         };
         let mut refs = Vec::new();
         if let Some(r) = &dest.ostree_ref {
@@ -207,13 +228,12 @@ pub async fn import(
 async fn import_layout(
     repo: &ostree_ext::ostree::Repo,
     target: &ostree_ext::container::OstreeImageReference,
-    staging: &Staging,
+    layout: &Path,
     tag: &str,
 ) -> anyhow::Result<Box<ostree_ext::container::store::LayeredImageState>> {
     use ostree_ext::container::store::{ImageImporter, ImageProxyConfig, PrepareResult};
     use ostree_ext::container::{ImageReference, OstreeImageReference, SignatureSource, Transport};
 
-    let layout = staging.layout();
     // Unverified: hostpull checked every digest and the signature
     // policy already, before anything was written.
     let source = OstreeImageReference {
@@ -227,7 +247,7 @@ async fn import_layout(
         // A local layout needs no credential: ostree-ext would otherwise pass
         // on the host's /etc/ostree/auth.json.
         auth_anonymous: true,
-        skopeo_cmd: Some(crate::store::proxy::command(&layout)?),
+        skopeo_cmd: Some(crate::store::proxy::command(layout)?),
         ..Default::default()
     };
     let mut importer = ImageImporter::new(repo, &source, config)
@@ -241,7 +261,7 @@ async fn import_layout(
                 .all_layers()
                 .filter(|l| l.commit.is_none())
                 .map(|l| l.layer().digest().to_string());
-            check_staged(&staging.layout(), needed)?;
+            check_staged(layout, needed)?;
             importer.import(p).await.map_err(with_proxy_detail)?
         }
     })

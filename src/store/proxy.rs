@@ -6,9 +6,9 @@
 //! holds nothing but what root has verified: every blob is linked under its
 //! digest only after its bytes matched ([`crate::store::BlobSink::commit`]).
 //! skopeo would read each one back, hash it again and copy it through a pipe.
-//! This server is that child instead: `hostpull __layout-proxy LAYOUT
-//! experimental-image-proxy`, root's own code, in root's own domain, with no
-//! network and no unit. For the manifest, the config and each blob it passes
+//! This server is that child instead: `hostpull-ostree-import __layout-proxy
+//! LAYOUT experimental-image-proxy`, root's own code, in the import's own
+//! process and domain ([`crate::store::import`]), with no network and no unit. For the manifest, the config and each blob it passes
 //! the staged file itself (`SCM_RIGHTS`), so the import reads each layer once,
 //! from the page cache, and nothing hashes it twice.
 //!
@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 
 use crate::manifest::{Descriptor, Manifest, OCI_MANIFEST};
 
-/// The hidden first argument that makes `hostpull` the server.
+/// The hidden first argument that makes `hostpull-ostree-import` the server.
 pub const VERB: &str = "__layout-proxy";
 /// What the crate appends to the command it is given.
 const PROXY_VERB: &str = "experimental-image-proxy";
@@ -47,8 +47,8 @@ const MSG_MAX: usize = 32 << 10;
 /// The one image a layout serves.
 const IMAGE_ID: u64 = 1;
 
-/// `hostpull __layout-proxy LAYOUT experimental-image-proxy [--no-creds]
-/// [--debug]`, with the proxy's socket as stdin. The crate adds `--no-creds`
+/// `hostpull-ostree-import __layout-proxy LAYOUT experimental-image-proxy
+/// [--no-creds] [--debug]`, with the proxy's socket as stdin. The crate adds `--no-creds`
 /// for `auth_anonymous` (a local layout needs no credential, and none is
 /// handed over) and `--debug` when `CONTAINERS_IMAGE_PROXY_DEBUG` is set; any
 /// other option would mean something this server does not do. Returns the
@@ -305,9 +305,10 @@ fn send(sock: BorrowedFd<'_>, reply: &Value, fd: Option<BorrowedFd<'_>>) -> anyh
 }
 
 /// The command that starts this server on `layout`, for the crate's
-/// `skopeo_cmd` (it appends [`PROXY_VERB`] and sets stdin).
+/// `skopeo_cmd` (it appends [`PROXY_VERB`] and sets stdin): the program
+/// that runs the import, again.
 pub fn command(layout: &Path) -> anyhow::Result<std::process::Command> {
-    let exe = std::env::current_exe().context("Finding hostpull's own program")?;
+    let exe = std::env::current_exe().context("Finding the import's own program")?;
     let mut c = std::process::Command::new(exe);
     c.arg(VERB).arg(layout);
     Ok(c)

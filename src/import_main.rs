@@ -1,0 +1,9 @@
+//! `hostpull-ostree-import`: the ostree import of `hostpull pull --dest
+//! ostree:`, and the image proxy it reads the staging layout through, in a
+//! process of its own ([`hostpull::internals::ostree_import`]).
+
+fn main() {
+    std::process::exit(hostpull::internals::ostree_import(
+        std::env::args_os().skip(1).collect(),
+    ));
+}

@@ -1,0 +1,186 @@
+//! The ostree import in a process of its own: `hostpull-ostree-import`, a
+//! second program, installed as `PREFIX/libexec/hostpull-ostree-import`.
+//!
+//! libostree labels every object it writes with the image's SELinux label, and
+//! an OS image carries labels that only a few domains may give, the binary
+//! policy's above all (`policy_config_t`). rpm-ostree and bootc write as an
+//! unconfined `install_t`. hostpull keeps those rights out of its own domain:
+//! the import runs in this program, which has a file label of its own
+//! (`hostpull_ostree_exec_t`), so that executing it moves the process into
+//! `hostpull_ostree_t` (selinux/hostpull.te). It gets the verified staging
+//! layout and what to import on its command line, imports with ostree-ext
+//! ([`crate::store::ostree::import_here`]), and prints what it did as JSON.
+//! It is also the image proxy ostree-ext starts ([`crate::store::proxy`],
+//! `hostpull-ostree-import __layout-proxy LAYOUT ...`). It fetches nothing and
+//! checks nothing that root has not checked already.
+//!
+//! Started by [`import`]; a failure is its one `error:` line, which becomes
+//! the pull's.
+#![cfg_attr(not(feature = "ostree"), allow(dead_code))]
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use anyhow::Context;
+
+use crate::digest::Sha256Digest;
+use crate::plan::imgref::{ImageRef, OstreeDest};
+use crate::store::ostree::{Imported, Request};
+
+/// The program's name, in `PREFIX/libexec` or, in a build tree, beside hostpull.
+pub const PROGRAM: &str = "hostpull-ostree-import";
+
+impl Request {
+    fn args(&self) -> Vec<OsString> {
+        let mut a: Vec<OsString> = vec![
+            self.dest.repo.clone().into(),
+            self.layout.clone().into(),
+            self.tag.clone().into(),
+            self.image.to_string().into(),
+            self.digest.as_str().into(),
+        ];
+        a.extend(self.dest.ostree_ref.clone().map(OsString::from));
+        a
+    }
+
+    fn parse(args: Vec<OsString>) -> anyhow::Result<Self> {
+        let [repo, layout, tag, image, digest, rest @ ..] = args.as_slice() else {
+            anyhow::bail!("usage: {PROGRAM} REPO LAYOUT TAG IMAGE DIGEST [REF]");
+        };
+        let text = |a: &OsString| {
+            a.to_str()
+                .map(str::to_owned)
+                .with_context(|| format!("not UTF-8: {}", a.to_string_lossy()))
+        };
+        let ostree_ref = match rest {
+            [] => None,
+            [r] => Some(text(r)?),
+            _ => anyhow::bail!("usage: {PROGRAM} REPO LAYOUT TAG IMAGE DIGEST [REF]"),
+        };
+        Ok(Self {
+            dest: OstreeDest {
+                repo: repo.into(),
+                ostree_ref,
+            },
+            layout: layout.into(),
+            tag: text(tag)?,
+            image: ImageRef::parse(&text(image)?)?,
+            digest: Sha256Digest::parse(&text(digest)?).context("not a sha256 digest")?,
+        })
+    }
+}
+
+/// The program's `main`: the import, or with [`crate::store::proxy::VERB`]
+/// first, the image proxy. Returns the exit code: 2 for a wrong command line,
+/// 1 for a failed import.
+pub fn main(args: Vec<OsString>) -> i32 {
+    if args.first().is_some_and(|a| a == crate::store::proxy::VERB) {
+        return crate::store::proxy::main(args.into_iter().skip(1).collect());
+    }
+    let req = match Request::parse(args) {
+        Ok(r) => r,
+        Err(e) => {
+            // A closed stderr (hostpull gone) is no reason to panic.
+            let _ = writeln!(std::io::stderr(), "error: {PROGRAM}: {e:#}");
+            return 2;
+        }
+    };
+    let imported = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("Starting the runtime")
+        .and_then(|rt| rt.block_on(crate::store::ostree::import_here(&req)))
+        .and_then(|i| {
+            let mut out = std::io::stdout().lock();
+            serde_json::to_writer(&mut out, &i)?;
+            Ok(out.flush()?)
+        });
+    match imported {
+        Ok(()) => 0,
+        Err(e) => {
+            let e = crate::error::one_line(&format!("{e:#}"));
+            let _ = writeln!(std::io::stderr(), "error: {e}");
+            1
+        }
+    }
+}
+
+/// The installed program: `../libexec/` from hostpull's own directory (both
+/// under one PREFIX), else beside it (a build tree, `cargo install`).
+pub fn program() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("Finding hostpull's own program")?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let places = [dir.join("../libexec").join(PROGRAM), dir.join(PROGRAM)];
+    match places.iter().find(|p| p.is_file()) {
+        Some(p) => Ok(p.clone()),
+        None => anyhow::bail!(
+            "{PROGRAM}, which imports into ostree, is not installed (looked for {} and {})",
+            places[0].display(),
+            places[1].display()
+        ),
+    }
+}
+
+/// Import `req` by running `program`. Dropped, it kills the import.
+pub async fn import(program: &Path, req: &Request) -> anyhow::Result<Imported> {
+    let out = tokio::process::Command::new(program)
+        .args(req.args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .with_context(|| format!("Running {}", program.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        match stderr.lines().rev().find_map(|l| l.strip_prefix("error: ")) {
+            Some(e) => anyhow::bail!("{e}"),
+            None => anyhow::bail!("{PROGRAM} failed ({}): {}", out.status, stderr.trim()),
+        }
+    }
+    for line in stderr.lines() {
+        tracing::warn!("{PROGRAM}: {line}");
+    }
+    serde_json::from_slice(&out.stdout).with_context(|| format!("Reading what {PROGRAM} imported"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_crosses_the_command_line() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        for r in [None, Some("exampleos/x86_64/stable".to_owned())] {
+            let req = Request {
+                dest: OstreeDest {
+                    repo: "/ostree/repo".into(),
+                    ostree_ref: r,
+                },
+                layout: "/ostree/repo/tmp/hostpull-staging-1/layout".into(),
+                tag: "latest".into(),
+                image: ImageRef::parse("quay.io/fedora/fcos:stable").unwrap(),
+                digest: Sha256Digest::parse(&digest).unwrap(),
+            };
+            let back = Request::parse(req.args()).unwrap();
+            assert_eq!(format!("{back:?}"), format!("{req:?}"));
+        }
+        for bad in [
+            &["/r", "/l", "t", "quay.io/a", "sha256:x"][..],
+            &["/r"],
+            &[],
+        ] {
+            let args = bad.iter().map(OsString::from).collect();
+            assert!(Request::parse(args).is_err(), "{bad:?}");
+        }
+        let mut args: Vec<OsString> = ["/r", "/l", "t", "quay.io/a:b", &digest, "ref"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        args.push("extra".into());
+        assert!(Request::parse(args).is_err());
+    }
+}
