@@ -31,8 +31,10 @@ INIT = "system_u:system_r:init_t:s0-s0:c0.c1023"
 DBUSD = "system_u:system_r:system_dbusd_t:s0-s0:c0.c1023"
 ORCH = "system_u:system_r:hostpull_t:s0"
 WORKER = "system_u:system_r:hostpull_worker_t:s0"
+IMPORT = "system_u:system_r:hostpull_ostree_t:s0"
 SHELL = "unconfined_u:unconfined_r:unconfined_t:s0-s0:c0.c1023"
-ALIASES = {"@init": INIT, "@dbusd": DBUSD, "@orch": ORCH, "@worker": WORKER, "@shell": SHELL}
+ALIASES = {"@init": INIT, "@dbusd": DBUSD, "@orch": ORCH, "@worker": WORKER, "@import": IMPORT,
+           "@shell": SHELL}
 
 
 def obj(t):
@@ -53,7 +55,8 @@ def obj(t):
 # "tunable:NAME" is allowed now, but only by rules under the boolean NAME
 # (so turning NAME off denies it). A verdict "filetrans:TYPE" is not an access: what the
 # source creates (class) in a directory of the target type is created as TYPE, by a
-# type_transition under the tunable hostpull_import_ostree.
+# type_transition: under the tunable hostpull_import_ostree for hostpull_t, and
+# unconditional for the import's domain (which only that tunable lets hostpull_t enter).
 EXPECT = [
     # --- systemd starts skopeo in the worker domain (SELinuxContext=)
     ("allow", "@init", "@worker", "process", "transition rlimitinh", "setexeccon + execve"),
@@ -230,50 +233,98 @@ EXPECT = [
     ("deny", "@orch", "user_home_dir_t", "dir", "write add_name remove_name relabelto", "never a home directory"),
     ("deny", "@orch", "@orch", "process", "setcurrent dyntransition", "stays hostpull_t"),
 
-    # --- --dest ostree: the layout proxy, the repository
-    ("tunable:hostpull_import_ostree", "@orch", "hostpull_exec_t", "file", "execute_no_trans",
-     "ostree-ext's image proxy is hostpull itself (__layout-proxy), in this domain"),
+    # --- --dest ostree: hostpull_t stages the layout and runs the import, which
+    # moves into a domain of its own (hostpull-ostree-import, src/store/import.rs).
+    ("tunable:hostpull_import_ostree", "@orch", "hostpull_ostree_exec_t", "file", "execute read open map",
+     "hostpull runs /usr/libexec/hostpull-ostree-import"),
+    ("tunable:hostpull_import_ostree", "@orch", "@import", "process", "transition", "into the import's domain"),
+    ("tunable:hostpull_import_ostree", "@orch", "@import", "process2", "nnp_transition",
+     "the service has NoNewPrivileges=yes"),
+    ("tunable:hostpull_import_ostree", "@orch", "@import", "process", "sigkill", "a stopped pull kills the import"),
+    ("allow", "@import", "hostpull_ostree_exec_t", "file", "entrypoint", "its own program"),
+    ("allow", "@import", "@orch", "fd", "use", "stdout and stderr are hostpull's pipes"),
+    ("allow", "@import", "@orch", "fifo_file", "write", "the result and the error line"),
+    ("allow", "@import", "@orch", "process", "sigchld", "hostpull's child"),
+    ("deny", "@import", "hostpull_exec_t", "file", "entrypoint", "not through /usr/bin/hostpull"),
+    ("deny", "@worker", "hostpull_ostree_exec_t", "file", "execute", "the worker never runs the import"),
+    ("deny", "@orch", "hostpull_exec_t", "file", "execute_no_trans", "runs no second hostpull in its own domain"),
     ("deny", "@orch", "@orch", "process", "setfscreate", "labels nothing it creates by hand"),
+    # The staging layout, REPO/tmp/hostpull-staging-*: hostpull_t writes, the import reads.
+    ("filetrans:hostpull_staging_t", "@orch", "hostpull_ostree_repo_t", "dir", "", "the staging directory"),
+    ("tunable:hostpull_import_ostree", "@orch", "hostpull_staging_t", "file", "create write read open unlink",
+     "the verified blobs"),
+    ("tunable:hostpull_import_ostree", "@orch", "hostpull_ostree_repo_t", "dir", "search read add_name remove_name",
+     "REPO/tmp, and the refs held() reads"),
+    ("tunable:hostpull_import_ostree", "@orch", "hostpull_ostree_repo_t", "file", "read open",
+     "the commits held() reads"),
+    ("allow", "@import", "hostpull_staging_t", "file", "read open getattr", "the proxy serves the staged files"),
+    ("deny", "@import", "hostpull_staging_t", "file", "write append create unlink", "never rewrites what root verified"),
+    ("allow", "@import", "hostpull_ostree_exec_t", "file", "execute_no_trans", "the proxy is the import program again"),
+    ("allow", "@import", "@import", "unix_stream_socket", "create read write getopt", "the proxy's socketpair"),
+    # hostpull_t writes no repository file and gives no label: that is the import's.
+    ("deny", "@orch", "hostpull_ostree_repo_t", "file", "create write rename link unlink relabelfrom",
+     "the repository is the import's"),
+    ("deny", "@orch", "bin_t", "file", "relabelto link rename", "gives no label"),
+    ("deny", "@orch", "etc_t", "file", "write append create relabelto", "/etc"),
+    ("deny", "@orch", "@orch", "capability", "chown fowner fsetid setfcap dac_read_search",
+     "the image's owners and modes are the import's"),
     # The repository's own files are hostpull_ostree_repo_t (hostpull.fc: /ostree/repo,
     # /sysroot/ostree/repo); its objects and the merge commit's checkout carry the
-    # image's labels (bin_t, etc_t, shadow_t, var_run_t stand for them here).
-    ("tunable:hostpull_import_ostree", "@orch", "hostpull_ostree_repo_t", "dir",
+    # image's labels (bin_t, etc_t, shadow_t, var_run_t, policy_config_t stand for them here).
+    ("allow", "@import", "hostpull_ostree_repo_t", "dir",
      "create write add_name remove_name rmdir search read relabelfrom", "the repository (tmp/, objects/XX/, refs/)"),
-    ("tunable:hostpull_import_ostree", "@orch", "hostpull_ostree_repo_t", "file",
+    ("allow", "@import", "hostpull_ostree_repo_t", "file",
      "create write read open map lock rename link unlink setattr relabelfrom",
      "config, refs, metadata objects, the O_TMPFILE of a new object"),
-    ("tunable:hostpull_import_ostree", "@orch", "hostpull_ostree_repo_t", "lnk_file",
+    ("allow", "@import", "hostpull_ostree_repo_t", "lnk_file",
      "create read rename unlink setattr relabelfrom", "a new symlink object in tmp/"),
-    ("filetrans:hostpull_ostree_repo_t", "@orch", "etc_t", "dir", "", "mkdirat() in the checkout's /usr/etc"),
-    ("filetrans:hostpull_ostree_repo_t", "@orch", "bin_t", "file", "", "an empty file copied into the checkout"),
-    ("tunable:hostpull_import_ostree", "@orch", "bin_t", "file",
+    ("filetrans:hostpull_ostree_repo_t", "@import", "etc_t", "dir", "", "mkdirat() in the checkout's /usr/etc"),
+    ("filetrans:hostpull_ostree_repo_t", "@import", "bin_t", "file", "", "an empty file copied into the checkout"),
+    ("allow", "@import", "bin_t", "file",
      "relabelto setattr link rename unlink", "an object: labelled, futimens(), linked into objects/ and the checkout"),
-    ("tunable:hostpull_import_ostree", "@orch", "selinux_config_t", "file", "read open getattr relabelto",
+    ("allow", "@import", "selinux_config_t", "file", "read open getattr relabelto",
      "objects read back: the image's policy, from the checkout"),
-    ("tunable:hostpull_import_ostree", "@orch", "etc_t", "lnk_file", "relabelto link rename unlink", "a symlink object"),
-    ("tunable:hostpull_import_ostree", "@orch", "etc_t", "dir",
+    ("allow", "@import", "policy_config_t", "file", "relabelto read open getattr link rename unlink setattr",
+     "/usr/etc/selinux/*/policy/policy.NN of an OS image"),
+    ("allow", "@import", "policy_config_t", "dir", "relabelto add_name remove_name write rmdir setattr search",
+     "the checkout's /usr/etc/selinux/*/policy"),
+    ("allow", "@import", "file_context_t", "file", "relabelto read open map",
+     "the image's file_contexts, which libselinux maps (guest)"),
+    ("allow", "@import", "hostpull_tmp_t", "file", "map", "the base's file_contexts.bin, copied (guest)"),
+    ("allow", "@import", "devlog_t", "sock_file", "write", "libostree logs to the journal (guest)"),
+    ("allow", "@import", "etc_t", "lnk_file", "relabelto link rename unlink", "a symlink object"),
+    ("allow", "@import", "etc_t", "dir",
      "relabelto add_name remove_name write rmdir setattr", "the checkout's /usr/etc"),
-    ("tunable:hostpull_import_ostree", "@orch", "var_run_t", "dir", "relabelto rmdir setattr", "the image's empty /run"),
-    ("tunable:hostpull_import_ostree", "@orch", "shadow_t", "file", "relabelto setattr link unlink read",
+    ("allow", "@import", "var_run_t", "dir", "relabelto rmdir setattr", "the image's empty /run"),
+    ("allow", "@import", "shadow_t", "file", "relabelto setattr link unlink read",
      "/usr/etc/shadow of an OS image"),
-    ("allow", "@orch", "urandom_device_t", "chr_file", "read open",
+    ("allow", "@orch", "urandom_device_t", "chr_file", "read open", "glib in root's process reads /dev/urandom"),
+    ("allow", "@import", "urandom_device_t", "chr_file", "read open",
      "libostree and the ostree CLI read /dev/urandom"),
-    ("allow", "@orch", "locale_t", "file", "read open map", "the ostree CLI maps the locale"),
-    ("tunable:hostpull_import_ostree", "@orch", "@orch", "capability", "chown fowner fsetid setfcap dac_read_search",
+    ("allow", "@import", "locale_t", "file", "read open map", "the ostree CLI maps the locale"),
+    ("allow", "@import", "cert_t", "file", "read open", "libcrypto reads /etc/ssl/openssl.cnf (guest)"),
+    ("allow", "@import", "sysctl_kernel_t", "file", "read open", "libostree reads /proc/sys/kernel/random/boot_id (guest)"),
+    ("allow", "@import", "@import", "capability", "chown fowner fsetid setfcap dac_read_search",
      "the image's owners, setuid/setgid bits, file capabilities, mode-0000 files"),
-    ("tunable:hostpull_import_ostree", "@orch", "hostpull_tmp_t", "file", "create write read open unlink",
+    ("allow", "@import", "hostpull_tmp_t", "file", "create write read open unlink",
      "the base image's policy, checked out in /tmp"),
-    ("filetrans:hostpull_tmp_t", "@orch", "tmp_t", "dir", "", "libostree's and ostree-ext's tmpdirs"),
-    ("allow", "@orch", "install_exec_t|bin_t", "file", "execute execute_no_trans read open map",
+    ("filetrans:hostpull_tmp_t", "@import", "tmp_t", "dir", "", "libostree's and ostree-ext's tmpdirs"),
+    ("allow", "@import", "install_exec_t|bin_t", "file", "execute execute_no_trans read open map",
      "ostree-ext runs `ostree commit` (Fedora: install_exec_t)"),
     # Nothing outside the repository is written, whatever label an object gets.
-    ("deny", "@orch", "bin_t", "file", "write append create", "an image's label: only given, never written"),
-    ("deny", "@orch", "etc_t", "file", "write append create", "/etc"),
-    ("deny", "@orch", "shadow_t", "file", "write append create", "/etc/shadow"),
-    ("deny", "@orch", "system_conf_t|etc_t", "file", "write append create", "Fedora's /ostree/repo label: also /etc/yum.repos.d"),
-    ("deny", "@orch", "default_t", "file", "write append create", "unlabelled files"),
-    ("deny", "@orch", "var_log_t", "dir", "add_name remove_name write", "no entry in /var/log"),
-    ("deny", "@orch", "tmp_t", "file", "write create", "only its own files in /tmp"),
+    ("deny", "@import", "bin_t", "file", "write append create", "an image's label: only given, never written"),
+    ("deny", "@import", "etc_t", "file", "write append create", "/etc"),
+    ("deny", "@import", "shadow_t", "file", "write append create", "/etc/shadow"),
+    ("deny", "@import", "policy_config_t", "file", "write append create", "the binary policy: labelled, never written"),
+    ("deny", "@import", "system_conf_t|etc_t", "file", "write append create",
+     "Fedora's /ostree/repo label: also /etc/yum.repos.d"),
+    ("deny", "@import", "default_t", "file", "write append create", "unlabelled files"),
+    ("deny", "@import", "var_log_t", "dir", "add_name remove_name write", "no entry in /var/log"),
+    ("deny", "@import", "tmp_t", "file", "write create", "only its own files in /tmp"),
+    ("deny", "@import", "user_home_t", "file", "read write relabelto link", "never a home directory"),
+    ("deny", "@import", "@import", "tcp_socket", "create", "no network"),
+    ("deny", "@import", "default_t", "file", "execute", "never runs what it imports"),
+    ("deny", "@import", "security_t", "security", "load_policy setenforce setbool", "labels the policy, loads none"),
     ("deny", "@orch", "policy_config_t", "dir", "add_name relabelto", "never the binary policy"),
     ("deny", "@orch", "policy_config_t", "file", "relabelto", "never the binary policy"),
     ("deny", "@orch", "default_t", "file", "execute", "never runs what it imports"),
@@ -332,7 +383,8 @@ class Checker:
         return bool(rules)
 
     def filetrans(self, default, src, tgt, tclass, why):
-        """src creating a tclass object in a tgt directory gets default, under the tunable."""
+        """src creating a tclass object in a tgt directory gets default: for hostpull_t
+        under the tunable, for the import's domain always."""
         t = self.pick(tgt)
         got = []
         for r, targets in self.rules_from(ALIASES.get(src, src).split(":")[2]):
@@ -349,7 +401,8 @@ class Checker:
             except setools.exception.RuleNotConditional:
                 cond = ""
             got.append(f"{r.default}" + (f" if {cond}" if cond else ""))
-        ok = got == [f"{default} if hostpull_import_ostree"]
+        want = f"{default} if hostpull_import_ostree" if src == "@orch" else default
+        ok = got == [want]
         self.result(ok, f"filetrans:{default} {src} {tgt} {tclass} ({why}): {got or 'no type_transition'}")
 
     def access(self, verdict, src, tgt, tclass, perms, why):
@@ -398,36 +451,46 @@ class Checker:
 
     def structure(self):
         """Over all rules, whatever the booleans (one pass over the policy):
-        - only init_t may transition into the worker, apart from unconfined
-          domains (which may transition anywhere);
+        - only init_t may transition into the worker, and only hostpull_t into the
+          import, apart from unconfined domains (which may transition anywhere);
         - no type_transition lands in the worker: that would pull other
           programs into it (what init_daemon_domain() on bin_t would do);
+        - the only type_transition into the import is hostpull_t's on
+          hostpull_ostree_exec_t;
         - init_t enters hostpull_t through hostpull_exec_t;
         - no allow rule names the worker on a capability class."""
         unconfined = {str(t) for t in self.p.lookup_typeattr("unconfined_domain_type").expand()}
         caps = {"capability", "capability2", "cap_userns", "cap2_userns"}
-        entering, auto, cap_rules, orch_entry = set(), [], [], False
+        domains = {"hostpull_worker_t": "init_t", "hostpull_ostree_t": "hostpull_t"}
+        entering = {d: set() for d in domains}
+        auto = {d: [] for d in domains}
+        cap_rules, orch_entry = [], False
         worker = self.p.lookup_type("hostpull_worker_t")
         for r in self.p.terules():
             tclass = str(r.tclass)
             if tclass == "process" and r.ruletype == setools.TERuletype.type_transition:
-                if r.default == worker:
-                    auto.append(str(r))
+                if str(r.default) in domains:
+                    auto[str(r.default)].append(str(r))
                 elif (str(r.default) == "hostpull_t" and str(r.target) == "hostpull_exec_t"
                       and "init_t" in {str(t) for t in r.source.expand()}):
                     orch_entry = True
             elif r.ruletype != setools.TERuletype.allow:
                 continue
-            elif tclass == "process" and worker in r.target.expand() and \
-                    r.perms & {"transition", "dyntransition"}:
-                entering |= {str(t) for t in r.source.expand()}
+            elif tclass == "process" and r.perms & {"transition", "dyntransition"}:
+                for d in entering:
+                    if d in {str(t) for t in r.target.expand()}:
+                        entering[d] |= {str(t) for t in r.source.expand()}
             elif tclass in caps and worker in r.source.expand():
                 cap_rules.append(str(r))
-        extra = entering - unconfined - {"init_t"}
-        self.result("init_t" in entering and not extra,
-                    f"domains that may enter hostpull_worker_t: {sorted(entering - unconfined)}, "
-                    "expected only init_t")
-        self.result(not auto, f"type_transition rules into hostpull_worker_t: {auto[:5]}")
+        for d, parent in domains.items():
+            extra = entering[d] - unconfined - {parent}
+            self.result(parent in entering[d] and not extra,
+                        f"domains that may enter {d}: {sorted(entering[d] - unconfined)}, expected only {parent}")
+        self.result(not auto["hostpull_worker_t"],
+                    f"type_transition rules into hostpull_worker_t: {auto['hostpull_worker_t'][:5]}")
+        want = ["type_transition hostpull_t hostpull_ostree_exec_t:process hostpull_ostree_t;"]
+        self.result([a.split(" [")[0] for a in auto["hostpull_ostree_t"]] == want,
+                    f"type_transition rules into hostpull_ostree_t: {auto['hostpull_ostree_t'][:5]}, expected {want}")
         self.result(orch_entry, "no type_transition init_t hostpull_exec_t:process hostpull_t")
         self.result(not cap_rules, f"capability rules for hostpull_worker_t: {cap_rules[:5]}")
 
@@ -446,6 +509,7 @@ def main():
     c = Checker(args[0])
     c.valid_context(WORKER)
     c.valid_context(ORCH)
+    c.valid_context(IMPORT)
     for row in EXPECT:
         c.access(*row)
     if not table_only:

@@ -17,8 +17,8 @@
 #     constraints and RBAC);
 #  6. mutation check: with one required rule deleted from a copy of
 #     hostpull.te, step 5 must fail, on the rows that rule is for (the fd
-#     passing, the worker's network, the layout proxy and the repository
-#     rules of the ostree import).
+#     passing, the worker's network, the import's domain and its
+#     repository rules).
 #
 # Last line: "selinux: N passed, N failed". Exit status 1 on any failure.
 set -uo pipefail
@@ -105,13 +105,17 @@ mutants=(
     'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|allow @worker http_port_t tcp_socket '
     'agent|domain_entry_file(hostpull_worker_t, hostpull_exec_t)|allow @worker hostpull_exec_t file '
     'enforce|selinux_get_enforce_mode(hostpull_t)|always:hostpull_import_ostree @orch security_t file '
-    # --dest ostree: the layout proxy, and the repository rules of hostpull_import_ostree.
-    $'proxy|\tcan_exec(hostpull_t, hostpull_exec_t)|tunable:hostpull_import_ostree @orch hostpull_exec_t file '
-    $'repo|\tmanage_files_pattern(hostpull_t, hostpull_ostree_repo_t, hostpull_ostree_repo_t)|tunable:hostpull_import_ostree @orch hostpull_ostree_repo_t file '
-    $'objects|\tallow hostpull_t { hostpull_object_types shadow_t }:file { getattr open read link rename unlink setattr relabelto };|tunable:hostpull_import_ostree @orch bin_t file '
-    $'checkout|\tallow hostpull_t { hostpull_object_dirs }:dir { write add_name remove_name };|tunable:hostpull_import_ostree @orch etc_t dir '
-    $'filetrans|\ttype_transition hostpull_t { hostpull_object_dirs }:{ dir file lnk_file } hostpull_ostree_repo_t;|filetrans:hostpull_ostree_repo_t @orch etc_t dir '
-    $'caps|\tallow hostpull_t self:capability { chown fowner fsetid setfcap dac_read_search };|tunable:hostpull_import_ostree @orch @orch capability '
+    # --dest ostree: hostpull_t enters the import's domain (under hostpull_import_ostree)
+    # and stages the layout; the import's proxy, the binary policy, the repository rules.
+    $'import|\tdomtrans_pattern(hostpull_t, hostpull_ostree_exec_t, hostpull_ostree_t)|tunable:hostpull_import_ostree @orch @import process '
+    $'staging|\ttype_transition hostpull_t hostpull_ostree_repo_t:dir hostpull_staging_t;|filetrans:hostpull_staging_t @orch hostpull_ostree_repo_t dir '
+    'proxy|can_exec(hostpull_ostree_t, hostpull_ostree_exec_t)|allow @import hostpull_ostree_exec_t file '
+    'binpolicy|seutil_relabelto_bin_policy(hostpull_ostree_t)|allow @import policy_config_t file '
+    'repo|manage_files_pattern(hostpull_ostree_t, hostpull_ostree_repo_t, hostpull_ostree_repo_t)|allow @import hostpull_ostree_repo_t file '
+    'objects|allow hostpull_ostree_t { hostpull_object_types shadow_t }:file { getattr open read link rename unlink setattr relabelto };|allow @import bin_t file '
+    'checkout|allow hostpull_ostree_t { hostpull_object_dirs }:dir { write add_name remove_name };|allow @import etc_t dir '
+    'filetrans|type_transition hostpull_ostree_t { hostpull_object_dirs }:{ dir file lnk_file } hostpull_ostree_repo_t;|filetrans:hostpull_ostree_repo_t @import etc_t dir '
+    'caps|allow hostpull_ostree_t self:capability { chown fowner fsetid setfcap dac_read_search };|allow @import @import capability '
 )
 if variant main; then ok "build hostpull.pp (refpolicy headers)"; else bad "build hostpull.pp"; summary; fi
 
@@ -153,6 +157,8 @@ fc() { # MODE PATH EXPECTED-TYPE (or <<none>>: never relabelled)
 }
 fc file /usr/bin/hostpull hostpull_exec_t
 fc file /usr/local/bin/hostpull hostpull_exec_t
+fc file /usr/libexec/hostpull-ostree-import hostpull_ostree_exec_t
+fc file /usr/local/libexec/hostpull-ostree-import hostpull_ostree_exec_t
 fc dir /var/lib/hostpull hostpull_var_lib_t
 fc file /var/lib/hostpull/images/fedora/blobs/sha256/0123abcd hostpull_var_lib_t
 fc file /var/lib/hostpull/images/fedora/index.json hostpull_var_lib_t

@@ -42,7 +42,7 @@ VM_MUTANTS=${VM_MUTANTS:-.}
 PACKAGES=(systemd systemd-sysv udev dbus selinux-basics selinux-policy-default auditd
           policycoreutils linux-image-amd64 kmod iproute2 procps
           skopeo containernetworking-plugins docker-registry curl ca-certificates
-          ostree gpgv util-linux)
+          ostree gpgv util-linux attr)   # attr: setfattr (vm-guest.sh t_labels)
 HOST_PACKAGES=(qemu-system-x86 qemu-utils debootstrap policycoreutils semodule-utils e2fsprogs
                selinux-policy-default selinux-policy-dev make bzip2 jq)   # jq: bench/lib.sh derive
 
@@ -111,7 +111,7 @@ ensure_base() {
 # Also the fixture maker examples/ostree-encapsulate (the guest's ostree images).
 ensure_bin() {
     local build=(--example ostree-encapsulate)
-    [ -n "${VM_BIN:-}" ] || build+=(--bin hostpull)
+    [ -n "${VM_BIN:-}" ] || build+=(--bin hostpull --bin hostpull-ostree-import)
     cargo build --release --locked --features ostree "${build[@]}" >&2
     BIN=${VM_BIN:-$SRC/target/release/hostpull}
     ENCAPSULATE=$SRC/target/release/examples/ostree-encapsulate
@@ -120,7 +120,7 @@ ensure_bin() {
 
 image_key() {
     { base_key; echo "${VM_DONTAUDIT:-1}"; declare -f install_hostpull
-      sha256sum "$BIN" selinux/hostpull.{te,if,fc} systemd/* Makefile tests/stand-ins/* | cut -d' ' -f1; } | hash_of
+      sha256sum "$BIN" "$(dirname "$BIN")/hostpull-ostree-import" selinux/hostpull.{te,if,fc} systemd/* Makefile tests/stand-ins/* | cut -d' ' -f1; } | hash_of
 }
 
 # install_hostpull ROOT: as README says, then what makes this guest a test machine.
@@ -202,9 +202,12 @@ make_rig() {
 }
 
 # make_ostree_images: hostpull/ostree:v1, an ostree-encapsulated base as FCOS and bootc
-# base images are made, its files labelled by the guest's own file contexts (ostree
-# commit --selinux-policy); hostpull/ostree:v2, that base plus one plain layer. Pushed to
-# the rig's registry (up).
+# base images are made: it carries the guest's own SELinux policy in /usr/etc/selinux,
+# binary policy included, and its files are labelled by it (ostree commit
+# --selinux-policy), with /usr/etc labelled as /etc (the equivalence Fedora's policy
+# ships in file_contexts.subs_dist), so policy.33 is policy_config_t as on a Fedora or
+# RHEL base; hostpull/ostree:v2, that base plus one plain layer, which the import labels
+# with the base's policy. Pushed to the rig's registry (up).
 make_ostree_images() (
     set -e
     local d=$VM_DIR/ostree-fixture
@@ -218,8 +221,12 @@ make_ostree_images() (
     echo 'ID=hostpull-vm-fixture' >"$d/tree/usr/lib/os-release"
     echo 'base' >"$d/tree/usr/etc/hostpull-fixture.conf"
     echo 'derived' >"$d/layer/usr/share/hostpull-fixture/derived"
+    cp -a "$BASE/etc/selinux" "$d/tree/usr/etc/"
+    echo '/usr/etc /etc' >>"$d/tree/usr/etc/selinux/default/contexts/files/file_contexts.subs_dist"
     ostree --repo="$d/src" init --mode=archive
-    ostree --repo="$d/src" commit --branch=fixture --selinux-policy="$BASE" --tree=dir="$d/tree" >/dev/null
+    ostree --repo="$d/src" commit --branch=fixture --selinux-policy="$d/tree" --tree=dir="$d/tree" >/dev/null
+    ostree --repo="$d/src" ls -X fixture /usr/etc/selinux/default/policy/policy.33 | grep -q ':policy_config_t:' ||
+        { echo "the fixture's policy.33 is not policy_config_t" >&2; exit 1; }
     "$ENCAPSULATE" "$d/src" fixture "$d/v1" v1 >/dev/null
     derive "$d/v1" "$d/v2" v2 "$d/layer"
     for t in v1 v2; do
@@ -330,8 +337,10 @@ MUTANTS=(
     'fds|hostpull_fds_via_systemd(hostpull_t)|pull_mirror|scontext=[^ ]*:(init|system_dbusd)_t:[^ ]* tcontext=[^ ]*:hostpull_t:[^ ]* tclass=(fd|unix_stream_socket|fifo_file)'
     'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|pull_mirror|denied  \{ name_connect \} .*scontext=system_u:system_r:hostpull_worker_t'
     'agent|domain_entry_file(hostpull_worker_t, hostpull_exec_t)|pull_mirror|denied  \{ [a-z ]*entrypoint[a-z ]* \} .*scontext=system_u:system_r:hostpull_worker_t:s0 tcontext=system_u:object_r:hostpull_exec_t'
-    'relabel|	allow hostpull_t { hostpull_object_types shadow_t }:file { getattr open read link rename unlink setattr relabelto };|ostree|denied  \{ [a-z ]*relabelto[a-z ]* \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:(bin|etc|lib)_t'
-    'proxy|	can_exec(hostpull_t, hostpull_exec_t)|ostree|denied  \{ [a-z_ ]*execute_no_trans[a-z_ ]* \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:hostpull_exec_t'
+    'relabel|allow hostpull_ostree_t { hostpull_object_types shadow_t }:file { getattr open read link rename unlink setattr relabelto };|ostree|denied  \{ [a-z ]*relabelto[a-z ]* \} .*scontext=system_u:system_r:hostpull_ostree_t:s0 tcontext=system_u:object_r:(bin|etc|lib|selinux_config|default_context|file_context)_t'
+    'binpolicy|seutil_relabelto_bin_policy(hostpull_ostree_t)|ostree|denied  \{ [a-z ]*relabelto[a-z ]* \} .*scontext=system_u:system_r:hostpull_ostree_t:s0 tcontext=system_u:object_r:policy_config_t'
+    'import|	domtrans_pattern(hostpull_t, hostpull_ostree_exec_t, hostpull_ostree_t)|ostree|denied  \{ [a-z_ ]*(getattr|execute)[a-z_ ]* \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:hostpull_ostree_exec_t'
+    'proxy|can_exec(hostpull_ostree_t, hostpull_ostree_exec_t)|ostree|denied  \{ [a-z_ ]*execute_no_trans[a-z_ ]* \} .*scontext=system_u:system_r:hostpull_ostree_t:s0 tcontext=system_u:object_r:hostpull_ostree_exec_t'
     'root|filetrans_pattern(hostpull_t, hostpull_runtime_t, hostpull_worker_conf_t, dir, "root")|pull_mirror|denied  \{ create \} .*name="bin" scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:hostpull_runtime_t:s0 tclass=lnk_file'
 )
 
