@@ -273,51 +273,32 @@ async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Pull as the plan says. For `ostree:REPO[:REF]` the pull goes into a staging
-/// layout, which is imported only after a good pull and removed either way; a
-/// failed import is exit 10, as a consumer's failure is.
+/// Pull as the plan says, then finish its destination. For `ostree:REPO[:REF]`
+/// the pull goes into a staging layout, which is imported only after a good
+/// pull and removed either way; a failed import is exit 10, as a consumer's
+/// failure is.
 async fn pull_to_dest(
     plan: plan::Plan,
     progress: &Progress,
 ) -> anyhow::Result<crate::report::Report> {
-    let Some(plan::imgref::Target::Ostree { dest, tag }) = plan.dest.clone() else {
+    let Some(target) = &plan.dest else {
         return crate::fetch::pull(&plan, progress).await;
     };
-    // The importer is there, or nothing is fetched.
-    let importer = crate::store::import::program()
-        .map_err(|e| error::Failure::new(Kind::Handoff, format!("{e:#}")))?;
-    // Made only once the signature policy has accepted the image: nothing is
-    // written into the repository before.
-    let staging = std::sync::OnceLock::<crate::store::ostree::Staging>::new();
-    let layout = || -> anyhow::Result<PathBuf> {
-        if let Some(s) = staging.get() {
-            return Ok(s.layout());
-        }
-        let made = crate::store::ostree::Staging::new(&dest.repo)?;
-        Ok(staging.get_or_init(|| made).layout())
-    };
-    let mut report = crate::fetch::pull_into(&plan, progress, &layout).await?;
-    let Some(staging) = staging.get() else {
-        return error::fail(Kind::Handoff, "the pull made no staging layout to import");
-    };
+    let dest = crate::store::Destination::of(target)?;
+    let mut report = crate::fetch::pull_into(&plan, progress, &dest).await?;
+    if !dest.ephemeral() {
+        return Ok(report);
+    }
     end_batch_scheduling();
-    let req = crate::store::ostree::Request {
-        dest,
-        layout: staging.layout(),
-        tag,
-        image: plan.image.clone(),
-        digest: report.manifest_digest.clone(),
-    };
-    let import = crate::store::import::import(&importer, &req);
-    let imported = tokio::select! {
-        r = import => r.map_err(|e| {
+    let finish = dest.finish(target.tag(), &plan.image, &report.manifest_digest);
+    report.ostree = tokio::select! {
+        r = finish => r.map_err(|e| {
             error::Failure::new(Kind::Handoff, error::one_line(&format!("{e:#}")))
         })?,
         kind = crate::fetch::cancelled() => {
             return error::fail(kind, "interrupted: the ostree import was stopped");
         }
     };
-    report.ostree = Some(imported);
     Ok(report)
 }
 

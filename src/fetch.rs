@@ -17,7 +17,7 @@ use crate::progress::{BlobState, Progress};
 use crate::report::{CredentialReport, Report};
 use crate::sandbox::Worker;
 use crate::signature::Verdict;
-use crate::store::Layout;
+use crate::store::{Destination, Layout};
 use crate::verify;
 use transfer::{Watchdog, transfer};
 
@@ -66,13 +66,10 @@ impl Resolved {
     }
 }
 
-/// Where the pull's layout is, asked for once the signature policy has accepted
-/// the image (so a rejected image leaves nothing behind, not even a directory):
-/// it may make the directory there and then (`--dest ostree:`'s staging).
-pub type LayoutDir<'a> = &'a (dyn Fn() -> anyhow::Result<std::path::PathBuf> + Sync);
-
-/// The layout the pull writes, and the tag it gets there.
-type LayoutTag<'a> = (LayoutDir<'a>, &'a str);
+/// The destination, asked for its layout once the signature policy has
+/// accepted the image (so a rejected image leaves nothing behind, not even a
+/// directory), and the tag the image gets there.
+type LayoutTag<'a> = (&'a Destination, &'a str);
 
 /// Pull as the plan says, into its `oci:` layout. SIGINT and SIGTERM stop
 /// it: the worker's units are stopped, and the layout is left as it was.
@@ -83,15 +80,16 @@ pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
             "this plan has no oci:DIR destination to pull into",
         );
     };
-    pull_into(plan, progress, &|| Ok(dir.clone())).await
+    pull_into(plan, progress, &Destination::Oci(dir.clone())).await
 }
 
-/// [`pull`] into the layout that `dir` names when it is first needed, with the
-/// plan's tag (for `ostree:`, a staging layout's).
+/// [`pull`] into `dest`'s layout, asked for when it is first needed, with the
+/// plan's tag (for `ostree:`, a staging layout's). Finishing `dest` is the
+/// caller's.
 pub async fn pull_into(
     plan: &Plan,
     progress: &Progress,
-    dir: LayoutDir<'_>,
+    dest: &Destination,
 ) -> anyhow::Result<Report> {
     let start = Instant::now();
     let Some(target) = &plan.dest else {
@@ -100,7 +98,7 @@ pub async fn pull_into(
             "--dest oci:DIR[:TAG] is required (or --profile NAME)",
         );
     };
-    let into = (dir, target.tag());
+    let into = (dest, target.tag());
     if let Some(e) = plan.sandbox_error {
         return fail(Kind::Worker, e);
     }
@@ -276,7 +274,7 @@ fn backoff_with(attempt: u32, random: u32) -> std::time::Duration {
 async fn try_pull(
     worker: &Worker,
     plan: &Plan,
-    (dir, tag): LayoutTag<'_>,
+    (dest, tag): LayoutTag<'_>,
     stage: &mut Stage,
     progress: &Progress,
 ) -> anyhow::Result<Ready> {
@@ -297,7 +295,7 @@ async fn try_pull(
             Stage::Accepted {
                 resolved,
                 signature,
-            } => match open_layout(plan, dir, &resolved).await {
+            } => match open_layout(plan, dest, &resolved).await {
                 Ok((layout, missing)) => Stage::Ready(Ready {
                     resolved,
                     signature,
@@ -369,18 +367,17 @@ async fn check_signature(
     crate::signature::check(worker, plan, &digests).await
 }
 
-/// Lock the layout (for an ostree destination, its staging: ephemeral), and
-/// list the blobs it lacks. What an ostree destination
-/// has already (store::ostree::held) need not come: it is neither fetched
-/// nor staged. Then, before any blob is fetched, whether they fit
+/// Lock the destination's layout (for an ostree destination, its staging:
+/// ephemeral), and list the blobs it lacks. What the destination has already
+/// ([`Destination::held`]) need not come: it is neither fetched nor staged. Then, before any blob is fetched, whether they fit
 /// (`plan::space`): if not, exit 11, and the layout is left as it was.
 async fn open_layout(
     plan: &Plan,
-    dir: LayoutDir<'_>,
+    dest: &Destination,
     resolved: &Resolved,
 ) -> anyhow::Result<(Arc<Layout>, Vec<Descriptor>)> {
-    let path = dir()?;
-    let staging = matches!(plan.dest, Some(Target::Ostree { .. }));
+    let path = dest.layout()?;
+    let staging = dest.ephemeral();
     let layout = tokio::task::spawn_blocking(move || {
         let mut layout = Layout::open_locked(&path)?;
         if staging {
@@ -389,12 +386,7 @@ async fn open_layout(
         anyhow::Ok(layout)
     })
     .await??;
-    let held = match &plan.dest {
-        Some(Target::Ostree { dest: o, .. }) => {
-            crate::store::ostree::held(o, &plan.image, &resolved.digest, &resolved.manifest)?
-        }
-        _ => Default::default(),
-    };
+    let held = dest.held(&plan.image, &resolved.digest, &resolved.manifest)?;
     let mut missing: Vec<Descriptor> = Vec::new();
     for d in resolved.manifest.blobs() {
         if !layout.has_blob(d)?

@@ -22,9 +22,12 @@ use crate::error::{Failure, Kind, fail};
 use crate::manifest::Descriptor;
 use crate::verify::Verifier;
 
+mod dest;
 pub mod import;
 pub mod ostree;
 pub mod proxy;
+
+pub use dest::Destination;
 
 const BLOBS: &str = "blobs/sha256";
 const INDEX: &str = "index.json";
