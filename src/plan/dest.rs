@@ -25,9 +25,9 @@ pub(super) fn destination(
     req: &Request,
     host: &dyn Host,
 ) -> anyhow::Result<(ImageRef, Option<Target>)> {
-    let image = ImageRef::parse(req.image.as_deref().unwrap_or_default())?;
+    let image = ImageRef::parse(req.options.image.as_deref().unwrap_or_default())?;
     // Only a plan may go without a destination; one given empty is an error.
-    let dest = match req.dest.as_deref() {
+    let dest = match req.options.dest.as_deref() {
         None if req.dry_run => return Ok((image, None)),
         d => Dest::parse(d.unwrap_or_default())?,
     };

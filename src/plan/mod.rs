@@ -124,19 +124,6 @@ pub struct Request {
     pub absolute_dest: bool,
 }
 
-impl std::ops::Deref for Request {
-    type Target = Options;
-    fn deref(&self) -> &Options {
-        &self.options
-    }
-}
-
-impl std::ops::DerefMut for Request {
-    fn deref_mut(&mut self) -> &mut Options {
-        &mut self.options
-    }
-}
-
 /// The environment variable naming one more authfile, read after the
 /// `--authfile` ones, as containers/image reads it.
 pub const REGISTRY_AUTH_FILE: &str = "REGISTRY_AUTH_FILE";
@@ -163,18 +150,19 @@ struct WorkerParts {
 
 fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
     let mut req = req.clone();
-    req.authfiles
+    req.options
+        .authfiles
         .extend(host.env(REGISTRY_AUTH_FILE).map(PathBuf::from));
     let req = &req;
     let (image, dest) = dest::destination(req, host)?;
-    let platform = match &req.platform {
+    let platform = match &req.options.platform {
         Some(p) => Platform::parse(p)?,
         None => Platform::host(),
     };
     check_inputs(req, host)?;
     let mode = isolation(req, host)?;
     let limits = limits(req)?;
-    let conf = registries::load(host, req.registries_conf.as_deref())?;
+    let conf = registries::load(host, req.options.registries_conf.as_deref())?;
     registries::check_short_name(&conf.short_names, &image)?;
     let route = registries::route(&conf.tables, &image)?;
     let sources = route.hosts();
@@ -215,7 +203,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
         policy,
         plugins_run: Vec::new(),
         space: dest.as_ref().map(|d| space::rule(host, d)).transpose()?,
-        defer_if_metered: req.defer_if_metered && !req.allow_metered,
+        defer_if_metered: req.options.defer_if_metered && !req.options.allow_metered,
     })
 }
 
@@ -235,16 +223,21 @@ fn worker(
     } = parts;
     Ok(WorkerSpec {
         isolation: mode.unwrap_or(Isolation::Systemd),
-        skopeo: req.skopeo.clone().unwrap_or_else(|| "skopeo".into()),
+        skopeo: req
+            .options
+            .skopeo
+            .clone()
+            .unwrap_or_else(|| "skopeo".into()),
         credentials: auth::attempt(credentials, 0),
-        cert_dir: req.cert_dir.clone(),
-        tls_verify: req.tls_verify.unwrap_or(true),
+        cert_dir: req.options.cert_dir.clone(),
+        tls_verify: req.options.tls_verify.unwrap_or(true),
         limits,
         trust,
         dns,
         registries_conf: registries::worker_conf(&route)?,
         selinux_context: host.selinux_enabled().then(|| {
-            req.selinux_context
+            req.options
+                .selinux_context
                 .clone()
                 .unwrap_or_else(|| WORKER_SELINUX_CONTEXT.to_owned())
         }),
@@ -253,9 +246,14 @@ fn worker(
 
 /// Every file and directory the request names exists.
 fn check_inputs(req: &Request, host: &dyn Host) -> anyhow::Result<()> {
-    let files = req.authfiles.iter().map(|f| ("--authfile", f));
-    let files = files.chain(req.pull_secrets.iter().map(|f| ("--pull-secret", f)));
-    for (what, p) in files.chain(req.cert_dir.iter().map(|d| ("--cert-dir", d))) {
+    let files = req.options.authfiles.iter().map(|f| ("--authfile", f));
+    let files = files.chain(
+        req.options
+            .pull_secrets
+            .iter()
+            .map(|f| ("--pull-secret", f)),
+    );
+    for (what, p) in files.chain(req.options.cert_dir.iter().map(|d| ("--cert-dir", d))) {
         if !host.present(p) {
             return fail(
                 Kind::Usage,
@@ -268,13 +266,15 @@ fn check_inputs(req: &Request, host: &dyn Host) -> anyhow::Result<()> {
 
 /// `--sandbox`, with `auto` decided for this host.
 fn isolation(req: &Request, host: &dyn Host) -> anyhow::Result<Option<Isolation>> {
-    Ok(Some(match req.sandbox.unwrap_or(SandboxMode::Auto) {
-        SandboxMode::Auto if host.systemd_booted() => Isolation::Systemd,
-        SandboxMode::Auto if req.dry_run => return Ok(None),
-        SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
-        SandboxMode::Systemd => Isolation::Systemd,
-        SandboxMode::None => Isolation::None,
-    }))
+    Ok(Some(
+        match req.options.sandbox.unwrap_or(SandboxMode::Auto) {
+            SandboxMode::Auto if host.systemd_booted() => Isolation::Systemd,
+            SandboxMode::Auto if req.dry_run => return Ok(None),
+            SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
+            SandboxMode::Systemd => Isolation::Systemd,
+            SandboxMode::None => Isolation::None,
+        },
+    ))
 }
 
 /// The signature policy, and the trust of every host the pull may contact.
@@ -285,11 +285,12 @@ fn policy_and_trust(
     sources: &[ImageRef],
 ) -> anyhow::Result<(policy::Applied, Vec<trust::HostTrust>)> {
     let cas = req
+        .options
         .cas
         .iter()
         .map(|c| trust::parse_ca(host, c))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    if req.cert_dir.is_some() && !cas.is_empty() {
+    if req.options.cert_dir.is_some() && !cas.is_empty() {
         return fail(
             Kind::Usage,
             "--cert-dir trusts its CAs for every host; it cannot go with --ca",
@@ -297,7 +298,7 @@ fn policy_and_trust(
     }
     let policy = signature_policy(req, host, image)?;
     let hosts = trust_hosts(sources, &policy);
-    let mut trust = match &req.cert_dir {
+    let mut trust = match &req.options.cert_dir {
         Some(_) => Vec::new(),
         None => trust::resolve(host, &hosts, &cas)?,
     };
@@ -335,7 +336,11 @@ fn worker_dns(
     mode: Option<Isolation>,
     hosts: &[String],
 ) -> anyhow::Result<dns::Dns> {
-    let dns = dns::Dns::parse(&req.dns, &req.dns_search, &req.add_hosts)?;
+    let dns = dns::Dns::parse(
+        &req.options.dns,
+        &req.options.dns_search,
+        &req.options.add_hosts,
+    )?;
     if mode == Some(Isolation::None) && !dns.is_empty() {
         return fail(
             Kind::Usage,
@@ -368,6 +373,7 @@ fn signature_policy(
     image: &ImageRef,
 ) -> anyhow::Result<policy::Applied> {
     let file = req
+        .options
         .policy
         .clone()
         .unwrap_or_else(|| host.root().join(policy::POLICY));
@@ -377,7 +383,7 @@ fn signature_policy(
             format!(
                 "reading signature policy {}: {e}{}",
                 file.display(),
-                if req.policy.is_none() {
+                if req.options.policy.is_none() {
                     " (install containers-common's policy.json or pass --policy FILE)"
                 } else {
                     ""
@@ -387,11 +393,12 @@ fn signature_policy(
     })?;
     let mut applied = policy::apply(host, &file, &text, image)?;
     let dir = req
+        .options
         .registries_d
         .clone()
         .unwrap_or_else(|| host.root().join(policy::REGISTRIES_D));
     policy::lookaside(host, &mut applied, &dir, image)?;
-    if req.require_signature && applied.accepts_anything() {
+    if req.options.require_signature && applied.accepts_anything() {
         return fail(
             Kind::Signature,
             format!(
@@ -413,44 +420,44 @@ fn credentials_for(
     image: &ImageRef,
 ) -> anyhow::Result<Vec<auth::Chosen>> {
     use auth::{Matching, Source};
-    let user = req.token_user.as_deref().unwrap_or("serviceaccount");
+    let user = req
+        .options
+        .token_user
+        .as_deref()
+        .unwrap_or("serviceaccount");
     let mut sources: Vec<(Source, Matching)> = Vec::new();
     sources.extend(
-        req.authfiles
+        req.options
+            .authfiles
             .iter()
             .map(|f| (Source::Authfile(f.clone()), Matching::Containers)),
     );
     sources.extend(
-        req.pull_secrets
+        req.options
+            .pull_secrets
             .iter()
             .map(|f| (Source::PullSecret(f.clone()), Matching::Kubelet)),
     );
-    for t in &req.tokens {
+    for t in &req.options.tokens {
         sources.push((auth::parse_token(t, user)?, Matching::Containers));
     }
     let mut found = auth::resolve(host, &sources, image)?;
-    if let Some(config) = &req.provider_config {
-        let Some(bin_dir) = &req.provider_bin_dir else {
+    if let Some(config) = &req.options.provider_config {
+        let Some(bin_dir) = &req.options.provider_bin_dir else {
             return fail(
                 Kind::Usage,
                 "--credential-provider-config needs --credential-provider-bin-dir",
             );
         };
         let config = provider::load_config(host, config)?;
-        for (name, key, username, password) in provider::credentials(host, &config, bin_dir, image)?
-        {
-            let auth = auth::basic(&username, password.expose());
-            if !found.iter().any(|c| c.auth == auth) {
-                found.push(auth::Chosen {
-                    host: image.domain.clone(),
-                    auth,
-                    source: format!("credential provider {name}"),
-                    key,
-                });
+        for c in provider::credentials(host, &config, bin_dir, image)? {
+            if !found.iter().any(|f| f.auth == c.auth) {
+                found.push(c);
             }
         }
     }
-    if !sources.is_empty() || req.provider_config.is_some() || req.no_default_creds {
+    if !sources.is_empty() || req.options.provider_config.is_some() || req.options.no_default_creds
+    {
         return Ok(found);
     }
     let defaults: Vec<(Source, Matching)> = auth::DEFAULT_SOURCES
@@ -476,8 +483,8 @@ fn credentials_for(
 fn retry(req: &Request) -> anyhow::Result<RetryPolicy> {
     let mut r = RetryPolicy::default();
     for (flag, value, field) in [
-        ("--timeout", req.timeout, &mut r.timeout),
-        ("--stall-timeout", req.stall_timeout, &mut r.stall),
+        ("--timeout", req.options.timeout, &mut r.timeout),
+        ("--stall-timeout", req.options.stall_timeout, &mut r.stall),
     ] {
         match value {
             Some(0) => return fail(Kind::Usage, format!("{flag} must be at least 1 second")),
@@ -490,7 +497,7 @@ fn retry(req: &Request) -> anyhow::Result<RetryPolicy> {
 
 /// `--max-rate` in bytes a second, written as `--memory-max` is.
 fn max_rate(req: &Request) -> anyhow::Result<Option<u64>> {
-    let Some(r) = &req.max_rate else {
+    let Some(r) = &req.options.max_rate else {
         return Ok(None);
     };
     match worker::parse_size(r) {
@@ -509,7 +516,7 @@ fn max_rate(req: &Request) -> anyhow::Result<Option<u64>> {
 /// The worker's cgroup limits: the defaults, with what the request sets.
 fn limits(req: &Request) -> anyhow::Result<Limits> {
     let mut l = Limits::default();
-    if let Some(m) = &req.memory_max {
+    if let Some(m) = &req.options.memory_max {
         if worker::parse_size(m).is_none() {
             return fail(
                 Kind::Usage,
@@ -521,7 +528,7 @@ fn limits(req: &Request) -> anyhow::Result<Limits> {
         }
         l.memory_max = m.clone();
     }
-    if let Some(q) = &req.cpu_quota {
+    if let Some(q) = &req.options.cpu_quota {
         if !worker::valid_cpu_quota(q) {
             return fail(
                 Kind::Usage,
@@ -533,13 +540,13 @@ fn limits(req: &Request) -> anyhow::Result<Limits> {
         }
         l.cpu_quota = Some(q.clone());
     }
-    if let Some(t) = req.tasks_max {
+    if let Some(t) = req.options.tasks_max {
         if t == 0 {
             return fail(Kind::Usage, "--tasks-max must be at least 1");
         }
         l.tasks_max = t;
     }
-    if let Some(w) = req.io_weight {
+    if let Some(w) = req.options.io_weight {
         if !(1..=10000).contains(&w) {
             return fail(
                 Kind::Usage,
@@ -588,12 +595,12 @@ mod tests {
     fn signature_policy_rules() {
         let mut r = req("q.io/a:v1", "oci:/d");
         assert!(plan(&r).unwrap().policy.accepts_anything());
-        r.require_signature = true;
+        r.options.require_signature = true;
         let e = plan(&r).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 9, "{e}");
         assert!(e.to_string().contains("accepts q.io/a:v1 unsigned"), "{e}");
-        r.require_signature = false;
-        r.policy = None;
+        r.options.require_signature = false;
+        r.options.policy = None;
         let e = plan(&r).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2, "{e}");
         assert!(
@@ -607,27 +614,27 @@ mod tests {
     fn trust_and_dns_rules() {
         let h = host().file("/td/ca.crt", "pem");
         let mut r = req("reg.svc:5000/a:v1", "oci:/d");
-        r.cas = vec![
+        r.options.cas = vec![
             "reg.svc:5000=/td/ca.crt".to_owned(),
             "other:1=/td/ca.crt".to_owned(),
         ];
         let p = super::plan(&r, &h).unwrap();
         assert_eq!(p.worker.trust.len(), 1, "only the hosts of this pull");
         assert_eq!(p.worker.trust[0].host, "reg.svc:5000");
-        r.cert_dir = Some("/td".into());
+        r.options.cert_dir = Some("/td".into());
         assert_eq!(
             crate::error::exit_code(&super::plan(&r, &h).unwrap_err()),
             2,
             "--cert-dir with --ca"
         );
         let mut r = req("reg.svc:5000/a:v1", "oci:/d");
-        r.add_hosts = vec!["reg.svc:127.0.0.1".into()];
+        r.options.add_hosts = vec!["reg.svc:127.0.0.1".into()];
         assert_eq!(
             crate::error::exit_code(&plan(&r).unwrap_err()),
             2,
             "DNS needs systemd"
         );
-        r.sandbox = Some(SandboxMode::Systemd);
+        r.options.sandbox = Some(SandboxMode::Systemd);
         assert_eq!(plan(&r).unwrap().worker.dns.hosts.len(), 1);
     }
 
@@ -670,9 +677,9 @@ mod tests {
         ];
         for (image, add_host, refused) in cases {
             let mut r = req(image, "oci:/d");
-            r.sandbox = Some(SandboxMode::Systemd);
-            r.registries_conf = Some("/registries.conf".into());
-            r.add_hosts = add_host.into_iter().map(Into::into).collect();
+            r.options.sandbox = Some(SandboxMode::Systemd);
+            r.options.registries_conf = Some("/registries.conf".into());
+            r.options.add_hosts = add_host.into_iter().map(Into::into).collect();
             match (super::plan(&r, &h), refused) {
                 (Ok(_), None) => {}
                 (Err(e), Some(naming)) => {
@@ -683,7 +690,7 @@ mod tests {
             }
             // Without a unit, nothing denies them.
             if add_host.is_none() {
-                r.sandbox = Some(SandboxMode::None);
+                r.options.sandbox = Some(SandboxMode::None);
                 super::plan(&r, &h).unwrap();
             }
         }
@@ -828,8 +835,8 @@ mod tests {
             (false, true, false),
         ] {
             let mut r = req("h.io/a:1", "oci:/var/lib/l/new");
-            r.defer_if_metered = defer;
-            r.allow_metered = allow;
+            r.options.defer_if_metered = defer;
+            r.options.allow_metered = allow;
             let p = super::plan(&r, &h).unwrap();
             assert_eq!(p.defer_if_metered, want, "{defer} {allow}");
             let text = p.summary().text();
@@ -903,9 +910,9 @@ mod tests {
         ];
         for (secrets, want) in cases {
             let mut r = req("test.registry.io/app:v1", "oci:/out");
-            r.pull_secrets = secrets.iter().map(Into::into).collect();
-            r.provider_config = Some("/d/providers.yaml".into());
-            r.provider_bin_dir = Some("/d".into());
+            r.options.pull_secrets = secrets.iter().map(Into::into).collect();
+            r.options.provider_config = Some("/d/providers.yaml".into());
+            r.options.provider_bin_dir = Some("/d".into());
             let p = super::plan(&r, &h).unwrap();
             let got: Vec<String> = p
                 .credentials
@@ -919,7 +926,7 @@ mod tests {
                     .unwrap()
                 })
                 .collect();
-            assert_eq!(got, want, "{:?}", r.pull_secrets);
+            assert_eq!(got, want, "{:?}", r.options.pull_secrets);
             // The worker's first try has the first; the plan names them all.
             assert_eq!(p.worker.credentials, [p.credentials[0].clone()]);
             let s = p.summary();
@@ -962,9 +969,9 @@ mod tests {
             );
         let mut r = req("h.io/a:v1", "");
         r.dry_run = true;
-        r.authfiles = vec!["/auth.json".into()];
-        r.provider_config = Some("/providers.yaml".into());
-        r.provider_bin_dir = Some("/bin".into());
+        r.options.authfiles = vec!["/auth.json".into()];
+        r.options.provider_config = Some("/providers.yaml".into());
+        r.options.provider_bin_dir = Some("/bin".into());
         let p = super::plan(&r, &h).unwrap();
         let both = [
             "credential helper docker-credential-pass",
@@ -1036,7 +1043,7 @@ mod tests {
             (
                 "--no-default-creds",
                 base(),
-                |r| r.no_default_creds = true,
+                |r| r.options.no_default_creds = true,
                 vec![("m1.io", vec![], vec![], None), ("h.io", vec![], vec![], None)],
             ),
             (
@@ -1059,7 +1066,7 @@ mod tests {
                     .file("etc/containers/registries.conf.d/60-x.d/a", "")
                     .file("etc/containers/registries.conf.d/README", "[[[")
                     .file("etc/containers/certs.d/m2.io/ca.crt", "pem"),
-                |r| r.no_default_creds = true,
+                |r| r.options.no_default_creds = true,
                 vec![
                     (
                         "m2.io",
@@ -1079,7 +1086,7 @@ mod tests {
                     .file("etc/docker/certs.d/h.io/ca.crt", "pem")
                     .file("etc/docker/certs.d/h.io/client.cert", "pem")
                     .file("etc/docker/certs.d/h.io/client.key", "pem"),
-                |r| r.no_default_creds = true,
+                |r| r.options.no_default_creds = true,
                 vec![
                     (
                         "m1.io",
@@ -1146,7 +1153,7 @@ mod tests {
         let broken = h("{");
         assert_eq!(super::plan(&r, &broken).unwrap().credentials.len(), 1);
         let mut r = r;
-        r.pull_secrets = vec!["/nonexistent-root/var/lib/kubelet/config.json".into()];
+        r.options.pull_secrets = vec!["/nonexistent-root/var/lib/kubelet/config.json".into()];
         assert_eq!(
             crate::error::exit_code(&super::plan(&r, &broken).unwrap_err()),
             2
@@ -1156,10 +1163,10 @@ mod tests {
     #[test]
     fn missing_inputs_are_usage_errors() {
         let mut r = req("h.io/a:v1", "oci:/d");
-        r.authfiles = vec!["/nonexistent/auth.json".into()];
+        r.options.authfiles = vec!["/nonexistent/auth.json".into()];
         assert_eq!(crate::error::exit_code(&plan(&r).unwrap_err()), 2);
         let mut r = req("h.io/a:v1", "oci:/d");
-        r.platform = Some("linux".into());
+        r.options.platform = Some("linux".into());
         assert_eq!(crate::error::exit_code(&plan(&r).unwrap_err()), 2);
     }
 
@@ -1168,7 +1175,7 @@ mod tests {
     #[test]
     fn auto_needs_systemd() {
         let mut r = req("h.io/a:v1", "oci:/d");
-        r.sandbox = Some(SandboxMode::Auto);
+        r.options.sandbox = Some(SandboxMode::Auto);
         let mut h = host();
         h.systemd = true;
         assert_eq!(
@@ -1206,7 +1213,7 @@ mod tests {
                 .as_deref(),
             Some(WORKER_SELINUX_CONTEXT)
         );
-        r.selinux_context = Some("system_u:system_r:other_t:s0".into());
+        r.options.selinux_context = Some("system_u:system_r:other_t:s0".into());
         assert_eq!(
             super::plan(&r, &h)
                 .unwrap()
@@ -1231,10 +1238,10 @@ mod tests {
             ("512M", 256, None, 50)
         );
         let l = ok(&|r| {
-            r.memory_max = Some("16M".into());
-            r.cpu_quota = Some("25%".into());
-            r.tasks_max = Some(64);
-            r.io_weight = Some(10);
+            r.options.memory_max = Some("16M".into());
+            r.options.cpu_quota = Some("25%".into());
+            r.options.tasks_max = Some(64);
+            r.options.io_weight = Some(10);
         })
         .unwrap();
         assert_eq!(
@@ -1247,11 +1254,12 @@ mod tests {
             ("16M", 64, Some("25%"), 10)
         );
         for bad in [
-            &(|r: &mut Request| r.memory_max = Some("lots".into())) as &dyn Fn(&mut Request),
-            &|r| r.cpu_quota = Some("25".into()),
-            &|r| r.tasks_max = Some(0),
-            &|r| r.io_weight = Some(0),
-            &|r| r.io_weight = Some(10001),
+            &(|r: &mut Request| r.options.memory_max = Some("lots".into()))
+                as &dyn Fn(&mut Request),
+            &|r| r.options.cpu_quota = Some("25".into()),
+            &|r| r.options.tasks_max = Some(0),
+            &|r| r.options.io_weight = Some(0),
+            &|r| r.options.io_weight = Some(10001),
         ] {
             assert_eq!(crate::error::exit_code(&ok(bad).unwrap_err()), 2);
         }
@@ -1261,7 +1269,7 @@ mod tests {
     fn max_rate_table() {
         let rate = |r: Option<&str>| {
             let mut q = req("h.io/a:v1", "oci:/d");
-            q.max_rate = r.map(str::to_owned);
+            q.options.max_rate = r.map(str::to_owned);
             plan(&q).map(|p| (p.max_rate, p.summary().max_rate, p.summary().text()))
         };
         let (none, _, text) = rate(None).unwrap();

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::error::{Failure, Kind};
-use crate::plan::auth::{Keyring, Secret, urls_match};
+use crate::plan::auth::{Chosen, Keyring, Secret, basic, urls_match};
 use crate::plan::host::{Host, PluginCall};
 use crate::plan::imgref::ImageRef;
 
@@ -174,16 +174,17 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(total).ok()
 }
 
-/// `(provider, key, username, password)` for `image`, every one in kubelet's
-/// order: each provider whose `matchImages` covers the image is asked (its
-/// answer from the cache while it is fresh), and all answers form one keyring,
-/// as kubelet's `providersDockerKeyring` does.
+/// The credentials for `image`, every one in kubelet's order, each named by
+/// its provider (`credential provider NAME`) and the key it matched: each
+/// provider whose `matchImages` covers the image is asked (its answer from
+/// the cache while it is fresh), and all answers form one keyring, as
+/// kubelet's `providersDockerKeyring` does.
 pub fn credentials(
     host: &dyn Host,
     config: &ProviderConfig,
     bin_dir: &Path,
     image: &ImageRef,
-) -> anyhow::Result<Vec<(String, String, String, Secret)>> {
+) -> anyhow::Result<Vec<Chosen>> {
     // kubelet matches and asks with the repository, without tag or digest.
     let target = image.repository();
     let mut keyring = Keyring::default();
@@ -216,13 +217,11 @@ pub fn credentials(
     Ok(keyring
         .lookup(&target)
         .into_iter()
-        .map(|(key, (name, a))| {
-            (
-                name.clone(),
-                key.to_owned(),
-                a.username.clone(),
-                a.password.clone(),
-            )
+        .map(|(key, (name, a))| Chosen {
+            host: image.domain.clone(),
+            auth: basic(&a.username, a.password.expose()),
+            source: format!("credential provider {name}"),
+            key: key.to_owned(),
         })
         .collect())
 }
@@ -386,7 +385,12 @@ mod tests {
         };
         let got = creds("reg.io/app").unwrap();
         assert_eq!(got.len(), 1);
-        assert_eq!((got[0].0.as_str(), got[0].2.as_str()), ("plain", "plain"));
+        assert_eq!(got[0].source, "credential provider plain");
+        assert_eq!(
+            (got[0].host.as_str(), got[0].key.as_str()),
+            ("reg.io", "*.io")
+        );
+        assert!(got[0].auth == basic("plain", "pw"));
         for image in ["x.token.io/app", "both.io/app"] {
             let e = creds(image).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{image}");
