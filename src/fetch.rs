@@ -471,6 +471,7 @@ async fn fetch_into(
         }
     }
     let tally = Tally {
+        config: &r.manifest.config.digest,
         blobs,
         missing,
         todo,
@@ -508,7 +509,7 @@ async fn fetch_blobs(
     let watchdog = Watchdog::new(todo.len(), plan.max_rate);
     let session = worker.proxy_session();
     let session = session.run(image, async |proxy, img| {
-        transfer(proxy, img, layout, todo, &watchdog).await
+        transfer(proxy, img, layout, tally, &watchdog).await
     });
     tokio::select! {
         r = session => r,
@@ -543,19 +544,30 @@ async fn report_bytes(
 /// earlier attempt, and those in `todo` are as far as they have been read.
 #[derive(Debug)]
 struct Tally<'a> {
+    /// The image's config: the one blob that is no layer.
+    config: &'a Sha256Digest,
     blobs: Vec<&'a Descriptor>,
     missing: &'a [Descriptor],
     todo: Vec<Descriptor>,
 }
 
 impl Tally<'_> {
+    /// What a blob is, for messages and progress.
+    fn what(&self, d: &Descriptor) -> &'static str {
+        if d.digest == *self.config {
+            "config"
+        } else {
+            "layer"
+        }
+    }
+
     /// `read(i)`: the bytes of `todo[i]` read so far.
     fn states(&self, read: impl Fn(usize) -> u64) -> Vec<BlobState> {
         self.blobs
             .iter()
             .map(|d| BlobState {
                 digest: d.digest.clone(),
-                what: what(d),
+                what: self.what(d),
                 bytes: match self.todo.iter().position(|t| t.digest == d.digest) {
                     Some(i) => read(i).min(d.size),
                     None => d.size,
@@ -564,15 +576,6 @@ impl Tally<'_> {
                 cached: !self.missing.iter().any(|m| m.digest == d.digest),
             })
             .collect()
-    }
-}
-
-/// What a blob is, for messages and progress.
-fn what(d: &Descriptor) -> &'static str {
-    if d.media_type.contains("config") {
-        "config"
-    } else {
-        "layer"
     }
 }
 
@@ -616,12 +619,14 @@ mod tests {
 
     #[test]
     fn tally_shows_reused_earlier_and_partial_blobs() {
-        let config = desc("application/vnd.oci.image.config.v1+json", 'c', 100);
+        // A Docker image's config: its media type does not say "config".
+        let config = desc("application/vnd.docker.container.image.v1+json", 'c', 100);
         let earlier = desc(LAYER, 'e', 10);
         let partial = desc(LAYER, 'b', 10);
         let over = desc(LAYER, 'd', 10);
         let missing = [earlier.clone(), partial.clone(), over.clone()];
         let tally = Tally {
+            config: &config.digest,
             blobs: vec![&config, &earlier, &partial, &over],
             missing: &missing,
             todo: vec![partial.clone(), over.clone()],

@@ -10,7 +10,7 @@ use anyhow::Context;
 use containers_image_proxy::{Error as ProxyError, ImageProxy, OpenedImage};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::what;
+use super::Tally;
 use crate::error::{Kind, failure};
 use crate::manifest::Descriptor;
 use crate::sandbox::{BlobPipe, open_blob, proxy_failure};
@@ -122,16 +122,16 @@ pub(super) async fn transfer(
     proxy: &ImageProxy,
     img: &OpenedImage,
     layout: &Arc<Layout>,
-    todo: &[Descriptor],
+    tally: &Tally<'_>,
     watchdog: &Watchdog,
 ) -> anyhow::Result<()> {
-    let mut pending = todo.iter().enumerate();
+    let mut pending = tally.todo.iter().enumerate();
     let mut window = VecDeque::new();
     let result = async {
         loop {
             while window.len() < watchdog.in_flight() {
                 let Some((i, d)) = pending.next() else { break };
-                let what = what(d);
+                let what = tally.what(d);
                 let doing = format!("fetching {what} {}", d.digest);
                 watchdog.open(d.size).await;
                 let blob = open_blob(proxy, img, d)
