@@ -841,9 +841,15 @@ fn host_pass_the_import_runs_in_its_own_program() {
         args[1].starts_with(&staging) && args[1].ends_with("/layout"),
         "{args:?}"
     );
+    // The staging layout's tag is the image's.
     assert_eq!(
-        args[3..],
-        [&image, json["manifest_digest"].as_str().unwrap(), "os"]
+        args[2..],
+        [
+            "v1",
+            &image,
+            json["manifest_digest"].as_str().unwrap(),
+            "os"
+        ]
     );
     let commit = json["ostree"]["commit"].as_str().unwrap();
     assert_eq!(ostree(&repo, &["rev-parse", "os"]).trim(), commit);
