@@ -1,7 +1,7 @@
 //! The command line: parse, then call the library. Errors are printed here, once.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
@@ -181,7 +181,8 @@ async fn plan_for(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
 
 fn plan_blocking(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
     let dry_run = verb == Verb::Plan;
-    if !dry_run && opts.options.dest.is_none() && opts.profile.is_none() {
+    // rebase has a default destination, a directory per repository.
+    if verb == Verb::Pull && opts.options.dest.is_none() && opts.profile.is_none() {
         return error::fail(
             Kind::Usage,
             "--dest oci:DIR[:TAG] is required (or --profile NAME)",
@@ -209,7 +210,20 @@ fn plan_blocking(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
     // wins over the drop-ins.
     let cli = std::mem::take(&mut req.options);
     req.options = crate::config::merge(std::iter::once(dropins).chain(profile).chain([cli]));
+    if verb == Verb::Rebase && req.options.dest.is_none() {
+        req.options.dest = rebase_layout(req.options.image.as_deref())?;
+    }
     plan::plan(&req, &host)
+}
+
+/// Where `rebase` pulls when neither the command line nor the profile says:
+/// a directory per repository under /var/lib/hostpull/images, world-readable
+/// for the consumer's own unprivileged skopeo. No image: the plan says so.
+fn rebase_layout(image: Option<&str>) -> anyhow::Result<Option<String>> {
+    let Some(image) = image else { return Ok(None) };
+    let path = crate::plan::imgref::ImageRef::parse(image)?.path;
+    let dir = Path::new("/var/lib/hostpull/images").join(path.replace('/', "_"));
+    Ok(Some(format!("oci:{}", dir.display())))
 }
 
 /// stdout was a pipe whose reader has gone (`hostpull plan | head -1`): the
@@ -302,19 +316,12 @@ async fn pull_to_dest(
     Ok(report)
 }
 
-/// Pull, then hand the layout over. The layout defaults to a directory per
-/// repository under /var/lib/hostpull/images, world-readable for the
-/// consumer's own unprivileged skopeo.
+/// Pull, then hand the layout over: `--layout`, the destination of the
+/// command line or the profile, or else [`rebase_layout`].
 async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
     let plan = {
         let mut o = opts.pull.clone();
-        if o.options.dest.is_none() {
-            let image = crate::plan::imgref::ImageRef::parse(
-                o.options.image.as_deref().unwrap_or_default(),
-            )?;
-            let dir = opts.layout.clone().unwrap_or_else(|| {
-                PathBuf::from("/var/lib/hostpull/images").join(image.path.replace('/', "_"))
-            });
+        if let Some(dir) = &opts.layout {
             o.options.dest = Some(format!("oci:{}", dir.display()));
         }
         plan_for(&o, Verb::Rebase).await?

@@ -2,6 +2,7 @@
 //! exact contract (argv, a layout an unprivileged user can read, exit codes):
 //! rpm-ostree and bootc cannot be installed here.
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 
@@ -10,31 +11,35 @@ use crate::util::*;
 /// `hostpull rebase` of the small image into a layout under a world-searchable
 /// directory, with the stand-ins first on PATH.
 fn rebase(dir: &Path, consumer: &str, extra: &[&str], fail: Option<&str>) -> (Run, String) {
-    let log = dir.join(format!("{consumer}.log"));
-    let stand_ins = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stand-ins");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
-    c.args([
-        "rebase",
+    let (layout, sandbox) = (dir.join("layout"), sandbox());
+    let mut args = [
         var("RIG_IMG_SMALL"),
-        "--consumer",
-        consumer,
-        "--layout",
-    ])
-    .arg(dir.join("layout"))
-    .args([
         "--sandbox",
-        &sandbox(),
+        &sandbox,
         "--authfile",
         var("RIG_AUTHFILE"),
         "--cert-dir",
         var("RIG_CERT_DIR"),
-    ])
-    .args(extra)
-    .env(
-        "PATH",
-        format!("{}:{}", stand_ins.display(), std::env::var("PATH").unwrap()),
-    )
-    .env("STANDIN_LOG", &log);
+    ]
+    .map(OsStr::new)
+    .to_vec();
+    args.extend([OsStr::new("--layout"), layout.as_os_str()]);
+    args.extend(extra.iter().map(OsStr::new));
+    rebase_args(dir, consumer, &args, fail)
+}
+
+/// `hostpull rebase --consumer CONSUMER ARGS`, with the stand-ins first on PATH.
+fn rebase_args(dir: &Path, consumer: &str, args: &[&OsStr], fail: Option<&str>) -> (Run, String) {
+    let log = dir.join(format!("{consumer}.log"));
+    let stand_ins = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stand-ins");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.args(["rebase", "--consumer", consumer])
+        .args(args)
+        .env(
+            "PATH",
+            format!("{}:{}", stand_ins.display(), std::env::var("PATH").unwrap()),
+        )
+        .env("STANDIN_LOG", &log);
     if let Some(f) = fail {
         c.env("STANDIN_FAIL", f);
     }
@@ -101,4 +106,40 @@ fn an_unreadable_layout_is_what_the_consumer_refuses() {
         r.stderr
     );
     assert!(log.starts_with("rpm-ostree rebase "));
+}
+
+/// A rebase of what a profile names: its image, its destination and its
+/// sources, with no image on the command line (what a unit runs; the
+/// enforcing guest found it failing on the missing image).
+#[test]
+fn rebase_takes_the_image_and_layout_from_a_profile() {
+    let s = scratch();
+    std::fs::set_permissions(
+        s.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let layout = s.path().join("from-profile");
+    let root = config_root(s.path().join("root"));
+    std::fs::create_dir_all(root.join("etc/hostpull/pulls.d")).unwrap();
+    std::fs::write(
+        root.join("etc/hostpull/pulls.d/os.toml"),
+        format!(
+            "image = \"docker://{}\"\ndest = \"oci:{}\"\nauthfile = [\"{}\"]\ncert-dir = \"{}\"\n",
+            var("RIG_IMG_SMALL"),
+            layout.display(),
+            var("RIG_AUTHFILE"),
+            var("RIG_CERT_DIR")
+        ),
+    )
+    .unwrap();
+    let sandbox = sandbox();
+    let args = ["--profile", "os", "--sandbox", &sandbox, "--config-root"].map(OsStr::new);
+    let args = [&args[..], &[root.as_os_str()]].concat();
+    let (r, log) = rebase_args(s.path(), "bootc", &args, None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        log,
+        format!("bootc switch --transport oci {}:v1\n", layout.display())
+    );
 }
