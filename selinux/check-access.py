@@ -32,9 +32,11 @@ DBUSD = "system_u:system_r:system_dbusd_t:s0-s0:c0.c1023"
 ORCH = "system_u:system_r:hostpull_t:s0"
 WORKER = "system_u:system_r:hostpull_worker_t:s0"
 IMPORT = "system_u:system_r:hostpull_ostree_t:s0"
+# Fedora's rpm-ostree and bootc (tests/stand-ins/fedora_install.te on refpolicy).
+INSTALL = "system_u:system_r:install_t:s0"
 SHELL = "unconfined_u:unconfined_r:unconfined_t:s0-s0:c0.c1023"
 ALIASES = {"@init": INIT, "@dbusd": DBUSD, "@orch": ORCH, "@worker": WORKER, "@import": IMPORT,
-           "@shell": SHELL}
+           "@shell": SHELL, "@install": INSTALL}
 
 
 def obj(t):
@@ -328,6 +330,14 @@ EXPECT = [
     ("deny", "@orch", "policy_config_t", "dir", "add_name relabelto", "never the binary policy"),
     ("deny", "@orch", "policy_config_t", "file", "relabelto", "never the binary policy"),
     ("deny", "@orch", "default_t", "file", "execute", "never runs what it imports"),
+    # --- hostpull rebase from a unit: the consumer runs in its own domain
+    ("tunable:hostpull_rebase", "@orch", "@install", "process", "transition", "rpm-ostree, bootc: install_t"),
+    ("tunable:hostpull_rebase", "@orch", "@install", "process2", "nnp_transition", "NoNewPrivileges=yes"),
+    ("tunable:hostpull_rebase", "@orch", "install_exec_t", "file", "execute getattr open read",
+     "/usr/bin/rpm-ostree, /usr/bin/bootc"),
+    ("deny", "@orch", "install_exec_t", "file", "execute_no_trans", "never a consumer in hostpull_t"),
+    ("deny", "@import", "@install", "process", "transition", "the import never runs a consumer"),
+    ("deny", "@worker", "@install", "process", "transition", "nor does the worker"),
     ("deny", "@orch", "security_t", "security", "load_policy setenforce setbool", "no policy changes"),
     ("deny", "@orch", "@init", "file", "read", "PID 1's /proc (sampled, silently denied)"),
 ]
@@ -458,13 +468,15 @@ class Checker:
         - the only type_transition into the import is hostpull_t's on
           hostpull_ostree_exec_t;
         - init_t enters hostpull_t through hostpull_exec_t;
+        - hostpull_t enters the import and, where the policy has it, install_t
+          (the rebase consumer), and no other domain;
         - no allow rule names the worker on a capability class."""
         unconfined = {str(t) for t in self.p.lookup_typeattr("unconfined_domain_type").expand()}
         caps = {"capability", "capability2", "cap_userns", "cap2_userns"}
         domains = {"hostpull_worker_t": "init_t", "hostpull_ostree_t": "hostpull_t"}
         entering = {d: set() for d in domains}
         auto = {d: [] for d in domains}
-        cap_rules, orch_entry = [], False
+        cap_rules, orch_entry, leaving = [], False, set()
         worker = self.p.lookup_type("hostpull_worker_t")
         for r in self.p.terules():
             tclass = str(r.tclass)
@@ -477,6 +489,8 @@ class Checker:
             elif r.ruletype != setools.TERuletype.allow:
                 continue
             elif tclass == "process" and r.perms & {"transition", "dyntransition"}:
+                if "hostpull_t" in {str(t) for t in r.source.expand()}:
+                    leaving |= {str(t) for t in r.target.expand()}
                 for d in entering:
                     if d in {str(t) for t in r.target.expand()}:
                         entering[d] |= {str(t) for t in r.source.expand()}
@@ -492,6 +506,8 @@ class Checker:
         self.result([a.split(" [")[0] for a in auto["hostpull_ostree_t"]] == want,
                     f"type_transition rules into hostpull_ostree_t: {auto['hostpull_ostree_t'][:5]}, expected {want}")
         self.result(orch_entry, "no type_transition init_t hostpull_exec_t:process hostpull_t")
+        want = {"hostpull_ostree_t"} | ({"install_t"} & self.types)
+        self.result(leaving == want, f"domains hostpull_t may enter: {sorted(leaving)}, expected {sorted(want)}")
         self.result(not cap_rules, f"capability rules for hostpull_worker_t: {cap_rules[:5]}")
 
     def not_permissive(self):
@@ -510,6 +526,7 @@ def main():
     c.valid_context(WORKER)
     c.valid_context(ORCH)
     c.valid_context(IMPORT)
+    c.valid_context(INSTALL)
     for row in EXPECT:
         c.access(*row)
     if not table_only:

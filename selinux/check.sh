@@ -92,7 +92,15 @@ variant() {
 }
 link() {
     secilc --mls=true -c 33 -o "$work/$1/policy.33" -f "$work/$1/file_contexts" \
-        "$work"/store/*.cil "$work/$1/hostpull.cil" >"$work/$1/link.log" 2>&1
+        "$work"/store/*.cil "$work/fedora_install.cil" "$work/$1/hostpull.cil" >"$work/$1/link.log" 2>&1
+}
+# Fedora's install_t and install_exec_t, which refpolicy lacks: without them the
+# rebase rules' optional block would be left out of every link.
+standin() {
+    local d=$work/standin
+    mkdir -p "$d" && cp "$here"/../tests/stand-ins/fedora_install.{te,fc} "$d/" && : >"$d/fedora_install.if" &&
+        make -s -C "$d" -f "$devel_makefile" fedora_install.pp >"$d/build.log" 2>&1 &&
+        /usr/libexec/selinux/hll/pp <"$d/fedora_install.pp" >"$work/fedora_install.cil"
 }
 
 # --- 2. build ---------------------------------------------------------------
@@ -116,8 +124,13 @@ mutants=(
     'checkout|allow hostpull_ostree_t { hostpull_object_dirs }:dir { write add_name remove_name };|allow @import etc_t dir '
     'filetrans|type_transition hostpull_ostree_t { hostpull_object_dirs }:{ dir file lnk_file } hostpull_ostree_repo_t;|filetrans:hostpull_ostree_repo_t @import etc_t dir '
     'caps|allow hostpull_ostree_t self:capability { chown fowner fsetid setfcap dac_read_search };|allow @import @import capability '
+    # hostpull rebase from a unit: the consumer runs in install_t.
+    $'rebase|\t\tdomtrans_pattern(hostpull_t, install_exec_t, install_t)|tunable:hostpull_rebase @orch @install process '
+    $'rebase-nnp|\t\tallow hostpull_t install_t:process2 nnp_transition;|tunable:hostpull_rebase @orch @install process2 '
 )
 if variant main; then ok "build hostpull.pp (refpolicy headers)"; else bad "build hostpull.pp"; summary; fi
+if standin; then ok "build the stand-in for Fedora's install_t (tests/stand-ins/fedora_install.te)"; else
+    sed 's/^/  /' "$work/standin/build.log"; bad "build fedora_install.pp"; summary; fi
 
 # --- 3. link with the installed store ----------------------------------------
 # The enabled modules as libsemanage would link them: highest priority

@@ -78,7 +78,7 @@ EOF
         '"registries.d" = "/etc/containers/registries.d"' 'require-signature = true'
     profile oom "docker://$RIG_IMG_SMALL2" oci:/var/lib/hostpull/images/oom \
         'authfile = ["/etc/hostpull/auth.json"]' "$ca"
-    profile rebase "docker://$RIG_IMG_SMALL2" oci:/var/lib/hostpull/images/unused \
+    profile rebase "docker://$RIG_IMG_SMALL2" oci:/var/lib/hostpull/images/rebase \
         'authfile = ["/etc/hostpull/auth.json"]' "$ca"
     profile ostree-base "docker://$RIG_REGISTRY/hostpull/ostree:v1" ostree:/ostree/repo:hostpull-test \
         'authfile = ["/etc/hostpull/auth.json"]' "$ca"
@@ -257,6 +257,26 @@ t_ostree() {
     ! ls -d $repo/tmp/hostpull-staging-* 2>/dev/null || fail "a staging layout was left in $repo/tmp"
     ostree --repo=$repo fsck -q || fail "ostree fsck failed after the update"
 }
+# rebase from a unit: hostpull, in hostpull_t, pulls and then runs each consumer (the
+# stand-ins, labelled install_exec_t as Fedora labels rpm-ostree and bootc), which runs
+# in install_t, the domain that may change the host; NoNewPrivileges=yes, as in
+# hostpull-pull@.service. The stand-ins log their argv, their domain and their parent's.
+t_rebase() {
+    local c log=/run/hostpull-standin.log
+    for c in rpm-ostree bootc; do
+        rm -f $log
+        systemd-run --quiet --wait --collect -u "hostpull-rebase-$c" -p NoNewPrivileges=yes \
+            -p StateDirectory="hostpull hostpull/images" -p StateDirectoryMode=0755 -E STANDIN_LOG=$log \
+            /usr/bin/hostpull rebase --profile rebase --consumer $c ||
+            fail "hostpull rebase --consumer $c: $(journalctl -b -u "hostpull-rebase-$c" -o cat --no-pager | tail -5)"
+        cat $log
+        grep -q "^$c .*/var/lib/hostpull/images/rebase:v2" $log || fail "$c was not run on the layout"
+        grep -qx "context system_u:system_r:install_t:s0 parent system_u:system_r:hostpull_t:s0" $log ||
+            fail "$c did not run in install_t, started by hostpull_t"
+    done
+    layout_has /var/lib/hostpull/images/rebase v2
+}
+
 # labels: giving an object the binary policy's label is the import's right
 # (hostpull_ostree_t, which the ostree test exercises), not the orchestrator's. The same
 # setfattr command that labels a repository file policy_config_t from this shell fails
@@ -286,7 +306,7 @@ object_label() {
     [[ $label == *:$3:s0 ]] || fail "$2's object is $label, not $3"
 }
 
-TESTS=(pull_mirror domains timer sigterm oom gpg sigstore security ostree labels)
+TESTS=(pull_mirror domains timer sigterm oom gpg sigstore security ostree labels rebase)
 
 # ------------------------------------------------------------------- runner
 # Audit records of hostpull types since line N of the audit log (AVC and USER_AVC).

@@ -129,6 +129,12 @@ install_hostpull() {
     make -s install DESTDIR="$root" PREFIX=/usr BIN="$BIN" OUT="$out" SELINUXTYPE=default >&2
     # The module into the guest's policy store (the binary policy is rebuilt there).
     semodule -p "$root" -s default -i "$root/usr/share/selinux/packages/default/hostpull.pp.bz2"
+    # Fedora's install_t, where rpm-ostree and bootc run: the consumer stand-ins below
+    # carry its install_exec_t (tests/stand-ins/fedora_install.te).
+    local s=$VM_DIR/standin
+    rm -rf "$s"; mkdir -p "$s"; cp tests/stand-ins/fedora_install.{te,fc} "$s/"; : >"$s/fedora_install.if"
+    make -s -C "$s" -f /usr/share/selinux/devel/Makefile fedora_install.pp >&2
+    semodule -p "$root" -s default -i "$s/fedora_install.pp"
     # VM_DONTAUDIT=0: no dontaudit rules, so that silent denials are logged too (to
     # find what a failure hides; the counted denials then include dontaudit'ed ones).
     [ "${VM_DONTAUDIT:-1}" = 1 ] || semodule -p "$root" -s default -DB
@@ -341,6 +347,8 @@ MUTANTS=(
     'binpolicy|seutil_relabelto_bin_policy(hostpull_ostree_t)|ostree|denied  \{ [a-z ]*relabelto[a-z ]* \} .*scontext=system_u:system_r:hostpull_ostree_t:s0 tcontext=system_u:object_r:policy_config_t'
     'import|	domtrans_pattern(hostpull_t, hostpull_ostree_exec_t, hostpull_ostree_t)|ostree|denied  \{ [a-z_ ]*(getattr|execute)[a-z_ ]* \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:hostpull_ostree_exec_t'
     'proxy|can_exec(hostpull_ostree_t, hostpull_ostree_exec_t)|ostree|denied  \{ [a-z_ ]*execute_no_trans[a-z_ ]* \} .*scontext=system_u:system_r:hostpull_ostree_t:s0 tcontext=system_u:object_r:hostpull_ostree_exec_t'
+    'rebase|		domtrans_pattern(hostpull_t, install_exec_t, install_t)|rebase|denied  \{ [a-z_ ]*(execute|getattr)[a-z_ ]* \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:install_exec_t'
+    'rebase-nnp|		allow hostpull_t install_t:process2 nnp_transition;|rebase|denied  \{ nnp_transition \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:system_r:install_t:s0 tclass=process2'
     'root|filetrans_pattern(hostpull_t, hostpull_runtime_t, hostpull_worker_conf_t, dir, "root")|pull_mirror|denied  \{ create \} .*name="bin" scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:hostpull_runtime_t:s0 tclass=lnk_file'
 )
 
