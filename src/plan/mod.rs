@@ -517,28 +517,27 @@ fn max_rate(req: &Request) -> anyhow::Result<Option<u64>> {
 fn limits(req: &Request) -> anyhow::Result<Limits> {
     let mut l = Limits::default();
     if let Some(m) = &req.options.memory_max {
-        if worker::parse_size(m).is_none() {
-            return fail(
+        l.memory_max = worker::parse_size(m).ok_or_else(|| {
+            Failure::new(
                 Kind::Usage,
                 format!(
                     "invalid --memory-max: expected bytes with an optional K, M, G or T: {}",
                     quoted(m)
                 ),
-            );
-        }
-        l.memory_max = m.clone();
+            )
+        })?;
     }
     if let Some(q) = &req.options.cpu_quota {
-        if !worker::valid_cpu_quota(q) {
-            return fail(
+        let percent = worker::parse_cpu_quota(q).ok_or_else(|| {
+            Failure::new(
                 Kind::Usage,
                 format!(
                     "invalid --cpu-quota: expected a percentage such as 50%: {}",
                     quoted(q)
                 ),
-            );
-        }
-        l.cpu_quota = Some(q.clone());
+            )
+        })?;
+        l.cpu_quota = Some(percent);
     }
     if let Some(t) = req.options.tasks_max {
         if t == 0 {
@@ -1234,8 +1233,8 @@ mod tests {
         };
         let d = ok(&|_| {}).unwrap();
         assert_eq!(
-            (d.memory_max.as_str(), d.tasks_max, d.cpu_quota, d.io_weight),
-            ("512M", 256, None, 50)
+            (d.memory_max, d.tasks_max, d.cpu_quota, d.io_weight),
+            (512 << 20, 256, None, 50)
         );
         let l = ok(&|r| {
             r.options.memory_max = Some("16M".into());
@@ -1245,13 +1244,8 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            (
-                l.memory_max.as_str(),
-                l.tasks_max,
-                l.cpu_quota.as_deref(),
-                l.io_weight
-            ),
-            ("16M", 64, Some("25%"), 10)
+            (l.memory_max, l.tasks_max, l.cpu_quota, l.io_weight),
+            (16 << 20, 64, Some(25), 10)
         );
         for bad in [
             &(|r: &mut Request| r.options.memory_max = Some("lots".into()))

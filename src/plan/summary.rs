@@ -117,7 +117,7 @@ impl Plan {
                 None => w.isolation.mode(),
             },
             sandbox_error: self.sandbox_error.map(str::to_owned),
-            memory_max: unit.then(|| w.limits.memory_max.clone()),
+            memory_max: unit.then(|| super::worker::size_text(w.limits.memory_max)),
             tasks_max: unit.then_some(w.limits.tasks_max),
             max_rate: self.max_rate,
             hosts: self.host_summaries(),

@@ -78,12 +78,12 @@ impl Isolation {
 /// cgroup limits of one worker unit, as systemd.resource-control(5) spells them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// `MemoryMax=`: bytes, or with a K/M/G/T suffix.
-    pub memory_max: String,
+    /// `MemoryMax=`, bytes ([`size_text`] spells them as given).
+    pub memory_max: u64,
     /// `TasksMax=`: threads and processes.
     pub tasks_max: u32,
-    /// `CPUQuota=`, e.g. `50%`; unset means no quota.
-    pub cpu_quota: Option<String>,
+    /// `CPUQuota=`, percent of one CPU; unset means no quota.
+    pub cpu_quota: Option<u32>,
     /// `IOWeight=`, 1–10000; low so that host workloads win.
     pub io_weight: u32,
 }
@@ -91,18 +91,11 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            memory_max: "512M".into(),
+            memory_max: 512 << 20,
             tasks_max: 256,
             cpu_quota: None,
             io_weight: 50,
         }
-    }
-}
-
-impl Limits {
-    /// `MemoryMax=` in bytes, for reports and OOM detection.
-    pub fn memory_max_bytes(&self) -> Option<u64> {
-        parse_size(&self.memory_max)
     }
 }
 
@@ -124,11 +117,22 @@ pub fn parse_size(s: &str) -> Option<u64> {
         .filter(|&b| b > 0)
 }
 
-/// `N%` with N from 1 to 100 times the number of CPUs, as systemd takes it.
-pub fn valid_cpu_quota(s: &str) -> bool {
+/// Bytes as [`parse_size`] reads them, with the largest suffix that divides
+/// them: 536870912 is `512M`.
+pub fn size_text(bytes: u64) -> String {
+    for (suffix, shift) in [('T', 40), ('G', 30), ('M', 20), ('K', 10)] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{suffix}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
+/// `N%` with N from 1 to 100 times the number of CPUs, as systemd takes it: N.
+pub fn parse_cpu_quota(s: &str) -> Option<u32> {
     s.strip_suffix('%')
         .and_then(|n| n.parse::<u32>().ok())
-        .is_some_and(|n| n > 0)
+        .filter(|&n| n > 0)
 }
 
 /// What no worker unit may reach (`IPAddressDeny=`), as (network, prefix
@@ -202,8 +206,22 @@ mod tests {
             ("99999999999999999999", None),
         ] {
             assert_eq!(parse_size(s), want, "{s}");
+            if let Some(b) = want {
+                assert_eq!(parse_size(&size_text(b)), want, "{s}");
+            }
         }
-        assert!(valid_cpu_quota("50%") && valid_cpu_quota("200%"));
-        assert!(!valid_cpu_quota("50") && !valid_cpu_quota("0%") && !valid_cpu_quota("x%"));
+        for (b, text) in [
+            (512 << 20, "512M"),
+            (1 << 30, "1G"),
+            (4096, "4K"),
+            (1000, "1000"),
+        ] {
+            assert_eq!(size_text(b), text);
+        }
+        assert_eq!(parse_cpu_quota("50%"), Some(50));
+        assert_eq!(parse_cpu_quota("200%"), Some(200));
+        for bad in ["50", "0%", "x%", "-5%"] {
+            assert_eq!(parse_cpu_quota(bad), None, "{bad}");
+        }
     }
 }

@@ -358,12 +358,12 @@ impl Worker {
             _ => return Err(e),
         };
         let limits = &self.spec.limits;
-        if seen.out_of_memory(&exit, limits.memory_max_bytes()) {
+        if seen.out_of_memory(&exit, limits.memory_max) {
             return fail(
                 Kind::Worker,
                 format!(
                     "worker killed: out of memory (MemoryMax={})",
-                    limits.memory_max
+                    crate::plan::worker::size_text(limits.memory_max)
                 ),
             );
         }

@@ -66,12 +66,12 @@ impl Observed {
     /// cgroup v1 the OOM killer's SIGKILL looks like any other, so it counts as
     /// OOM when the cgroup's counter caught it, or when the worker was seen
     /// using at least half of its limit.
-    pub fn out_of_memory(&self, exit: &ExitState, memory_max: Option<u64>) -> bool {
+    pub fn out_of_memory(&self, exit: &ExitState, memory_max: u64) -> bool {
         const SIGKILL: i32 = 9;
         exit.result == "oom-kill"
             || (exit.signal() == Some(SIGKILL)
                 && (self.oom_kills > 0
-                    || matches!((self.memory_peak_bytes, memory_max), (Some(p), Some(m)) if p >= m / 2)))
+                    || self.memory_peak_bytes.is_some_and(|p| p >= memory_max / 2)))
     }
 }
 
@@ -353,7 +353,7 @@ mod tests {
             status,
         };
         let killed = exit("signal", CLD_KILLED, 9);
-        let max = Some(16 << 20);
+        let max = 16 << 20;
         assert!(o(None, 1).out_of_memory(&killed, max));
         assert!(o(Some(15 << 20), 0).out_of_memory(&killed, max));
         assert!(

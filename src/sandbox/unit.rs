@@ -2,7 +2,7 @@
 //! a dynamic user, no capabilities, a read-only system and cgroup limits. Every
 //! property is set here, in one place, with the reason for it.
 
-use crate::plan::worker::{IP_DENY, WorkerSpec};
+use crate::plan::worker::{IP_DENY, WorkerSpec, size_text};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -171,11 +171,11 @@ pub fn systemd_run(
         .map(|s| s.to_string())
         .chain([
             "RestrictAddressFamilies=AF_INET AF_INET6".into(),
-            format!("MemoryMax={}", l.memory_max),
+            format!("MemoryMax={}", size_text(l.memory_max)),
             format!("TasksMax={}", l.tasks_max),
             format!("IOWeight={}", l.io_weight),
         ])
-        .chain(l.cpu_quota.iter().map(|q| format!("CPUQuota={q}")))
+        .chain(l.cpu_quota.iter().map(|q| format!("CPUQuota={q}%")))
         .chain(policy.map(|p| format!("CPUSchedulingPolicy={p}")))
         .chain(props)
         .chain(
@@ -269,7 +269,7 @@ mod tests {
         };
         let spec = WorkerSpec {
             limits: crate::plan::worker::Limits {
-                cpu_quota: Some("50%".into()),
+                cpu_quota: Some(50),
                 ..Default::default()
             },
             selinux_context: Some("system_u:system_r:hostpull_worker_t:s0".into()),
