@@ -143,7 +143,7 @@ struct WorkerParts {
     /// None only for `sandbox_error`.
     mode: Option<Isolation>,
     limits: Limits,
-    trust: Vec<trust::HostTrust>,
+    trust: trust::Trust,
     dns: dns::Dns,
     route: registries::Route,
 }
@@ -229,7 +229,6 @@ fn worker(
             .clone()
             .unwrap_or_else(|| "skopeo".into()),
         credentials: auth::attempt(credentials, 0),
-        cert_dir: req.options.cert_dir.clone(),
         tls_verify: req.options.tls_verify.unwrap_or(true),
         limits,
         trust,
@@ -283,7 +282,7 @@ fn policy_and_trust(
     host: &dyn Host,
     image: &ImageRef,
     sources: &[ImageRef],
-) -> anyhow::Result<(policy::Applied, Vec<trust::HostTrust>)> {
+) -> anyhow::Result<(policy::Applied, trust::Trust)> {
     let cas = req
         .options
         .cas
@@ -298,14 +297,14 @@ fn policy_and_trust(
     }
     let policy = signature_policy(req, host, image)?;
     let hosts = trust_hosts(sources, &policy);
-    let mut trust = match &req.options.cert_dir {
-        Some(_) => Vec::new(),
-        None => trust::resolve(host, &hosts, &cas)?,
-    };
+    if let Some(dir) = &req.options.cert_dir {
+        return Ok((policy, trust::Trust::CertDir(dir.clone())));
+    }
+    let mut trust = trust::resolve(host, &hosts, &cas)?;
     for t in &mut trust {
         t.lookaside_only = !sources.iter().any(|r| r.domain == t.host);
     }
-    Ok((policy, trust))
+    Ok((policy, trust::Trust::PerHost(trust)))
 }
 
 /// The hosts this pull may contact: the mirrors, the primary, and an https
@@ -618,8 +617,12 @@ mod tests {
             "other:1=/td/ca.crt".to_owned(),
         ];
         let p = super::plan(&r, &h).unwrap();
-        assert_eq!(p.worker.trust.len(), 1, "only the hosts of this pull");
-        assert_eq!(p.worker.trust[0].host, "reg.svc:5000");
+        assert_eq!(
+            p.worker.trust.hosts().len(),
+            1,
+            "only the hosts of this pull"
+        );
+        assert_eq!(p.worker.trust.hosts()[0].host, "reg.svc:5000");
         r.options.cert_dir = Some("/td".into());
         assert_eq!(
             crate::error::exit_code(&super::plan(&r, &h).unwrap_err()),

@@ -154,14 +154,14 @@ impl Plan {
             .enumerate()
             .map(|(i, r)| {
                 let host = &r.domain;
-                let trust = w.trust.iter().find(|t| &t.host == host);
+                let trust = w.trust.hosts().iter().find(|t| &t.host == host);
                 let candidates: Vec<String> = self
                     .credentials
                     .iter()
                     .filter(|c| &c.host == host)
                     .map(|c| format!("{} (key {})", c.source, c.key))
                     .collect();
-                let cas = match &w.cert_dir {
+                let cas = match w.trust.cert_dir() {
                     Some(d) => vec![format!("{} (--cert-dir, every host)", d.display())],
                     None => trust
                         .map(|t| t.cas.iter().map(|c| c.display().to_string()).collect())

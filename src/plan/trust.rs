@@ -29,6 +29,41 @@ pub struct HostTrust {
     pub lookaside_only: bool,
 }
 
+/// How the worker trusts registries: one CA directory for every host, or each
+/// host its own CAs and client certificate. `--cert-dir` and `--ca` exclude
+/// each other, and so do these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trust {
+    /// `--cert-dir`: skopeo's `--cert-dir`, for every host.
+    CertDir(PathBuf),
+    /// `--ca` and certs.d: only the hosts of this pull that have any.
+    PerHost(Vec<HostTrust>),
+}
+
+impl Default for Trust {
+    fn default() -> Self {
+        Self::PerHost(Vec::new())
+    }
+}
+
+impl Trust {
+    /// The per-host entries; none under `--cert-dir`.
+    pub fn hosts(&self) -> &[HostTrust] {
+        match self {
+            Self::PerHost(hosts) => hosts,
+            Self::CertDir(_) => &[],
+        }
+    }
+
+    /// The one directory of `--cert-dir`.
+    pub fn cert_dir(&self) -> Option<&Path> {
+        match self {
+            Self::CertDir(dir) => Some(dir),
+            Self::PerHost(_) => None,
+        }
+    }
+}
+
 /// Parse `--ca HOST[:PORT]=FILE`.
 pub fn parse_ca(host_fs: &dyn Host, arg: &str) -> anyhow::Result<(String, PathBuf)> {
     let Some((host, file)) = arg.split_once('=') else {

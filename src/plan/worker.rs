@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use crate::options::SandboxMode;
 use crate::plan::auth::Chosen;
 use crate::plan::dns::Dns;
-use crate::plan::trust::HostTrust;
+use crate::plan::trust::Trust;
 
 /// Everything the worker may use for one pull.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,16 +21,14 @@ pub struct WorkerSpec {
     /// The credentials this pull may use, one per host; none means `--no-creds`.
     /// The worker gets an authfile with exactly these entries.
     pub credentials: Vec<Chosen>,
-    /// One CA directory for every host (skopeo's `--cert-dir`).
-    pub cert_dir: Option<PathBuf>,
     /// False under `--tls-verify=false`: skopeo skips TLS verification.
     pub tls_verify: bool,
     /// The cgroup limits of its unit.
     pub limits: Limits,
     /// `SELinuxContext=` of the worker unit; set where SELinux is enabled.
     pub selinux_context: Option<String>,
-    /// Per-host CAs and client certificates (without `--cert-dir`).
-    pub trust: Vec<HostTrust>,
+    /// The CAs and client certificates it may use.
+    pub trust: Trust,
     /// The worker's own resolver settings and /etc/hosts entries.
     pub dns: Dns,
     /// The worker's registries.conf: this image's table only.
@@ -45,11 +43,10 @@ impl WorkerSpec {
             isolation,
             skopeo: "/usr/bin/skopeo".into(),
             credentials: Vec::new(),
-            cert_dir: None,
             tls_verify: true,
             limits: Limits::default(),
             selinux_context: None,
-            trust: Vec::new(),
+            trust: Trust::default(),
             dns: Dns::default(),
             registries_conf: String::new(),
         }

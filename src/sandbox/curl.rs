@@ -37,7 +37,7 @@ impl Worker {
     /// curl's `--cacert` for an https `url`: the host's bundle, if it has CAs.
     fn ca_bundle_for(&self, url: &str, unit: Option<&str>) -> Option<PathBuf> {
         let host = url.strip_prefix("https://")?.split('/').next()?;
-        let t = self.spec.trust.iter().find(|t| t.host == host)?;
+        let t = self.spec.trust.hosts().iter().find(|t| t.host == host)?;
         if t.cas.is_empty() {
             return None;
         }

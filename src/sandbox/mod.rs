@@ -228,13 +228,13 @@ impl Worker {
 
     /// The CA directory as skopeo sees it; in a unit, its credentials directory.
     fn cert_dir_for(&self, unit: Option<&str>) -> Option<PathBuf> {
-        let Some(d) = self.spec.cert_dir.as_ref() else {
+        let Some(d) = self.spec.trust.cert_dir() else {
             return match &self.mode {
                 Mode::Plain { host_cert_dir, .. } => host_cert_dir.clone(),
                 Mode::Systemd { .. } => None,
             };
         };
-        Some(unit.map_or_else(|| d.clone(), unit::credentials_dir))
+        Some(unit.map_or_else(|| d.to_owned(), unit::credentials_dir))
     }
 
     /// A unit's certs.d tree, bound over /etc/containers/certs.d: each host's
@@ -244,11 +244,11 @@ impl Worker {
         let Some(staging) = &self.staging else {
             return Ok(None);
         };
-        if self.spec.trust.is_empty() {
+        if self.spec.trust.hosts().is_empty() {
             return Ok(None);
         }
         let tree = format!("certs.d-{n}");
-        for (i, t) in self.spec.trust.iter().enumerate() {
+        for (i, t) in self.spec.trust.hosts().iter().enumerate() {
             let dir = format!("{tree}/{}", t.host);
             prepare::stage_certs(staging, &dir, t)?;
             prepare::stage_ca_bundle(staging, &dir, t)?;
@@ -596,7 +596,7 @@ fn pdeathsig(c: &mut Command, signal: rustix::process::Signal) {
 mod tests {
     use super::*;
     use crate::plan::auth::Chosen;
-    use crate::plan::trust::HostTrust;
+    use crate::plan::trust::{HostTrust, Trust};
 
     fn spec(mode: Isolation) -> WorkerSpec {
         WorkerSpec::for_tests(mode)
@@ -613,7 +613,7 @@ mod tests {
                 source: "/a.json".into(),
                 key: "reg.io".into(),
             }],
-            cert_dir: Some("/certs".into()),
+            trust: Trust::CertDir("/certs".into()),
             tls_verify: false,
             ..spec(Isolation::None)
         })
@@ -711,7 +711,7 @@ mod tests {
             trust(vec![], Some((file.clone(), dir.clone()))),
         ] {
             let mut spec = spec(Isolation::None);
-            spec.trust = vec![t];
+            spec.trust = Trust::PerHost(vec![t]);
             let e = Worker::prepare(&spec).await.err().unwrap();
             assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
             assert!(format!("{e:#}").contains(dir.to_str().unwrap()), "{e:#}");

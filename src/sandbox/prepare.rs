@@ -32,13 +32,13 @@ pub(super) fn systemd(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<un
         std::fs::DirBuilder::new().mode(0o755).create(&empty)?;
         mounts.binds.push((empty, host_dropins.into()));
     }
-    if let Some(dir) = &spec.cert_dir {
+    if let Some(dir) = spec.trust.cert_dir() {
         for name in cert_files(dir)? {
             let staged = staging.copy(&name, &dir.join(&name))?;
             mounts.credentials.push((name, staged));
         }
     }
-    for (i, t) in spec.trust.iter().enumerate() {
+    for (i, t) in spec.trust.hosts().iter().enumerate() {
         if let Some((_, key)) = &t.client {
             // The key stays root-only; the unit gets it as a credential.
             let name = client_key_name(i);
@@ -112,7 +112,7 @@ pub(super) fn plain(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<Mode
     // Without mounts, trust can only be given as one --cert-dir; the
     // plan allows that only for the image's own host.
     let mut host_cert_dir = None;
-    if let Some(t) = spec.trust.iter().find(|t| !t.lookaside_only) {
+    if let Some(t) = spec.trust.hosts().iter().find(|t| !t.lookaside_only) {
         let dir = format!("certs.d/{}", t.host);
         stage_certs(staging, &dir, t)?;
         if let Some((_, key)) = &t.client {
@@ -120,7 +120,7 @@ pub(super) fn plain(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<Mode
         }
         host_cert_dir = Some(staging.path().join(dir));
     }
-    for t in &spec.trust {
+    for t in spec.trust.hosts() {
         stage_ca_bundle(staging, &format!("certs.d/{}", t.host), t)?;
     }
     Ok(Mode::Plain {
