@@ -65,17 +65,16 @@ pub struct CredentialReport {
 
 impl CredentialReport {
     /// The credentials of try `n` (`plan::auth::attempt`), among all candidates.
-    pub fn of_attempt(all: &[crate::plan::auth::Chosen], n: usize) -> Vec<Self> {
-        crate::plan::auth::attempt(all, n)
-            .into_iter()
-            .map(|c| {
-                let mine: Vec<_> = all.iter().filter(|o| o.host == c.host).collect();
+    pub fn of_attempt(all: &[crate::plan::auth::HostCredentials], n: usize) -> Vec<Self> {
+        all.iter()
+            .map(|h| {
+                let (i, c) = h.for_try(n);
                 Self {
-                    candidate: 1 + mine.iter().position(|o| **o == c).unwrap_or_default(),
-                    candidates: mine.len(),
-                    host: c.host,
-                    source: c.source,
-                    key: c.key,
+                    candidate: 1 + i,
+                    candidates: h.candidates().len(),
+                    host: c.host.clone(),
+                    source: c.source.clone(),
+                    key: c.key.clone(),
                 }
             })
             .collect()

@@ -65,7 +65,7 @@ pub struct Plan {
     pub sandbox_error: Option<&'static str>,
     /// Per host, every matching credential in the order tried: a try refused
     /// by the registry moves on to `auth::attempt(&credentials, n + 1)`.
-    pub credentials: Vec<auth::Chosen>,
+    pub credentials: Vec<auth::HostCredentials>,
     /// How long the pull may take.
     pub retry: RetryPolicy,
     /// `--max-rate`: the most bytes a second the whole pull reads.
@@ -173,10 +173,11 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
         .map(|s| s.reference.domain.clone())
         .collect();
     // Each host gets its candidates, in order.
-    let mut credentials: Vec<auth::Chosen> = Vec::new();
+    let mut credentials: Vec<auth::HostCredentials> = Vec::new();
     for r in &sources {
         if !credentials.iter().any(|c| c.host == r.domain) {
-            credentials.extend(credentials_for(req, host, r)?);
+            let candidates = credentials_for(req, host, r)?;
+            credentials.extend(auth::HostCredentials::new(&r.domain, candidates));
         }
     }
     let (policy, trust) = policy_and_trust(req, host, &image, &sources)?;
@@ -211,7 +212,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
 fn worker(
     req: &Request,
     host: &dyn Host,
-    credentials: &[auth::Chosen],
+    credentials: &[auth::HostCredentials],
     parts: WorkerParts,
 ) -> anyhow::Result<WorkerSpec> {
     let WorkerParts {
@@ -916,8 +917,8 @@ mod tests {
             r.options.provider_config = Some("/d/providers.yaml".into());
             r.options.provider_bin_dir = Some("/d".into());
             let p = super::plan(&r, &h).unwrap();
-            let got: Vec<String> = p
-                .credentials
+            let got: Vec<String> = p.credentials[0]
+                .candidates()
                 .iter()
                 .map(|c| {
                     String::from_utf8(
@@ -930,7 +931,10 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "{:?}", r.options.pull_secrets);
             // The worker's first try has the first; the plan names them all.
-            assert_eq!(p.worker.credentials, [p.credentials[0].clone()]);
+            assert_eq!(
+                p.worker.credentials,
+                [p.credentials[0].for_try(0).1.clone()]
+            );
             let s = p.summary();
             let hs = &s.hosts[0];
             assert_eq!(hs.fallbacks.len(), want.len() - 1);
@@ -1147,13 +1151,21 @@ mod tests {
             r#"{"auths": {"other.io": {"auth": "pants"}, "h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#,
         );
         let p = super::plan(&r, &malformed).unwrap();
-        let sources: Vec<&str> = p.credentials.iter().map(|c| c.source.as_str()).collect();
+        let sources: Vec<&str> = (p.credentials.iter())
+            .flat_map(|h| h.candidates())
+            .map(|c| c.source.as_str())
+            .collect();
         assert_eq!(sources, ["/nonexistent-root/etc/ostree/auth.json"]);
         // Readable, it is a candidate after ostree's.
         let good = h(r#"{"auths": {"h.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}"#);
-        assert_eq!(super::plan(&r, &good).unwrap().credentials.len(), 2);
+        let candidates = |h| {
+            super::plan(&r, h).unwrap().credentials[0]
+                .candidates()
+                .len()
+        };
+        assert_eq!(candidates(&good), 2);
         let broken = h("{");
-        assert_eq!(super::plan(&r, &broken).unwrap().credentials.len(), 1);
+        assert_eq!(candidates(&broken), 1);
         let mut r = r;
         r.options.pull_secrets = vec!["/nonexistent-root/var/lib/kubelet/config.json".into()];
         assert_eq!(

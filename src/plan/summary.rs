@@ -155,10 +155,9 @@ impl Plan {
             .map(|(i, r)| {
                 let host = &r.domain;
                 let trust = w.trust.hosts().iter().find(|t| &t.host == host);
-                let candidates: Vec<String> = self
-                    .credentials
-                    .iter()
-                    .filter(|c| &c.host == host)
+                let candidates: Vec<String> = (self.credentials.iter())
+                    .filter(|h| &h.host == host)
+                    .flat_map(|h| h.candidates())
                     .map(|c| format!("{} (key {})", c.source, c.key))
                     .collect();
                 let cas = match w.trust.cert_dir() {

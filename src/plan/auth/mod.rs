@@ -528,30 +528,46 @@ fn read(host: &dyn Host, path: &Path) -> anyhow::Result<String> {
         .map_err(|e| Failure::new(Kind::Usage, format!("reading {}: {e}", path.display())).into())
 }
 
-/// How many credential sets a pull may try: the most candidates of any host.
-pub fn attempts(all: &[Chosen]) -> usize {
-    let mut hosts: Vec<&str> = all.iter().map(|c| c.host.as_str()).collect();
-    hosts.dedup();
-    hosts
-        .iter()
-        .map(|h| all.iter().filter(|c| c.host == *h).count())
-        .max()
-        .unwrap_or(0)
+/// Every credential one host may be tried with, in order. Never empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCredentials {
+    /// The registry host (`host[:port]`).
+    pub host: String,
+    candidates: Vec<Chosen>,
 }
 
-/// The credential set of try `n`: each host's `n`-th candidate, or its last
-/// one when it has fewer. One credential per host, so each try's authfile is
-/// as narrow as the first's.
-pub fn attempt(all: &[Chosen], n: usize) -> Vec<Chosen> {
-    let mut out: Vec<Chosen> = Vec::new();
-    for c in all {
-        if out.iter().any(|o| o.host == c.host) {
-            continue;
-        }
-        let mine: Vec<&Chosen> = all.iter().filter(|o| o.host == c.host).collect();
-        out.push(mine[n.min(mine.len() - 1)].clone());
+impl HostCredentials {
+    /// The host's candidates; none without one.
+    pub fn new(host: &str, candidates: Vec<Chosen>) -> Option<Self> {
+        (!candidates.is_empty()).then(|| Self {
+            host: host.to_owned(),
+            candidates,
+        })
     }
-    out
+
+    /// In the order tried.
+    pub fn candidates(&self) -> &[Chosen] {
+        &self.candidates
+    }
+
+    /// Try `n`'s candidate and its index: the `n`-th, or the last one when
+    /// there are fewer.
+    pub fn for_try(&self, n: usize) -> (usize, &Chosen) {
+        let i = n.min(self.candidates.len() - 1);
+        (i, &self.candidates[i])
+    }
+}
+
+/// How many credential sets a pull may try: the most candidates of any host.
+pub fn attempts(all: &[HostCredentials]) -> usize {
+    all.iter().map(|h| h.candidates.len()).max().unwrap_or(0)
+}
+
+/// The credential set of try `n`: each host's candidate for it
+/// ([`HostCredentials::for_try`]). One credential per host, so each try's
+/// authfile is as narrow as the first's.
+pub fn attempt(all: &[HostCredentials], n: usize) -> Vec<Chosen> {
+    all.iter().map(|h| h.for_try(n).1.clone()).collect()
 }
 
 /// `user:password` as auth.json's `auth` holds it.
@@ -1349,11 +1365,14 @@ mod tests {
             key: host.into(),
         };
         let all = [
-            c("mirror", "m1"),
-            c("primary", "p1"),
-            c("primary", "p2"),
-            c("primary", "p3"),
+            HostCredentials::new("mirror", vec![c("mirror", "m1")]).unwrap(),
+            HostCredentials::new(
+                "primary",
+                vec![c("primary", "p1"), c("primary", "p2"), c("primary", "p3")],
+            )
+            .unwrap(),
         ];
+        assert_eq!(HostCredentials::new("none", Vec::new()), None);
         assert_eq!(attempts(&all), 3);
         let auths = |n| {
             attempt(&all, n)
