@@ -295,7 +295,7 @@ async fn pull_to_dest(
     plan: plan::Plan,
     progress: &Progress,
 ) -> anyhow::Result<crate::report::Report> {
-    let Some(target) = &plan.dest else {
+    let Some(plan::DestPlan { target, .. }) = &plan.dest else {
         return crate::fetch::pull(&plan, progress).await;
     };
     let dest = crate::store::Destination::of(target)?;
@@ -326,7 +326,7 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
         }
         plan_for(&o, Verb::Rebase).await?
     };
-    let Some(plan::imgref::Target::Oci { dir, tag }) = &plan.dest else {
+    let Some(plan::imgref::Target::Oci { dir, tag }) = plan.dest.as_ref().map(|d| &d.target) else {
         return error::fail(
             Kind::Usage,
             "rebase hands over an OCI layout: give --layout DIR or --dest oci:DIR",

@@ -74,7 +74,7 @@ type LayoutTag<'a> = (&'a Destination, &'a str);
 /// Pull as the plan says, into its `oci:` layout. SIGINT and SIGTERM stop
 /// it: the worker's units are stopped, and the layout is left as it was.
 pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
-    let Some(Target::Oci { dir, .. }) = &plan.dest else {
+    let Some(Target::Oci { dir, .. }) = plan.dest.as_ref().map(|d| &d.target) else {
         return fail(
             Kind::Usage,
             "this plan has no oci:DIR destination to pull into",
@@ -92,16 +92,13 @@ pub async fn pull_into(
     dest: &Destination,
 ) -> anyhow::Result<Report> {
     let start = Instant::now();
-    let Some(target) = &plan.dest else {
+    let Some(crate::plan::DestPlan { target, .. }) = &plan.dest else {
         return fail(
             Kind::Usage,
             "--dest oci:DIR[:TAG] is required (or --profile NAME)",
         );
     };
     let into = (dest, target.tag());
-    if let Some(e) = plan.sandbox_error {
-        return fail(Kind::Worker, e);
-    }
     if plan.defer_if_metered {
         crate::metered::check().await?;
     }
@@ -143,10 +140,7 @@ pub async fn pull_into(
         manifest_digest: resolved.digest,
         source_digest: resolved.source_digest,
         platform: plan.platform.to_string(),
-        dest: match target {
-            Target::Oci { dir, .. } => dir.display().to_string(),
-            Target::Ostree { dest, .. } => dest.repo.display().to_string(),
-        },
+        dest: target.path().display().to_string(),
         tag: target.tag().to_owned(),
         layers_total: total,
         layers_fetched: fetched_layers,
@@ -396,7 +390,7 @@ async fn open_layout(
             missing.push(d.clone());
         }
     }
-    if let Some(rule) = &plan.space {
+    if let Some(crate::plan::DestPlan { space: rule, .. }) = &plan.dest {
         let fs = crate::host::statvfs(&rule.path)
             .with_context(|| format!("Measuring the free space of {}", rule.path.display()))?;
         let sizes: Vec<u64> = missing.iter().map(|d| d.size).collect();

@@ -2,7 +2,7 @@
 //! destinations (`oci:DIR[:TAG]`). Pure parsers: `&str` in, typed value out.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::digest::Sha256Digest;
 use crate::error::{Kind, fail, quoted};
@@ -318,6 +318,14 @@ impl Target {
     pub fn tag(&self) -> &str {
         match self {
             Self::Oci { tag, .. } | Self::Ostree { tag, .. } => tag,
+        }
+    }
+
+    /// The layout's directory, or the repository.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Oci { dir, .. } => dir,
+            Self::Ostree { dest, .. } => &dest.repo,
         }
     }
 }

@@ -53,16 +53,12 @@ pub struct Plan {
     pub image: ImageRef,
     /// Where the pull goes. None only in a plan made without a destination
     /// (`Request::dry_run`), which is shown and never pulled.
-    pub dest: Option<Target>,
+    pub dest: Option<DestPlan>,
     /// The platform an index resolves to.
     pub platform: Platform,
     /// The worker for the first try; its `credentials` are
     /// `auth::attempt(&credentials, 0)`.
     pub worker: WorkerSpec,
-    /// Set only in a dry-run plan for `--sandbox auto` on a host without
-    /// systemd: the error a pull fails with ([`NO_SYSTEMD`], exit 8). The
-    /// worker then has what `auto` is where systemd runs the host.
-    pub sandbox_error: Option<&'static str>,
     /// Per host, every matching credential in the order tried: a try refused
     /// by the registry moves on to `auth::attempt(&credentials, n + 1)`.
     pub credentials: Vec<auth::HostCredentials>,
@@ -82,12 +78,19 @@ pub struct Plan {
     /// run to make this plan, by label, in order; an answer from the cache
     /// runs none. `hostpull plan` shows them.
     pub plugins_run: Vec<String>,
-    /// What the destination's filesystem must hold: checked against what
-    /// the pull lacks once the manifest says it. None without a destination.
-    pub space: Option<space::Rule>,
     /// `--defer-if-metered` without `allow-metered`: a metered connection
     /// (NetworkManager) defers the pull (exit 12) before the worker starts.
     pub defer_if_metered: bool,
+}
+
+/// Where a pull goes, and what it must leave free there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestPlan {
+    /// The layout or the repository, and the tag or ref.
+    pub target: Target,
+    /// What the destination's filesystem must hold: checked against what
+    /// the pull lacks once the manifest says it.
+    pub space: space::Rule,
 }
 
 /// How long a pull may take, and how long it may go without a byte.
@@ -140,8 +143,7 @@ pub fn plan(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
 
 /// What the worker is given besides the request: decided by [`decide`].
 struct WorkerParts {
-    /// None only for `sandbox_error`.
-    mode: Option<Isolation>,
+    mode: Isolation,
     limits: Limits,
     trust: trust::Trust,
     dns: dns::Dns,
@@ -190,12 +192,18 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
         dns,
         route,
     };
+    let dest = match dest {
+        Some(target) => Some(DestPlan {
+            space: space::rule(host, &target)?,
+            target,
+        }),
+        None => None,
+    };
     Ok(Plan {
         image,
-        dest: dest.clone(),
+        dest,
         platform,
         worker: worker(req, host, &credentials, parts)?,
-        sandbox_error: mode.is_none().then_some(NO_SYSTEMD),
         retry: retry(req)?,
         credentials,
         max_rate: max_rate(req)?,
@@ -203,7 +211,6 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
         insecure_hosts,
         policy,
         plugins_run: Vec::new(),
-        space: dest.as_ref().map(|d| space::rule(host, d)).transpose()?,
         defer_if_metered: req.options.defer_if_metered && !req.options.allow_metered,
     })
 }
@@ -223,7 +230,7 @@ fn worker(
         route,
     } = parts;
     Ok(WorkerSpec {
-        isolation: mode.unwrap_or(Isolation::Systemd),
+        isolation: mode,
         skopeo: req
             .options
             .skopeo
@@ -265,16 +272,14 @@ fn check_inputs(req: &Request, host: &dyn Host) -> anyhow::Result<()> {
 }
 
 /// `--sandbox`, with `auto` decided for this host.
-fn isolation(req: &Request, host: &dyn Host) -> anyhow::Result<Option<Isolation>> {
-    Ok(Some(
-        match req.options.sandbox.unwrap_or(SandboxMode::Auto) {
-            SandboxMode::Auto if host.systemd_booted() => Isolation::Systemd,
-            SandboxMode::Auto if req.dry_run => return Ok(None),
-            SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
-            SandboxMode::Systemd => Isolation::Systemd,
-            SandboxMode::None => Isolation::None,
-        },
-    ))
+fn isolation(req: &Request, host: &dyn Host) -> anyhow::Result<Isolation> {
+    Ok(match req.options.sandbox.unwrap_or(SandboxMode::Auto) {
+        SandboxMode::Auto if host.systemd_booted() => Isolation::Systemd,
+        SandboxMode::Auto if req.dry_run => Isolation::Undecided,
+        SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
+        SandboxMode::Systemd => Isolation::Systemd,
+        SandboxMode::None => Isolation::None,
+    })
 }
 
 /// The signature policy, and the trust of every host the pull may contact.
@@ -331,17 +336,13 @@ fn trust_hosts(sources: &[ImageRef], policy: &policy::Applied) -> Vec<String> {
 
 /// The worker's resolver settings, which only a unit can have, and none that
 /// sends a host of this pull where the unit may not go.
-fn worker_dns(
-    req: &Request,
-    mode: Option<Isolation>,
-    hosts: &[String],
-) -> anyhow::Result<dns::Dns> {
+fn worker_dns(req: &Request, mode: Isolation, hosts: &[String]) -> anyhow::Result<dns::Dns> {
     let dns = dns::Dns::parse(
         &req.options.dns,
         &req.options.dns_search,
         &req.options.add_hosts,
     )?;
-    if mode == Some(Isolation::None) && !dns.is_empty() {
+    if mode == Isolation::None && !dns.is_empty() {
         return fail(
             Kind::Usage,
             "--dns, --dns-search and --add-host need --sandbox systemd: without it the worker shares the host's resolver",
@@ -349,7 +350,7 @@ fn worker_dns(
     }
     // The unit denies link-local and cloud metadata addresses (worker::IP_DENY):
     // a registry there would fail only once its unit ran, and obscurely.
-    if mode == Some(Isolation::Systemd)
+    if mode == Isolation::Systemd
         && let Some((host, ip)) = dns
             .known_addresses(hosts)
             .into_iter()
@@ -745,7 +746,7 @@ mod tests {
         ];
         for (image, dest, want) in cases {
             match (plan(&req(image, dest)), want) {
-                (Ok(p), Some(t)) => assert_eq!(p.dest.unwrap().tag(), t),
+                (Ok(p), Some(t)) => assert_eq!(p.dest.unwrap().target.tag(), t),
                 (Err(e), None) => assert_eq!(crate::error::exit_code(&e), 2),
                 (r, _) => panic!("{image} {dest}: {r:?}"),
             }
@@ -769,7 +770,11 @@ mod tests {
                 dir: want.into(),
                 tag: "t".into(),
             };
-            assert_eq!(plan(&r).unwrap().dest, Some(want), "{dest}");
+            assert_eq!(
+                plan(&r).unwrap().dest.map(|d| d.target),
+                Some(want),
+                "{dest}"
+            );
         }
     }
 
@@ -800,7 +805,7 @@ mod tests {
             ostree: false,
             fs: Some(fs),
         };
-        assert_eq!(p.space, Some(rule));
+        assert_eq!(p.dest.as_ref().map(|d| &d.space), Some(&rule));
         let text = p.summary().text();
         assert!(
             text.contains("space     2252800 bytes writable on the filesystem of /var/lib/l/new; the blobs it lacks are checked against it once the manifest is fetched (exit 11)\n"),
@@ -811,10 +816,10 @@ mod tests {
             dry_run: true,
             ..req("h.io/a:1", "")
         };
-        assert_eq!(super::plan(&dry, &h).unwrap().space, None);
+        assert_eq!(super::plan(&dry, &h).unwrap().dest, None);
         if cfg!(feature = "ostree") {
             let p = super::plan(&req("h.io/a:1", "ostree:/repo"), &h).unwrap();
-            let s = p.space.clone().unwrap();
+            let s = p.dest.clone().unwrap().space;
             assert_eq!((s.reserve, s.ostree), (space::Reserve::Percent(10), true));
             let text = p.summary().text();
             // 10% of 1000 blocks kept: 500 of the 600 free as root.
@@ -870,7 +875,11 @@ mod tests {
             "h.io/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
         match super::plan(&req(pinned, "ostree:/repo:os/stable"), &h) {
             Ok(p) if cfg!(feature = "ostree") => {
-                let Some(Target::Ostree { dest, tag }) = p.dest else {
+                let Some(DestPlan {
+                    target: Target::Ostree { dest, tag },
+                    ..
+                }) = p.dest
+                else {
                     panic!("{:?}", p.dest)
                 };
                 assert_eq!(dest.ostree_ref.as_deref(), Some("os/stable"));

@@ -6,6 +6,7 @@ use crate::options::SandboxMode;
 use crate::plan::Plan;
 use crate::plan::imgref::{OstreeDest, Target};
 use crate::plan::space::Reserve;
+use crate::plan::worker::Isolation;
 
 /// What `hostpull plan` shows: everything the pull may use, per host, with
 /// the credential's source and key but never the secret.
@@ -107,16 +108,10 @@ impl Plan {
         Summary {
             image: self.image.to_string(),
             platform: self.platform.to_string(),
-            dest: self.dest.as_ref().map(|d| match d {
-                Target::Oci { dir, .. } => dir.display().to_string(),
-                Target::Ostree { dest, .. } => dest.repo.display().to_string(),
-            }),
-            tag: self.dest.as_ref().map(|d| d.tag().to_owned()),
-            sandbox: match self.sandbox_error {
-                Some(_) => SandboxMode::Auto,
-                None => w.isolation.mode(),
-            },
-            sandbox_error: self.sandbox_error.map(str::to_owned),
+            dest: (self.dest.as_ref()).map(|d| d.target.path().display().to_string()),
+            tag: self.dest.as_ref().map(|d| d.target.tag().to_owned()),
+            sandbox: w.isolation.mode(),
+            sandbox_error: (w.isolation == Isolation::Undecided).then(|| super::NO_SYSTEMD.into()),
             memory_max: unit.then(|| super::worker::size_text(w.limits.memory_max)),
             tasks_max: unit.then_some(w.limits.tasks_max),
             max_rate: self.max_rate,
@@ -132,12 +127,12 @@ impl Plan {
             signature: self.policy.describe(),
             lookaside: self.policy.lookaside.clone(),
             sigstore: self.policy.sigstore_sources(),
-            ostree: match &self.dest {
+            ostree: match self.dest.as_ref().map(|d| &d.target) {
                 Some(Target::Ostree { dest, .. }) => Some(dest.clone()),
                 _ => None,
             },
             plugins_run: self.plugins_run.clone(),
-            space: self.space.as_ref().map(|r| SpaceSummary {
+            space: self.dest.as_ref().map(|d| &d.space).map(|r| SpaceSummary {
                 path: r.path.display().to_string(),
                 writable_bytes: r.fs.map(|fs| r.allowed(&fs, true)),
                 kept_free_bytes: r.fs.map(|fs| r.reserve.bytes(&fs)),

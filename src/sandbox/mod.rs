@@ -150,8 +150,9 @@ enum Mode {
         /// What every unit gets from the staging directory.
         mounts: unit::Mounts,
     },
-    /// Each worker a direct child, with files of the staging directory.
-    Plain {
+    /// `--sandbox none`: each worker a direct child, with files of the
+    /// staging directory.
+    None {
         /// The worker's HOME: empty and private.
         home: PathBuf,
         /// The image host's staged CA directory, as `--cert-dir`.
@@ -186,6 +187,7 @@ impl Worker {
                     mounts.map(|mounts| Mode::Systemd { systemd, mounts }),
                 )
             }
+            Isolation::Undecided => return fail(Kind::Worker, crate::plan::NO_SYSTEMD),
             Isolation::None => {
                 let staging = Staging::create(&std::env::temp_dir(), &format!("hostpull-{id}"))?;
                 let mode = prepare::plain(spec, &staging);
@@ -220,7 +222,7 @@ impl Worker {
         match unit {
             Some(u) => Some(unit::credentials_dir(u).join(AUTHFILE)),
             None => match &self.mode {
-                Mode::Plain { authfile, .. } => authfile.clone(),
+                Mode::None { authfile, .. } => authfile.clone(),
                 Mode::Systemd { .. } => None,
             },
         }
@@ -230,7 +232,7 @@ impl Worker {
     fn cert_dir_for(&self, unit: Option<&str>) -> Option<PathBuf> {
         let Some(d) = self.spec.trust.cert_dir() else {
             return match &self.mode {
-                Mode::Plain { host_cert_dir, .. } => host_cert_dir.clone(),
+                Mode::None { host_cert_dir, .. } => host_cert_dir.clone(),
                 Mode::Systemd { .. } => None,
             };
         };
@@ -284,7 +286,7 @@ impl Worker {
     fn registries_args(&self, unit: Option<&str>) -> Vec<String> {
         let conf = match (&self.mode, unit) {
             (_, Some(unit)) => Some(unit::credentials_dir(unit).join(REGISTRIES_CONF)),
-            (Mode::Plain { registries, .. }, None) => Some(registries.clone()),
+            (Mode::None { registries, .. }, None) => Some(registries.clone()),
             (Mode::Systemd { .. }, None) => None,
         };
         conf.map(|c| vec!["--registries-conf".into(), c.to_string_lossy().into_owned()])
@@ -315,7 +317,7 @@ impl Worker {
                     program: program.into(),
                 })
             }
-            Mode::Plain { home, children, .. } => {
+            Mode::None { home, children, .. } => {
                 // A direct child with a clean environment and a parent-death signal.
                 let mut c = Command::new(program);
                 c.env_clear()
@@ -508,7 +510,7 @@ impl Worker {
             Some(o) => (Some(o.unit), o.uid, o.memory_peak_bytes),
             None => (
                 None,
-                matches!(self.mode, Mode::Plain { .. }).then(|| rustix::process::getuid().as_raw()),
+                matches!(self.mode, Mode::None { .. }).then(|| rustix::process::getuid().as_raw()),
                 None,
             ),
         };
@@ -542,7 +544,7 @@ impl Worker {
                     }
                 }
             }
-            Mode::Plain { children, .. } => children.kill(),
+            Mode::None { children, .. } => children.kill(),
         }
     }
 }
@@ -600,6 +602,16 @@ mod tests {
 
     fn spec(mode: Isolation) -> WorkerSpec {
         WorkerSpec::for_tests(mode)
+    }
+
+    /// A dry-run plan's undecided `auto` cannot start a worker: exit 8.
+    #[tokio::test]
+    async fn an_undecided_sandbox_starts_no_worker() {
+        let e = Worker::prepare(&spec(Isolation::Undecided))
+            .await
+            .unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 8);
+        assert_eq!(e.to_string(), crate::plan::NO_SYSTEMD);
     }
 
     #[tokio::test]

@@ -123,7 +123,7 @@ pub(super) fn plain(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<Mode
     for t in spec.trust.hosts() {
         stage_ca_bundle(staging, &format!("certs.d/{}", t.host), t)?;
     }
-    Ok(Mode::Plain {
+    Ok(Mode::None {
         home,
         host_cert_dir,
         authfile,
