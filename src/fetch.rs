@@ -19,7 +19,7 @@ use crate::sandbox::Worker;
 use crate::signature::Verdict;
 use crate::store::{Destination, Layout};
 use crate::verify;
-use transfer::{Watchdog, transfer};
+use transfer::{Flow, transfer};
 
 /// A manifest that root has hashed and checked, ready to fetch.
 #[derive(Debug)]
@@ -500,15 +500,15 @@ async fn fetch_blobs(
 ) -> anyhow::Result<()> {
     let todo = &tally.todo;
     let stall = plan.retry.stall;
-    let watchdog = Watchdog::new(todo.len(), plan.max_rate);
+    let flow = Flow::new(todo.len(), plan.max_rate);
     let session = worker.proxy_session();
     let session = session.run(image, async |proxy, img| {
-        transfer(proxy, img, layout, tally, &watchdog).await
+        transfer(proxy, img, layout, tally, &flow).await
     });
     tokio::select! {
         r = session => r,
-        never = report_bytes(progress, &watchdog, tally) => match never {},
-        () = watchdog.stalled(stall) => Err(Failure::new(
+        never = report_bytes(progress, &flow, tally) => match never {},
+        () = flow.stalled(stall) => Err(Failure::new(
             Kind::Network,
             format!("{STALLED} no data from the registry for {}s (--stall-timeout)", stall.as_secs()),
         )
@@ -520,7 +520,7 @@ async fn fetch_blobs(
 /// Where every blob stands, ten times a second, while anyone is told.
 async fn report_bytes(
     progress: &Progress,
-    flow: &Watchdog,
+    flow: &Flow,
     tally: &Tally<'_>,
 ) -> std::convert::Infallible {
     loop {
@@ -528,8 +528,7 @@ async fn report_bytes(
         if !progress.enabled() {
             return std::future::pending().await;
         }
-        let read = |i: usize| flow.read[i].load(std::sync::atomic::Ordering::Relaxed);
-        progress.blobs(&tally.states(read), false);
+        progress.blobs(&tally.states(|i| flow.read(i)), false);
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -28,23 +29,50 @@ const READ_BUF: usize = 1 << 20;
 /// When a byte last arrived. skopeo has no timeout of its own: a registry that
 /// stops sending mid-blob leaves it blocked for good (seen for over 240 s).
 #[derive(Debug, Clone)]
-pub(super) struct Watchdog {
+struct Watchdog {
     start: Instant,
-    last_ms: Arc<std::sync::atomic::AtomicU64>,
-    /// Bytes read so far of each blob being fetched, for progress.
-    pub(super) read: Arc<Vec<std::sync::atomic::AtomicU64>>,
-    /// `--max-rate`: one bucket for every blob of the pull.
-    pacer: Option<crate::rate::Pacer>,
+    last_ms: Arc<AtomicU64>,
 }
 
 impl Watchdog {
+    /// A byte arrived.
+    fn kick(&self) {
+        let now = self.start.elapsed().as_millis() as u64;
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// How long no byte has arrived.
+    fn quiet(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.start.elapsed().saturating_sub(last)
+    }
+}
+
+/// What the blob tasks of one pull share: the [`Watchdog`], the bytes read so
+/// far of each blob (for progress), and the `--max-rate` pacer, one bucket
+/// for every blob.
+#[derive(Debug, Clone)]
+pub(super) struct Flow {
+    watchdog: Watchdog,
+    read: Arc<Vec<AtomicU64>>,
+    pacer: Option<crate::rate::Pacer>,
+}
+
+impl Flow {
     pub(super) fn new(blobs: usize, max_rate: Option<u64>) -> Self {
         Self {
-            start: Instant::now(),
-            last_ms: Arc::default(),
+            watchdog: Watchdog {
+                start: Instant::now(),
+                last_ms: Arc::default(),
+            },
             read: Arc::new((0..blobs).map(|_| Default::default()).collect()),
             pacer: max_rate.map(crate::rate::Pacer::new),
         }
+    }
+
+    /// Bytes read so far of blob `i`.
+    pub(super) fn read(&self, i: usize) -> u64 {
+        self.read[i].load(Ordering::Relaxed)
     }
 
     /// How many blobs to keep open at once.
@@ -72,9 +100,8 @@ impl Watchdog {
     /// until the pull may read more, and until it is blob `i`'s turn.
     async fn paced(&self, i: usize, size: u64, n: usize) {
         if let Some(p) = &self.pacer {
-            let read = self.read[i].load(std::sync::atomic::Ordering::Relaxed);
             let n = n as u64;
-            p.read(i, size, read.saturating_sub(n), n).await;
+            p.read(i, size, self.read(i).saturating_sub(n), n).await;
         }
     }
 
@@ -83,10 +110,8 @@ impl Watchdog {
         if let Some(p) = self.pacer.as_ref().filter(|_| n == 0) {
             p.done(i);
         }
-        self.read[i].fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        let now = self.start.elapsed().as_millis() as u64;
-        self.last_ms
-            .store(now, std::sync::atomic::Ordering::Relaxed);
+        self.read[i].fetch_add(n as u64, Ordering::Relaxed);
+        self.watchdog.kick();
     }
 
     /// Resolves once no byte has arrived for `stall`. Time that the cap
@@ -94,9 +119,7 @@ impl Watchdog {
     /// never taken for a stalled one.
     pub(super) async fn stalled(&self, stall: Duration) {
         loop {
-            let last =
-                Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
-            let mut quiet = self.start.elapsed().saturating_sub(last);
+            let mut quiet = self.watchdog.quiet();
             if let Some(p) = &self.pacer {
                 quiet = quiet.min(p.free_at().elapsed());
             }
@@ -109,7 +132,7 @@ impl Watchdog {
 }
 
 /// Keep `IN_FLIGHT` blobs streaming (under a cap as many as it allows, each
-/// opened once it allows: [`Watchdog::open`]). Below protocol 0.2.8, skopeo
+/// opened once it allows: [`Flow::open`]). Below protocol 0.2.8, skopeo
 /// answers one request at a time and a FinishPipe returns only when its blob
 /// is complete, so requests go out in a strict order, GetBlob A B C D,
 /// FinishPipe A, GetBlob E, FinishPipe B, …: while FinishPipe waits for the
@@ -123,23 +146,23 @@ pub(super) async fn transfer(
     img: &OpenedImage,
     layout: &Arc<Layout>,
     tally: &Tally<'_>,
-    watchdog: &Watchdog,
+    flow: &Flow,
 ) -> anyhow::Result<()> {
     let mut pending = tally.todo.iter().enumerate();
     let mut window = VecDeque::new();
     let result = async {
         loop {
-            while window.len() < watchdog.in_flight() {
+            while window.len() < flow.in_flight() {
                 let Some((i, d)) = pending.next() else { break };
                 let what = tally.what(d);
                 let doing = format!("fetching {what} {}", d.digest);
-                watchdog.open(d.size).await;
+                flow.open(d.size).await;
                 let blob = open_blob(proxy, img, d)
                     .await
                     .map_err(|e| proxy_failure(&doing, e))?;
                 // Under a cap the kernel's 64 KiB is plenty, and what a
                 // wider pipe holds reaches the registry as a burst.
-                if watchdog.pacer.is_none() {
+                if flow.pacer.is_none() {
                     blob.widen(PIPE_SIZE);
                 }
                 let BlobPipe { reader, finish, .. } = blob;
@@ -148,7 +171,7 @@ pub(super) async fn transfer(
                     Arc::clone(layout),
                     what,
                     d.clone(),
-                    (watchdog.clone(), i),
+                    (flow.clone(), i),
                 )));
                 window.push_back((doing, finish, reading));
             }
@@ -228,19 +251,19 @@ async fn consume(
     layout: Arc<Layout>,
     what: &'static str,
     d: Descriptor,
-    (watchdog, i): (Watchdog, usize),
+    (flow, i): (Flow, usize),
 ) -> Result<(), Consumed> {
     let mut sink = layout
         .blob_sink(what, &d.digest, d.size)
         .map_err(Consumed::Early)?;
-    let mut buf = vec![0u8; watchdog.chunk()];
+    let mut buf = vec![0u8; flow.chunk()];
     loop {
         let n = reader
             .read(&mut buf)
             .await
             .context("Reading blob pipe")
             .map_err(Consumed::AtEnd)?;
-        watchdog.kick(i, n);
+        flow.kick(i, n);
         if n == 0 {
             return tokio::task::block_in_place(|| sink.commit()).map_err(Consumed::AtEnd);
         }
@@ -251,7 +274,7 @@ async fn consume(
             sink.write(chunk)
         };
         written.map_err(Consumed::Early)?;
-        watchdog.paced(i, d.size, n).await;
+        flow.paced(i, d.size, n).await;
     }
 }
 
