@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn exit_code_finds_failure_in_chain() {
-        let e = anyhow::Error::from(Failure::new(Kind::Auth, "refused")).context("Pulling x");
+        let e = anyhow::Error::from(Failure::new(Kind::Auth, "refused")).context("pulling x");
         assert_eq!(exit_code(&e), 3);
         assert_eq!(exit_code(&anyhow::anyhow!("boom")), 1);
     }

@@ -392,7 +392,7 @@ async fn open_layout(
     }
     if let Some(crate::plan::DestPlan { space: rule, .. }) = &plan.dest {
         let fs = crate::host::statvfs(&rule.path)
-            .with_context(|| format!("Measuring the free space of {}", rule.path.display()))?;
+            .with_context(|| format!("measuring the free space of {}", rule.path.display()))?;
         let sizes: Vec<u64> = missing.iter().map(|d| d.size).collect();
         let root = rustix::process::geteuid().is_root();
         crate::plan::space::check(rule, &fs, root, &sizes, resolved.raw.len() as u64)?;
@@ -482,7 +482,7 @@ async fn fetch_into(
     if layout.has_blob(&r.manifest.config)? {
         let config = layout.read_blob(&r.manifest.config.digest)?;
         manifest::check_config(&config)
-            .with_context(|| format!("Checking image config {}", r.manifest.config.digest))?;
+            .with_context(|| format!("checking image config {}", r.manifest.config.digest))?;
     }
     progress.steps("publishing", 2, 3);
     layout.write_blob("manifest", &r.digest, &r.raw)?;

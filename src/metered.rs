@@ -35,7 +35,7 @@ fn name(metered: u32) -> &'static str {
 async fn metered() -> anyhow::Result<Option<u32>> {
     let conn = zbus::Connection::system()
         .await
-        .context("Connecting to the system bus")?;
+        .context("connecting to the system bus")?;
     let bus: zbus::Proxy = zbus::proxy::Builder::new(&conn)
         .destination("org.freedesktop.DBus")?
         .path("/org/freedesktop/DBus")?
@@ -57,7 +57,7 @@ async fn metered() -> anyhow::Result<Option<u32>> {
     let v: u32 = nm
         .get_property("Metered")
         .await
-        .context("Reading NetworkManager's Metered")?;
+        .context("reading NetworkManager's Metered")?;
     Ok(Some(v))
 }
 

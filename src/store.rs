@@ -61,7 +61,7 @@ pub struct Layout {
 
 impl Layout {
     /// Open the layout at `path`, creating it if needed, and wait for its lock.
-    #[context("Opening OCI layout {}", path.display())]
+    #[context("opening OCI layout {}", path.display())]
     pub fn open_locked(path: &Path) -> anyhow::Result<Self> {
         // A pull that failed on a layout it created removes the directory while it
         // holds the lock; whoever waited on that lock then finds an unlinked
@@ -195,7 +195,7 @@ impl Layout {
     ) -> anyhow::Result<BlobSink<'_>> {
         Ok(BlobSink {
             layout: self,
-            tmp: TempFile::new(&self.blobs).context("Creating temp blob")?,
+            tmp: TempFile::new(&self.blobs).context("creating temp blob")?,
             verifier: Verifier::new(what, digest.clone(), size),
             digest: digest.clone(),
             pending: Vec::with_capacity(WRITE_BUF),
@@ -222,7 +222,7 @@ impl Layout {
     /// Publish: point `tag` at a manifest in `index.json`, replacing the tag's
     /// old entry. Blobs are synced to disk first; the index is replaced
     /// atomically, so a reader sees the old or the new one.
-    #[context("Updating index.json")]
+    #[context("updating index.json")]
     pub fn set_tag(
         &self,
         tag: &str,
@@ -231,7 +231,7 @@ impl Layout {
         size: u64,
     ) -> anyhow::Result<()> {
         if self.durable {
-            rustix::fs::syncfs(&self.lock).context("Syncing blobs")?;
+            rustix::fs::syncfs(&self.lock).context("syncing blobs")?;
         }
         let mut index = self.read_index()?;
         let manifests = index["manifests"]
@@ -287,7 +287,7 @@ fn write_error(path: &Path, e: std::io::Error) -> anyhow::Error {
         )
         .into()
     } else {
-        anyhow::Error::new(e).context("Writing blob")
+        anyhow::Error::new(e).context("writing blob")
     }
 }
 
@@ -341,7 +341,7 @@ pub struct Pruned {
 impl Layout {
     /// Remove every blob that no tag in `index.json` reaches, through manifests
     /// and nested indexes. Runs under the layout lock, so never beside a pull.
-    #[context("Pruning {}", self.path.display())]
+    #[context("pruning {}", self.path.display())]
     pub fn prune(&self) -> anyhow::Result<Pruned> {
         let index = self.read_index()?;
         let mut keep = std::collections::HashSet::new();
@@ -363,7 +363,7 @@ impl Layout {
                     let bytes = self.read_blob(&digest)?;
                     todo.push(
                         serde_json::from_slice(&bytes)
-                            .with_context(|| format!("Parsing {digest}"))?,
+                            .with_context(|| format!("parsing {digest}"))?,
                     );
                 }
             }
@@ -430,7 +430,7 @@ impl BlobSink<'_> {
             .set_permissions(Permissions::from_mode(FILE_MODE))?;
         self.tmp
             .replace(self.digest.hex())
-            .context("Linking verified blob")?;
+            .context("linking verified blob")?;
         self.layout
             .added
             .lock()

@@ -261,7 +261,7 @@ async fn consume(
         let n = reader
             .read(&mut buf)
             .await
-            .context("Reading blob pipe")
+            .context("reading blob pipe")
             .map_err(Consumed::AtEnd)?;
         flow.kick(i, n);
         if n == 0 {

@@ -331,7 +331,7 @@ impl Worker {
                 pdeathsig(&mut c, rustix::process::Signal::TERM);
                 children
                     .watch(&mut c)
-                    .context("Starting the worker's pidfd thread")?;
+                    .context("starting the worker's pidfd thread")?;
                 Ok(Launch {
                     cmd: c,
                     unit: None,
@@ -453,7 +453,7 @@ impl Worker {
             let mut out = Vec::new();
             let mut err = Vec::new();
             let (r1, r2) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
-            r1.and(r2).context("Reading worker output")?;
+            r1.and(r2).context("reading worker output")?;
             let code = if out.len() as u64 > limit {
                 None
             } else {

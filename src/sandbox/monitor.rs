@@ -84,7 +84,7 @@ impl Systemd {
     pub async fn connect() -> anyhow::Result<Self> {
         let conn = zbus::Connection::system()
             .await
-            .context("Connecting to the system bus")?;
+            .context("connecting to the system bus")?;
         Ok(Self { conn })
     }
 
@@ -104,7 +104,7 @@ impl Systemd {
         match m.call::<_, _, OwnedObjectPath>("GetUnit", &(unit,)).await {
             Ok(p) => Ok(Some(p)),
             Err(e) if no_such_unit(&e) => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("Looking up {unit}")),
+            Err(e) => Err(e).with_context(|| format!("looking up {unit}")),
         }
     }
 
@@ -117,7 +117,7 @@ impl Systemd {
         {
             Ok(_) => {}
             Err(e) if no_such_unit(&e) => return Ok(()),
-            Err(e) => return Err(e).with_context(|| format!("Stopping {unit}")),
+            Err(e) => return Err(e).with_context(|| format!("stopping {unit}")),
         }
         let start = Instant::now();
         while let Some(path) = self.get_unit(unit).await? {
@@ -192,7 +192,7 @@ impl Systemd {
                 &(Vec::<&str>::new(), vec![pattern.as_str()]),
             )
             .await
-            .context("Listing worker units")?;
+            .context("listing worker units")?;
         let mut stopped = Vec::new();
         for (name, ..) in rows {
             if unit_owner(&name).is_some_and(orchestrator_alive) {

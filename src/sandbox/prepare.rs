@@ -17,7 +17,7 @@ use crate::plan::worker::{self, WorkerSpec};
 /// configuration as read-only binds.
 pub(super) fn systemd(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<unit::Mounts> {
     let mut mounts = unit::Mounts::default();
-    worker_root(staging, &mut mounts).context("Making the worker's root directory")?;
+    worker_root(staging, &mut mounts).context("making the worker's root directory")?;
     if !spec.credentials.is_empty() {
         let staged = staging.write(AUTHFILE, &auth::minimal_authfile(&spec.credentials))?;
         mounts.credentials.push((AUTHFILE.into(), staged));
@@ -102,7 +102,7 @@ fn worker_root(staging: &Staging, mounts: &mut unit::Mounts) -> anyhow::Result<(
 /// what its command line names.
 pub(super) fn plain(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<Mode> {
     let home = staging.path().join("home");
-    std::fs::create_dir(&home).context("Creating the worker's HOME")?;
+    std::fs::create_dir(&home).context("creating the worker's HOME")?;
     let authfile = if spec.credentials.is_empty() {
         None
     } else {

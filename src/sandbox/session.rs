@@ -60,7 +60,7 @@ impl Worker {
         &self,
         side: RawFd,
     ) -> anyhow::Result<(ImageProxyConfig, Option<String>)> {
-        let exe = std::env::current_exe().context("Finding hostpull's own program")?;
+        let exe = std::env::current_exe().context("finding hostpull's own program")?;
         let Launch { mut cmd, unit, .. } = self.launch_program(&exe, Some(&self.spec.skopeo))?;
         cmd.arg(agent::VERB).arg(&self.spec.skopeo);
         cmd.args(self.registries_args(unit.as_deref()));
@@ -101,7 +101,7 @@ impl Worker {
             rustix::net::SocketFlags::CLOEXEC,
             None,
         )
-        .context("Creating the worker's side channel")?;
+        .context("creating the worker's side channel")?;
         let (cfg, unit) = self.agent_command(theirs.as_raw_fd())?;
         let started = Instant::now();
         let mut pending = tokio::spawn(ImageProxy::new_with_config(cfg));
@@ -212,7 +212,7 @@ async fn read_line(side: &mut BufReader<UnixStream>) -> anyhow::Result<Option<St
         .take(agent::LINE_MAX)
         .read_until(b'\n', &mut line)
         .await
-        .context("Reading the worker agent")?;
+        .context("reading the worker agent")?;
     match line.pop() {
         Some(b'\n') => Ok(Some(String::from_utf8_lossy(&line).into_owned())),
         _ => Ok(None),

@@ -20,7 +20,7 @@ pub struct Staging {
 
 impl Staging {
     /// Make `<root>/<id>`, mode 0700, and `root` itself (0700) if it is missing.
-    #[context("Creating staging directory {}/{id}", root.display())]
+    #[context("creating staging directory {}/{id}", root.display())]
     pub fn create(root: &Path, id: &str) -> anyhow::Result<Self> {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -56,7 +56,7 @@ impl Staging {
     /// A new file at `rel` with `mode`.
     fn put(&self, rel: &str, bytes: &[u8], mode: u32) -> anyhow::Result<PathBuf> {
         let path = self.parents(rel)?;
-        let staging = || format!("Staging {rel}");
+        let staging = || format!("staging {rel}");
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -76,7 +76,7 @@ impl Staging {
                 .recursive(true)
                 .mode(0o755)
                 .create(parent)
-                .with_context(|| format!("Staging {rel}"))?;
+                .with_context(|| format!("staging {rel}"))?;
         }
         Ok(path)
     }
@@ -84,7 +84,7 @@ impl Staging {
     /// A symbolic link at `rel` (parents 0755) pointing at `target`.
     pub fn symlink(&self, rel: &str, target: &Path) -> anyhow::Result<()> {
         let path = self.parents(rel)?;
-        std::os::unix::fs::symlink(target, &path).with_context(|| format!("Staging {rel}"))
+        std::os::unix::fs::symlink(target, &path).with_context(|| format!("staging {rel}"))
     }
 
     /// Remove the directory and everything in it.

@@ -90,7 +90,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let imported = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("Starting the runtime")
+        .context("starting the runtime")
         .and_then(|rt| rt.block_on(crate::store::ostree::import_here(&req)))
         .and_then(|i| {
             let mut out = std::io::stdout().lock();
@@ -110,7 +110,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
 /// The installed program: `../libexec/` from hostpull's own directory (both
 /// under one PREFIX), else beside it (a build tree, `cargo install`).
 pub fn program() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("Finding hostpull's own program")?;
+    let exe = std::env::current_exe().context("finding hostpull's own program")?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
     let places = [dir.join("../libexec").join(PROGRAM), dir.join(PROGRAM)];
     match places.iter().find(|p| p.is_file()) {
@@ -133,7 +133,7 @@ pub async fn import(program: &Path, req: &Request) -> anyhow::Result<Imported> {
         .kill_on_drop(true)
         .output()
         .await
-        .with_context(|| format!("Running {}", program.display()))?;
+        .with_context(|| format!("running {}", program.display()))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         match stderr.lines().rev().find_map(|l| l.strip_prefix("error: ")) {
@@ -144,7 +144,7 @@ pub async fn import(program: &Path, req: &Request) -> anyhow::Result<Imported> {
     for line in stderr.lines() {
         tracing::warn!("{PROGRAM}: {line}");
     }
-    serde_json::from_slice(&out.stdout).with_context(|| format!("Reading what {PROGRAM} imported"))
+    serde_json::from_slice(&out.stdout).with_context(|| format!("reading what {PROGRAM} imported"))
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ impl Staging {
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir_in(&tmp)
             .map(Self)
-            .with_context(|| format!("Creating a staging layout in {}", tmp.display()))
+            .with_context(|| format!("creating a staging layout in {}", tmp.display()))
     }
 
     /// The staging directory.
@@ -126,7 +126,7 @@ pub fn held_of(
 /// The blobs of the verified image (`digest`, `manifest`) that the repository
 /// of `dest` has already, so that the pull leaves them out ([`held_of`]).
 /// Without the `ostree` feature, none (planning refuses such a destination).
-#[fn_error_context::context("Reading what ostree repository {} has", dest.repo.display())]
+#[fn_error_context::context("reading what ostree repository {} has", dest.repo.display())]
 pub fn held(
     dest: &OstreeDest,
     image: &ImageRef,
@@ -207,7 +207,7 @@ pub async fn import_here(req: &Request) -> anyhow::Result<Imported> {
         let mut refs = Vec::new();
         if let Some(r) = &dest.ostree_ref {
             repo.set_ref_immediate(None, r, Some(&state.merge_commit), gio::Cancellable::NONE)
-                .with_context(|| format!("Setting ref {r}"))?;
+                .with_context(|| format!("setting ref {r}"))?;
             refs.push(r.clone());
         }
         refs.push(ostree_ext::refescape::prefix_escape_for_ref(

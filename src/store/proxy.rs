@@ -209,9 +209,9 @@ impl Server {
             .filter(|t| !t.is_empty())
             .with_context(|| format!("{reference}: not oci:{}:TAG", self.layout.display()))?;
         let index: Value = serde_json::from_slice(
-            &std::fs::read(self.layout.join("index.json")).context("Reading index.json")?,
+            &std::fs::read(self.layout.join("index.json")).context("reading index.json")?,
         )
-        .context("Parsing index.json")?;
+        .context("parsing index.json")?;
         let entry = index["manifests"]
             .as_array()
             .into_iter()
@@ -227,7 +227,7 @@ impl Server {
         }
         let mut raw = Vec::new();
         File::from(self.staged(&desc)?).read_to_end(&mut raw)?;
-        let manifest = serde_json::from_slice(&raw).context("Parsing the manifest")?;
+        let manifest = serde_json::from_slice(&raw).context("parsing the manifest")?;
         self.image = Some(Image { desc, manifest });
         Ok(())
     }
@@ -308,7 +308,7 @@ fn send(sock: BorrowedFd<'_>, reply: &Value, fd: Option<BorrowedFd<'_>>) -> anyh
 /// `skopeo_cmd` (it appends [`PROXY_VERB`] and sets stdin): the program
 /// that runs the import, again.
 pub fn command(layout: &Path) -> anyhow::Result<std::process::Command> {
-    let exe = std::env::current_exe().context("Finding the import's own program")?;
+    let exe = std::env::current_exe().context("finding the import's own program")?;
     let mut c = std::process::Command::new(exe);
     c.arg(VERB).arg(layout);
     Ok(c)
