@@ -172,7 +172,7 @@ fn a_refused_credential_moves_on_to_the_next() {
     );
     let pull = pull_with(s.path(), "plan", &args);
     let argv: Vec<_> = pull.get_args().map(|a| a.to_owned()).collect();
-    let mut plan = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    let mut plan = hostpull(&[]);
     plan.arg("plan").args(argv.iter().skip(1));
     let p = run(&mut plan).json();
     let host = &p["hosts"][0];
@@ -281,7 +281,7 @@ fn plan_shows_sources_and_never_secrets() {
         &format!(r#"{{"auths":{{"{dead}":{{"auth":"{}"}}}}}}"#, rig_auth()),
     );
     let dest = s.path().join("never");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    let mut c = hostpull(&[]);
     c.args([
         "plan",
         &format!("{dead}/hostpull/small:v1"),
@@ -434,7 +434,7 @@ json.dump({{"apiVersion": "credentialprovider.kubelet.k8s.io/v1", "kind": "Crede
     let fresh = scratch();
     let plan = || {
         let pull = pull_with(fresh.path(), "plan", &args);
-        let mut plan = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        let mut plan = hostpull(&[]);
         plan.arg("plan").args(pull.get_args().skip(1));
         run(&mut plan).json()
     };

@@ -15,15 +15,16 @@ use crate::util::*;
 /// so a refusal that comes at once came before the network.
 const UNREACHABLE: &str = "127.0.0.1:1/x:v1";
 
-fn hostpull(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
-    c.args(args).env("RUST_LOG", "warn");
+/// [`hostpull`], below warnings.
+fn quiet(args: &[&str]) -> Command {
+    let mut c = hostpull(args);
+    c.env("RUST_LOG", "warn");
     c
 }
 
 /// `hostpull plan IMAGE --sandbox none` below a config root of its own.
 fn plan_in(root: &Path, image: &str, more: &[&str]) -> Command {
-    let mut c = hostpull(&["plan", image, "--sandbox", "none"]);
+    let mut c = quiet(&["plan", image, "--sandbox", "none"]);
     c.arg("--config-root").arg(config_root(root)).args(more);
     c
 }
@@ -93,12 +94,12 @@ fn output_that_cannot_be_written_is_no_panic() {
     let commands = [
         plan_in(&root, image, &[]),
         plan_in(&root, image, &["--json"]),
-        hostpull(&["prune", layout.to_str().unwrap(), "--json"]),
-        hostpull(&["man"]),
-        hostpull(&["completions", "bash"]),
-        hostpull(&["--help"]),
-        hostpull(&["plan", "--help"]),
-        hostpull(&["--version"]),
+        quiet(&["prune", layout.to_str().unwrap(), "--json"]),
+        quiet(&["man"]),
+        quiet(&["completions", "bash"]),
+        quiet(&["--help"]),
+        quiet(&["plan", "--help"]),
+        quiet(&["--version"]),
     ];
     for mut c in commands {
         let line = shell_line(&c);
@@ -170,7 +171,7 @@ fn a_secret_in_an_image_reference_is_refused_and_never_echoed() {
         "https://bob:S3CRET@quay.io/a/b",
     ] {
         for verb in ["plan", "pull", "rebase"] {
-            let mut c = hostpull(&[verb, image, "--sandbox", "none", "--dest", &dest]);
+            let mut c = quiet(&[verb, image, "--sandbox", "none", "--dest", &dest]);
             c.arg("--config-root").arg(&root);
             let r = run(&mut c);
             assert_eq!(r.code, 2, "{verb} {image}: {}", r.stderr);
@@ -254,7 +255,7 @@ fn destinations_are_checked_before_the_network() {
     ];
     for (dest, names) in &cases {
         for verb in ["plan", "pull"] {
-            let mut c = hostpull(&[verb, UNREACHABLE, "--sandbox", "none", "--dest", dest]);
+            let mut c = quiet(&[verb, UNREACHABLE, "--sandbox", "none", "--dest", dest]);
             c.arg("--config-root").arg(&root);
             let t = Instant::now();
             let r = run(&mut c);
@@ -285,7 +286,7 @@ fn host_pass_an_unwritable_destination_is_refused_before_the_network() {
     std::fs::create_dir_all(ro.join("layout")).unwrap();
     for dest in [ro.join("layout"), ro.join("new"), ro.join("new/deeper")] {
         let pull = {
-            let mut c = hostpull(&["pull", UNREACHABLE, "--sandbox", "none", "--dest"]);
+            let mut c = quiet(&["pull", UNREACHABLE, "--sandbox", "none", "--dest"]);
             c.arg(format!("oci:{}", dest.display()))
                 .arg("--config-root")
                 .arg(&root);
@@ -431,7 +432,7 @@ fn host_setup_errors_are_usage_errors_naming_them() {
         ),
     ];
     for (root, options, names) in cases {
-        let mut c = hostpull(&["plan", UNREACHABLE, "--sandbox", "none", "--config-root"]);
+        let mut c = quiet(&["plan", UNREACHABLE, "--sandbox", "none", "--config-root"]);
         c.arg(root).args(&options);
         let t = Instant::now();
         let r = run(&mut c);

@@ -117,10 +117,7 @@ fn after_kill_9_the_next_pull_reuses_verified_blobs() {
         8
     );
     // No partial blob was left behind: every file is a referenced, verified blob.
-    let pruned = run(Command::new(env!("CARGO_BIN_EXE_hostpull"))
-        .args(["prune", "--json"])
-        .arg(&dest))
-    .stdout;
+    let pruned = run(hostpull(&[]).args(["prune", "--json"]).arg(&dest)).stdout;
     let pruned: serde_json::Value = serde_json::from_str(&pruned).unwrap();
     assert_eq!(pruned["blobs"], 0);
     for (path, digest) in snapshot(&dest) {

@@ -4,7 +4,6 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::process::Command;
 
 use crate::util::*;
 
@@ -32,7 +31,7 @@ fn rebase(dir: &Path, consumer: &str, extra: &[&str], fail: Option<&str>) -> (Ru
 fn rebase_args(dir: &Path, consumer: &str, args: &[&OsStr], fail: Option<&str>) -> (Run, String) {
     let log = dir.join(format!("{consumer}.log"));
     let stand_ins = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stand-ins");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    let mut c = hostpull(&[]);
     c.args(["rebase", "--consumer", consumer])
         .args(args)
         .env(

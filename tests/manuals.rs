@@ -5,18 +5,15 @@
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
 
-use crate::util::{config_root, scratch};
+use crate::util::{config_root, hostpull, scratch};
 
-fn hostpull(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hostpull"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap()
+/// `hostpull ARGS` to completion, below warnings.
+fn output(args: &[&str]) -> Output {
+    hostpull(args).env("RUST_LOG", "warn").output().unwrap()
 }
 
 fn stdout_of(args: &[&str]) -> String {
-    let out = hostpull(args);
+    let out = output(args);
     assert!(out.status.success(), "hostpull {args:?}: {out:?}");
     String::from_utf8(out.stdout).unwrap()
 }
@@ -137,7 +134,7 @@ fn manuals_help_completions_and_man_pages_agree() {
 /// `hostpull man VERB` with a verb that has no page: exit 2, naming the verbs.
 #[test]
 fn manuals_man_of_an_unknown_verb_is_a_usage_error() {
-    let out = hostpull(&["man", "pul"]);
+    let out = output(&["man", "pul"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(
@@ -236,7 +233,7 @@ fn manuals_command_line_table() {
     for case in cases {
         let mut args = case.args.to_vec();
         args.extend(["--sandbox", "none", &root]);
-        let out = hostpull(&args);
+        let out = output(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(case.code), "{args:?}: {err}");
         assert!(err.contains(case.says), "{args:?}: {err}");

@@ -4,7 +4,6 @@
 //! the line, the column and the key, and none of its values.
 
 use std::path::Path;
-use std::process::Command;
 
 use crate::util::*;
 
@@ -69,7 +68,7 @@ fn plan_says_the_sandbox_as_the_command_line_does() {
     ];
     for (mode, shown, limits) in cases {
         let plan = |json: bool| {
-            let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+            let mut c = hostpull(&[]);
             c.args(["plan", "127.0.0.1:1/x:v1", "--no-default-creds"])
                 .args(["--sandbox", mode, "--config-root"])
                 .arg(&root);
@@ -213,7 +212,7 @@ fn parse_errors_point_at_the_line_and_quote_no_value() {
         std::fs::write(&path, text).unwrap();
         let path = path.to_str().unwrap();
         let dir = Path::new(path).parent().unwrap().to_str().unwrap();
-        let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        let mut c = hostpull(&[]);
         c.args(["plan", "127.0.0.1:1/x:v1", "--sandbox", "none"])
             .arg("--config-root")
             .arg(&root);

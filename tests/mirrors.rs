@@ -222,7 +222,7 @@ fn plan_without_dest_shows_insecure_per_host() {
         format!("[[registry]]\nprefix = \"{reg}\"\nlocation = \"{reg}\"\n[[registry.mirror]]\nlocation = \"127.0.0.1:1/m\"\ninsecure = true\n"),
     )
     .unwrap();
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    let mut c = hostpull(&[]);
     c.args(["plan", var("RIG_IMG_SMALL"), "--sandbox", &sandbox()])
         .args([
             "--registries-conf",
@@ -361,7 +361,7 @@ fn plan_refuses_a_short_name_that_registries_conf_resolves_elsewhere() {
     let s = scratch();
     let root = config_root(s.path());
     let plan = |image: &str, extra: &[&str]| {
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        let mut c = hostpull(&[]);
         c.args(["plan", image, "--sandbox", &sandbox(), "--no-default-creds"])
             .args(extra)
             .arg("--config-root")
@@ -422,7 +422,7 @@ fn plan_refuses_a_short_name_that_registries_conf_resolves_elsewhere() {
 #[test]
 fn plan_with_the_default_sandbox_reports_it() {
     let s = scratch();
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    let mut c = hostpull(&[]);
     c.args(["plan", var("RIG_IMG_SMALL"), "--no-default-creds", "--json"])
         .arg("--config-root")
         .arg(config_root(s.path()));
@@ -440,7 +440,7 @@ fn plan_with_the_default_sandbox_reports_it() {
             "{v}"
         );
         // A pull still fails, before anything is written.
-        let mut p = std::process::Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        let mut p = hostpull(&[]);
         p.args(["pull", var("RIG_IMG_SMALL"), "--no-default-creds", "--dest"])
             .arg(format!("oci:{}", s.path().join("d").display()))
             .arg("--config-root")

@@ -515,7 +515,7 @@ fn pull_imports_into_an_ostree_repo_and_sets_the_ref() {
         ),
     )
     .unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    let mut c = hostpull(&[]);
     c.args(["pull", "--profile", "os", "--json", "--sandbox", &sandbox()])
         .arg("--config-root")
         .arg(&root);

@@ -321,16 +321,9 @@ fn tampered_blob_is_refused_and_nothing_is_published() {
 
 #[test]
 fn usage_errors_from_clap_exit_2() {
-    let r = run(Command::new(env!("CARGO_BIN_EXE_hostpull")).args(["pull", "x"]));
+    let r = run(hostpull(&[]).args(["pull", "x"]));
     assert_eq!(r.code, 2, "{}", r.stderr);
-    let r = run(Command::new(env!("CARGO_BIN_EXE_hostpull")).args([
-        "pull",
-        "x",
-        "--dest",
-        "oci:/x",
-        "--sandbox",
-        "bogus",
-    ]));
+    let r = run(hostpull(&[]).args(["pull", "x", "--dest", "oci:/x", "--sandbox", "bogus"]));
     assert_eq!(r.code, 2);
 }
 
@@ -512,9 +505,7 @@ fn prune_removes_only_unreferenced_blobs() {
     pulled(var("RIG_IMG_SMALL"), &oci(&dest, Some("t")));
     let v2 = pulled(var("RIG_IMG_SMALL2"), &oci(&dest, Some("t")));
     let prune = || {
-        let r = run(Command::new(env!("CARGO_BIN_EXE_hostpull"))
-            .args(["prune", "--json"])
-            .arg(&dest));
+        let r = run(hostpull(&[]).args(["prune", "--json"]).arg(&dest));
         assert_eq!(r.code, 0, "{}", r.stderr);
         serde_json::from_str::<serde_json::Value>(&r.stdout).unwrap()
     };
@@ -530,9 +521,7 @@ fn prune_removes_only_unreferenced_blobs() {
         &format!("oci:{}:t", s.path().join("copy").display()),
     ]);
     // Not a layout: a usage error, and nothing touched.
-    let r = run(Command::new(env!("CARGO_BIN_EXE_hostpull"))
-        .args(["prune"])
-        .arg(s.path()));
+    let r = run(hostpull(&[]).args(["prune"]).arg(s.path()));
     r.assert_failure(2);
 }
 
@@ -654,7 +643,7 @@ fn configuration_is_read_and_checked() {
     std::fs::create_dir_all(root.join("etc/hostpull")).unwrap();
     let config = root.join("etc/hostpull/config.toml");
     let pull = |dest: &str| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        let mut c = hostpull(&[]);
         c.args([
             "pull",
             var("RIG_IMG_SMALL"),
@@ -842,7 +831,7 @@ fn progress_events_follow_the_schema() {
 /// fields; shell completions come from clap_complete.
 #[test]
 fn man_page_and_completions() {
-    let man = run(Command::new(env!("CARGO_BIN_EXE_hostpull")).arg("man"));
+    let man = run(hostpull(&[]).arg("man"));
     assert_eq!(man.code, 0);
     assert!(
         man.stdout.starts_with(".ie") || man.stdout.contains(".TH hostpull"),
@@ -860,7 +849,7 @@ fn man_page_and_completions() {
     for field in ["manifest_digest", "layers_reused", "memory_peak_bytes"] {
         assert!(man.stdout.contains(field), "{field}");
     }
-    let bash = run(Command::new(env!("CARGO_BIN_EXE_hostpull")).args(["completions", "bash"]));
+    let bash = run(hostpull(&[]).args(["completions", "bash"]));
     assert!(
         bash.code == 0 && bash.stdout.contains("complete -F _hostpull"),
         "{}",

@@ -337,7 +337,7 @@ fn max_rate_from_flag_profile_and_config() {
         &format!("image = \"{image}\"\ndest = \"{dest}\"\nmax-rate = \"500K\"\n"),
     );
     let plan = |args: &[&str]| {
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hostpull"));
+        let mut c = hostpull(&[]);
         c.arg("plan")
             .args(args)
             .args(["--sandbox", &sandbox(), "--config-root"])

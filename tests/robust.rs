@@ -2,15 +2,13 @@
 //! is wrong, and the committed fuzz corpus (fuzz/corpus) replays through the
 //! same contract checks the fuzz targets assert (fuzz/src/contract.rs).
 
-use std::process::Command;
-
 use crate::util::*;
 
 #[test]
 fn missing_config_root_is_a_usage_error_naming_it() {
     let dir = scratch();
     let missing = dir.path().join("no-such-root");
-    let r = run(Command::new(env!("CARGO_BIN_EXE_hostpull"))
+    let r = run(hostpull(&[])
         .args(["plan", "127.0.0.1:1/x:v1", "--dest", "oci:/nonexistent/d"])
         .arg("--config-root")
         .arg(&missing));

@@ -441,7 +441,7 @@ fn keyless_signed() {
     std::fs::create_dir(&d).unwrap();
     let rd = registries_d(&d, &file_lookaside(), true);
     let p = policy(&d, fulcio(root, ISSUER, EMAIL, "rekor.pub"));
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    let mut c = hostpull(&[]);
     c.args(["plan", var("RIG_IMG_KEYLESS"), "--dest", "oci:/nonexistent"])
         .args(["--sandbox", "none", "--policy"])
         .arg(&p)
@@ -489,7 +489,7 @@ fn require_signature_and_plan() {
     let (r, _) = pull(&d, var("RIG_IMG_SIGNED"), &signer, &rd);
     r.json();
     // `plan` names the requirement and the lookaside.
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    let mut c = hostpull(&[]);
     c.args(["plan", var("RIG_IMG_SIGNED"), "--dest", "oci:/nonexistent"])
         .args(["--sandbox", "none", "--policy"])
         .arg(&signer)

@@ -175,7 +175,7 @@ fn host_pass_an_oci_pull_that_cannot_fit_is_refused_before_its_first_blob() {
     assert_eq!(snapshot(&layout), before);
 
     // `hostpull plan` shows what may be written there, measured now.
-    let mut plan = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    let mut plan = hostpull(&[]);
     plan.args(["plan", &image, "--dest", &dest, "--json"])
         .args(["--sandbox", "none", "--no-default-creds", "--config-root"])
         .arg(config_root(s.path()));
@@ -246,7 +246,7 @@ fn host_pass_an_ostree_pull_leaves_what_the_repository_keeps_free() {
 
     // The percent rule, and `hostpull plan` naming it.
     std::fs::write(&config, format!("{base}min-free-space-percent=50\n")).unwrap();
-    let mut plan = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    let mut plan = hostpull(&[]);
     plan.args(["plan", &image, "--dest", &dest, "--json"])
         .args(["--sandbox", "none", "--no-default-creds", "--config-root"])
         .arg(config_root(s.path()));

@@ -830,7 +830,7 @@ fn mcd_call_sequence() {
     let log = s.path().join("rpm-ostree.log");
     let layout = s.path().join("images/os");
     let stand_ins = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stand-ins");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    let mut c = hostpull(&[]);
     c.args([
         "rebase",
         &format!("{host}/hostpull/small@{digest}"),
@@ -1009,7 +1009,7 @@ fn a_timer_pull_defers_on_a_metered_link() {
                 oci_path(&s.path().join("profile"))
             );
             std::fs::write(pulls_d.join("m.toml"), profile).unwrap();
-            let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+            let mut c = hostpull(&[]);
             c.args(["pull", "--profile", "m", "--defer-if-metered", "--json"])
                 .args(["--sandbox", "systemd", "--config-root"])
                 .arg(&root);

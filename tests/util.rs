@@ -111,13 +111,18 @@ pub fn scratch() -> tempfile::TempDir {
         .unwrap()
 }
 
+/// `hostpull ARGS`: every test runs hostpull through this.
+pub fn hostpull(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
+    c.args(args);
+    c
+}
+
 /// `hostpull pull IMAGE --dest oci:DEST` with the rig's CA and credentials, the
 /// suite's sandbox, and `--json`. Extra arguments come last and may override.
 pub fn pull_cmd(image: &str, dest: &str) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hostpull"));
-    c.args(["pull", image, "--dest", dest, "--json"])
-        .args(["--sandbox", &sandbox()])
-        .env("RUST_LOG", "warn");
+    let mut c = hostpull(&["pull", image, "--dest", dest, "--json"]);
+    c.args(["--sandbox", &sandbox()]).env("RUST_LOG", "warn");
     c
 }
 

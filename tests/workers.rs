@@ -4,7 +4,7 @@
 //! (`HOSTPULL_SKOPEO`); these tests check what differs between them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use crate::util::*;
 
@@ -191,7 +191,7 @@ fn registry_errors_are_classified_by_code_and_status_not_by_words() {
 fn the_worker_agent_serves_its_side_channel() {
     use std::io::{BufRead, BufReader, Read, Write};
     let (root, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
-    let mut agent = Command::new(env!("CARGO_BIN_EXE_hostpull"))
+    let mut agent = hostpull(&[])
         .args(["__worker-agent", "/bin/sh"])
         .stdin(Stdio::null())
         .stdout(std::os::fd::OwnedFd::from(theirs))
@@ -230,7 +230,7 @@ fn the_worker_agent_serves_its_side_channel() {
     assert_eq!(reader.read(&mut [0; 1]).unwrap(), 0, "nothing more");
     assert_eq!(agent.wait().unwrap().code(), Some(0));
 
-    let out = Command::new(env!("CARGO_BIN_EXE_hostpull"))
+    let out = hostpull(&[])
         .args(["__worker-agent", "/bin/sh"])
         .output()
         .unwrap();
