@@ -46,15 +46,21 @@ fn rebase_args(dir: &Path, consumer: &str, args: &[&OsStr], fail: Option<&str>) 
     (r, std::fs::read_to_string(&log).unwrap_or_default())
 }
 
-#[test]
-fn rebase_hands_the_layout_to_rpm_ostree_and_bootc() {
+/// A scratch directory anyone may search: the consumer's own skopeo is
+/// unprivileged, so every directory on the way to the layout must be.
+fn searchable_scratch() -> tempfile::TempDir {
     let s = scratch();
-    // The consumer's own skopeo is unprivileged: every directory on the way must be searchable.
     std::fs::set_permissions(
         s.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .unwrap();
+    s
+}
+
+#[test]
+fn rebase_hands_the_layout_to_rpm_ostree_and_bootc() {
+    let s = searchable_scratch();
     let layout = s.path().join("layout");
     let (r, log) = rebase(s.path(), "rpm-ostree", &["--reboot"], None);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -112,12 +118,7 @@ fn an_unreadable_layout_is_what_the_consumer_refuses() {
 /// enforcing guest found it failing on the missing image).
 #[test]
 fn rebase_takes_the_image_and_layout_from_a_profile() {
-    let s = scratch();
-    std::fs::set_permissions(
-        s.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let s = searchable_scratch();
     let layout = s.path().join("from-profile");
     let root = config_root(s.path().join("root"));
     std::fs::create_dir_all(root.join("etc/hostpull/pulls.d")).unwrap();

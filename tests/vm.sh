@@ -248,7 +248,7 @@ make_disk() {
     local disk=$1 d=$VM_DIR/disk
     rm -rf "$d"; mkdir -p "$d/tests" "$d/rig"
     cp tests/vm-guest.sh "$d/guest.sh"
-    cp tests/rig.sh tests/sign.sh "$d/tests/"
+    cp -r tests/rig.sh tests/sign.sh tests/rig "$d/tests/"
     (cd "$RIG" && tar --exclude=./images --exclude=./logs --exclude=./sig/gnupg -cf - .) | tar -xf - -C "$d/rig"
     echo "$RIG" >"$d/rig-dir"
     echo "$VM_TESTS" >"$d/filter"
