@@ -174,25 +174,34 @@ fn serve(
     }
 }
 
+/// What a command left: its exit code (none: it did not run to its end), and
+/// what it wrote.
+#[derive(Debug)]
+struct Ran {
+    code: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl Ran {
+    /// It could not run: why, as its stderr.
+    fn not(why: impl Into<Vec<u8>>) -> Self {
+        Self {
+            code: None,
+            stdout: Vec::new(),
+            stderr: why.into(),
+        }
+    }
+}
+
 /// Run skopeo with `args` to its end, `null` as its stdin, keeping at most
 /// `limit` + 1 bytes of stdout (past that it is killed) and [`STDERR_MAX`] of
 /// stderr.
-fn run(
-    skopeo: &std::path::Path,
-    args: &[String],
-    limit: u64,
-    null: &std::fs::File,
-) -> (Option<i32>, Vec<u8>, Vec<u8>) {
+fn run(skopeo: &std::path::Path, args: &[String], limit: u64, null: &std::fs::File) -> Ran {
     let mut c = Command::new(skopeo);
     let stdin = match null.try_clone() {
         Ok(f) => Stdio::from(f),
-        Err(e) => {
-            return (
-                None,
-                Vec::new(),
-                format!("duplicating /dev/null: {e}").into(),
-            );
-        }
+        Err(e) => return Ran::not(format!("duplicating /dev/null: {e}")),
     };
     c.args(args)
         .stdin(stdin)
@@ -203,17 +212,11 @@ fn run(
     super::pdeathsig(&mut c, rustix::process::Signal::KILL);
     let mut child = match c.spawn() {
         Ok(c) => c,
-        Err(e) => {
-            return (
-                None,
-                Vec::new(),
-                format!("starting {}: {e}", skopeo.display()).into(),
-            );
-        }
+        Err(e) => return Ran::not(format!("starting {}: {e}", skopeo.display())),
     };
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         let _ = child.kill();
-        return (None, Vec::new(), b"the worker's pipes are missing".to_vec());
+        return Ran::not("the worker's pipes are missing");
     };
     let errors = std::thread::spawn(move || {
         let mut err = Vec::new();
@@ -232,15 +235,21 @@ fn run(
     } else {
         child.wait().ok().and_then(|s| s.code())
     };
-    let err = errors.join().unwrap_or_default();
-    (code, out, err)
+    let stderr = errors.join().unwrap_or_default();
+    Ran {
+        code,
+        stdout: out,
+        stderr,
+    }
 }
 
 /// Write a [`Reply`] and the bytes it announces.
-fn answer(
-    side: &mut UnixStream,
-    (code, stdout, stderr): (Option<i32>, Vec<u8>, Vec<u8>),
-) -> std::io::Result<()> {
+fn answer(side: &mut UnixStream, ran: Ran) -> std::io::Result<()> {
+    let Ran {
+        code,
+        stdout,
+        stderr,
+    } = ran;
     let reply = Reply {
         code,
         stdout: stdout.len() as u64,
@@ -282,15 +291,15 @@ mod tests {
         let sh = std::path::Path::new("/bin/sh");
         let null = std::fs::File::open("/dev/null").unwrap();
         let args = |s: &str| vec!["-c".to_owned(), s.to_owned()];
-        let (code, out, err) = run(sh, &args("printf abc; printf oops >&2; exit 3"), 3, &null);
+        let r = run(sh, &args("printf abc; printf oops >&2; exit 3"), 3, &null);
         assert_eq!(
-            (code, &out[..], &err[..]),
+            (r.code, &r.stdout[..], &r.stderr[..]),
             (Some(3), &b"abc"[..], &b"oops"[..])
         );
-        let (code, out, _) = run(sh, &args("printf abcd; exec sleep 60"), 3, &null);
-        assert_eq!((code, &out[..]), (None, &b"abcd"[..]));
-        let (code, _, err) = run(std::path::Path::new("/nonexistent"), &[], 3, &null);
-        assert_eq!(code, None);
-        assert!(String::from_utf8_lossy(&err).contains("/nonexistent"));
+        let r = run(sh, &args("printf abcd; exec sleep 60"), 3, &null);
+        assert_eq!((r.code, &r.stdout[..]), (None, &b"abcd"[..]));
+        let r = run(std::path::Path::new("/nonexistent"), &[], 3, &null);
+        assert_eq!(r.code, None);
+        assert!(String::from_utf8_lossy(&r.stderr).contains("/nonexistent"));
     }
 }

@@ -392,7 +392,7 @@ impl Worker {
     /// that root can hash them. The proxy of skopeo 1.9.3 converts Docker manifests
     /// to OCI and resolves indexes itself, which would hide both from root.
     pub async fn inspect_raw(&self, image: &ImageRef, limit: u64) -> anyhow::Result<Vec<u8>> {
-        let agent = self.agent(true).await?;
+        let agent = self.agent(session::AgentUse::Run).await?;
         let unit = agent.unit.as_deref();
         let mut args = self.registries_args(unit);
         args.extend(["inspect".into(), "--raw".into()]);

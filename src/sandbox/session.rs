@@ -21,6 +21,16 @@ use crate::manifest::{Descriptor, MANIFEST_MAX};
 use crate::plan::imgref::ImageRef;
 use crate::verify;
 
+/// What the agent is wanted for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AgentUse {
+    /// A command (`skopeo inspect`), which the agent runs while it is not
+    /// the proxy yet.
+    Run,
+    /// The image proxy, which the agent becomes by execve.
+    Proxy,
+}
+
 /// The worker agent of a pull, running: its unit, its side channel, and its
 /// image proxy.
 #[derive(Debug)]
@@ -78,13 +88,13 @@ impl Worker {
         Ok((cfg, unit))
     }
 
-    /// The pull's agent, started on first use; for a request (`run`), one
-    /// that is not the proxy yet: after blobs, a signature's `inspect` starts
-    /// another.
-    pub(super) async fn agent(&self, run: bool) -> anyhow::Result<Arc<Agent>> {
+    /// The pull's agent, started on first use. For a command ([`AgentUse::Run`]),
+    /// one that is not the proxy yet: after blobs, a signature's `inspect`
+    /// starts another.
+    pub(super) async fn agent(&self, to: AgentUse) -> anyhow::Result<Arc<Agent>> {
         let mut slot = self.agent.lock().await;
         if let Some(a) = &*slot
-            && !(run && a.proxied.load(SeqCst))
+            && !(to == AgentUse::Run && a.proxied.load(SeqCst))
         {
             return Ok(Arc::clone(a));
         }
@@ -317,7 +327,7 @@ impl ProxySession<'_> {
         work: impl AsyncFnOnce(&ImageProxy, &OpenedImage) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
         let worker = self.worker;
-        let agent = worker.agent(false).await?;
+        let agent = worker.agent(AgentUse::Proxy).await?;
         agent.open.fetch_add(1, SeqCst);
         let session = async {
             let proxy = agent.proxy(worker).await?;
