@@ -295,11 +295,15 @@ async fn pull_to_dest(
     plan: plan::Plan,
     progress: &Progress,
 ) -> anyhow::Result<crate::report::Report> {
-    let Some(plan::DestPlan { target, .. }) = &plan.dest else {
-        return crate::fetch::pull(&plan, progress).await;
+    let Some(planned) = &plan.dest else {
+        return error::fail(
+            Kind::Usage,
+            "--dest oci:DIR[:TAG] is required (or --profile NAME)",
+        );
     };
+    let target = &planned.target;
     let dest = crate::store::Destination::of(target)?;
-    let mut report = crate::fetch::pull_into(&plan, progress, &dest).await?;
+    let mut report = crate::fetch::pull_into(&plan, planned, progress, &dest).await?;
     if !dest.ephemeral() {
         return Ok(report);
     }

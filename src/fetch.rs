@@ -11,8 +11,8 @@ use anyhow::Context;
 use crate::digest::{self, Sha256Digest};
 use crate::error::{Failure, Kind, Retry, fail, failure};
 use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
-use crate::plan::Plan;
 use crate::plan::imgref::{ImageRef, Target};
+use crate::plan::{DestPlan, Plan};
 use crate::progress::{BlobState, Progress};
 use crate::report::{CredentialReport, Report};
 use crate::sandbox::Worker;
@@ -66,21 +66,32 @@ impl Resolved {
     }
 }
 
-/// The destination, asked for its layout once the signature policy has
-/// accepted the image (so a rejected image leaves nothing behind, not even a
-/// directory), and the tag the image gets there.
-type LayoutTag<'a> = (&'a Destination, &'a str);
+/// Where the image goes: the destination, asked for its layout once the
+/// signature policy has accepted the image (so a rejected image leaves nothing
+/// behind, not even a directory), and what the plan says of it (the tag the
+/// image gets there, the space it must leave).
+#[derive(Debug, Clone, Copy)]
+struct Landing<'a> {
+    dest: &'a Destination,
+    planned: &'a DestPlan,
+}
 
 /// Pull as the plan says, into its `oci:` layout. SIGINT and SIGTERM stop
 /// it: the worker's units are stopped, and the layout is left as it was.
 pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
-    let Some(Target::Oci { dir, .. }) = plan.dest.as_ref().map(|d| &d.target) else {
+    let Some(
+        planned @ DestPlan {
+            target: Target::Oci { dir, .. },
+            ..
+        },
+    ) = &plan.dest
+    else {
         return fail(
             Kind::Usage,
             "this plan has no oci:DIR destination to pull into",
         );
     };
-    pull_into(plan, progress, &Destination::Oci(dir.clone())).await
+    pull_into(plan, planned, progress, &Destination::Oci(dir.clone())).await
 }
 
 /// [`pull`] into `dest`'s layout, asked for when it is first needed, with the
@@ -88,17 +99,13 @@ pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
 /// caller's.
 pub async fn pull_into(
     plan: &Plan,
+    planned: &DestPlan,
     progress: &Progress,
     dest: &Destination,
 ) -> anyhow::Result<Report> {
     let start = Instant::now();
-    let Some(crate::plan::DestPlan { target, .. }) = &plan.dest else {
-        return fail(
-            Kind::Usage,
-            "--dest oci:DIR[:TAG] is required (or --profile NAME)",
-        );
-    };
-    let into = (dest, target.tag());
+    let target = &planned.target;
+    let into = Landing { dest, planned };
     if plan.defer_if_metered {
         crate::metered::check().await?;
     }
@@ -189,7 +196,7 @@ struct Ready {
 async fn pull_with(
     worker: &Worker,
     plan: &Plan,
-    into: LayoutTag<'_>,
+    into: Landing<'_>,
     progress: &Progress,
 ) -> anyhow::Result<(Resolved, Vec<Descriptor>, Verdict)> {
     let mut stage = Stage::Start;
@@ -268,7 +275,7 @@ fn backoff_with(attempt: u32, random: u32) -> std::time::Duration {
 async fn try_pull(
     worker: &Worker,
     plan: &Plan,
-    (dest, tag): LayoutTag<'_>,
+    into: Landing<'_>,
     stage: &mut Stage,
     progress: &Progress,
 ) -> anyhow::Result<Ready> {
@@ -289,7 +296,7 @@ async fn try_pull(
             Stage::Accepted {
                 resolved,
                 signature,
-            } => match open_layout(plan, dest, &resolved).await {
+            } => match open_layout(plan, into, &resolved).await {
                 Ok((layout, missing)) => Stage::Ready(Ready {
                     resolved,
                     signature,
@@ -309,7 +316,7 @@ async fn try_pull(
                 let fetched = fetch_into(
                     worker,
                     plan,
-                    (r, &ready.layout, tag),
+                    (r, &ready.layout, into.planned.target.tag()),
                     &ready.missing,
                     progress,
                 );
@@ -367,7 +374,7 @@ async fn check_signature(
 /// (`plan::space`): if not, exit 11, and the layout is left as it was.
 async fn open_layout(
     plan: &Plan,
-    dest: &Destination,
+    Landing { dest, planned }: Landing<'_>,
     resolved: &Resolved,
 ) -> anyhow::Result<(Arc<Layout>, Vec<Descriptor>)> {
     let path = dest.layout()?;
@@ -390,13 +397,12 @@ async fn open_layout(
             missing.push(d.clone());
         }
     }
-    if let Some(crate::plan::DestPlan { space: rule, .. }) = &plan.dest {
-        let fs = crate::host::statvfs(&rule.path)
-            .with_context(|| format!("measuring the free space of {}", rule.path.display()))?;
-        let sizes: Vec<u64> = missing.iter().map(|d| d.size).collect();
-        let root = rustix::process::geteuid().is_root();
-        crate::plan::space::check(rule, &fs, root, &sizes, resolved.raw.len() as u64)?;
-    }
+    let rule = &planned.space;
+    let fs = crate::host::statvfs(&rule.path)
+        .with_context(|| format!("measuring the free space of {}", rule.path.display()))?;
+    let sizes: Vec<u64> = missing.iter().map(|d| d.size).collect();
+    let root = rustix::process::geteuid().is_root();
+    crate::plan::space::check(rule, &fs, root, &sizes, resolved.raw.len() as u64)?;
     Ok((Arc::new(layout), missing))
 }
 
