@@ -163,6 +163,26 @@ fn encapsulated_image(dir: &Path) -> (String, std::path::PathBuf) {
 /// as bootc-style derived images are built: the layout `out` with tag v1.
 #[cfg(feature = "ostree")]
 fn derive(base: &Path, out: &Path, files: &[(&str, &str)]) {
+    derive_as(base, out, files, gzip);
+}
+
+/// gzip -n of `bytes`.
+#[cfg(feature = "ostree")]
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut gz = Command::new("gzip")
+        .args(["-n", "-c"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut gz.stdin.take().unwrap(), bytes).unwrap();
+    gz.wait_with_output().unwrap().stdout
+}
+
+/// [`derive`], with the layer's tar made into its blob by `compress` (which
+/// may lie: the layer is declared gzip whatever it returns).
+#[cfg(feature = "ostree")]
+fn derive_as(base: &Path, out: &Path, files: &[(&str, &str)], compress: fn(&[u8]) -> Vec<u8>) {
     use serde_json::{Value, json};
     let cp = Command::new("cp")
         .arg("-a")
@@ -187,14 +207,7 @@ fn derive(base: &Path, out: &Path, files: &[(&str, &str)]) {
         .output()
         .unwrap();
     assert!(tar.status.success());
-    let mut gz = Command::new("gzip")
-        .args(["-n", "-c"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut gz.stdin.take().unwrap(), &tar.stdout).unwrap();
-    let gz = gz.wait_with_output().unwrap().stdout;
+    let gz = compress(&tar.stdout);
     let blobs = out.join("blobs/sha256");
     let put = |bytes: &[u8]| {
         let d = hostpull::digest::sha256(bytes);
@@ -544,6 +557,32 @@ fn a_plain_image_or_a_failed_pull_imports_nothing() {
     let missing = format!("{}/hostpull/nope:v1", var("RIG_REGISTRY"));
     run(&mut with_rig_creds(pull_cmd(&missing, &dest))).assert_failure(4);
     assert_eq!(ostree(&repo, &["refs"]), "");
+    assert_eq!(staging_left(&repo), Vec::<String>::new());
+}
+
+/// An import that fails part of the way, on a derived layer that is not the
+/// gzip it claims to be (verified all the same: its digest is its bytes'),
+/// after the base's layers were imported: the repository's refs are as they
+/// were, the layer refs of what it did import included.
+#[cfg(feature = "ostree")]
+#[test]
+fn an_import_that_fails_midway_leaves_the_refs_as_they_were() {
+    let s = scratch();
+    let rootfs = s.path().join("rootfs");
+    write_tree(&rootfs, &BASE_FILES);
+    let base = encapsulate_tree(s.path(), "base", &rootfs, |_, _| None);
+    let layout = s.path().join("derived");
+    derive_as(&base, &layout, &[("usr/share/derived/x", "x\n")], |_| {
+        b"\x1f\x8b\x08\0 the gzip magic, then not gzip".to_vec()
+    });
+    let image = format!("{}/hostpull/ostree-midway:v1", var("RIG_REGISTRY"));
+    push(&layout, "v1", &image);
+    let repo = new_repo(s.path());
+    let before = ostree(&repo, &["refs"]);
+    let dest = format!("ostree:{}:hostpull/os", repo.display());
+    let r = run(&mut with_rig_creds(pull_cmd(&image, &dest)));
+    r.assert_failure(10);
+    assert_eq!(ostree(&repo, &["refs"]), before, "{}", r.stderr);
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 }
 

@@ -170,7 +170,7 @@ fn open_repo(path: &Path) -> anyhow::Result<ostree_ext::ostree::Repo> {
 /// the repository, recorded as `image`, and point `dest`'s ref at the result: in
 /// this process, which is `hostpull-ostree-import` ([`crate::store::import`]).
 /// Without the `ostree` feature, planning refuses an ostree destination already.
-#[fn_error_context::context("Importing into ostree repository {}", req.dest.repo.display())]
+#[fn_error_context::context("importing into ostree repository {}", req.dest.repo.display())]
 pub async fn import_here(req: &Request) -> anyhow::Result<Imported> {
     let Request {
         dest,
@@ -202,7 +202,13 @@ pub async fn import_here(req: &Request) -> anyhow::Result<Imported> {
             .filter(|s| s.manifest_digest.to_string() == digest.as_str());
         let state = match stored {
             Some(s) => s,
-            None => import_layout(&repo, &target, layout, tag).await?,
+            None => {
+                let before = layer_refs(&repo)?;
+                match import_layout(&repo, &target, layout, tag).await {
+                    Ok(s) => s,
+                    Err(e) => return Err(forget_new_layers(&repo, &before, e)),
+                }
+            }
         };
         let mut refs = Vec::new();
         if let Some(r) = &dest.ostree_ref {
@@ -220,6 +226,42 @@ pub async fn import_here(req: &Request) -> anyhow::Result<Imported> {
             refs,
         })
     }
+}
+
+/// The layer refs of `repo` ([`LAYER_REF_PREFIX`]).
+#[cfg(feature = "ostree")]
+fn layer_refs(repo: &ostree_ext::ostree::Repo) -> anyhow::Result<Vec<String>> {
+    let refs = repo
+        .list_refs_ext(
+            Some(LAYER_REF_PREFIX),
+            ostree_ext::ostree::RepoListRefsExtFlags::empty(),
+            ostree_ext::gio::Cancellable::NONE,
+        )
+        .context("listing the layer refs")?;
+    Ok(refs.into_keys().map(|r| r.to_string()).collect())
+}
+
+/// After a failed import: ostree-ext commits each layer with its ref as the
+/// layer ends, so the layers before the failure are referenced. Remove the
+/// refs the import made, so that a failed pull leaves the refs as they were
+/// (their objects go with the next prune). Returns `e`, with what could not
+/// be removed.
+#[cfg(feature = "ostree")]
+fn forget_new_layers(
+    repo: &ostree_ext::ostree::Repo,
+    before: &[String],
+    e: anyhow::Error,
+) -> anyhow::Error {
+    let now = match layer_refs(repo) {
+        Ok(now) => now,
+        Err(l) => return e.context(format!("{l:#}")),
+    };
+    for r in now.iter().filter(|r| !before.contains(r)) {
+        if let Err(d) = repo.set_ref_immediate(None, r, None, ostree_ext::gio::Cancellable::NONE) {
+            return e.context(format!("the import's layer ref {r} is left: {d}"));
+        }
+    }
+    e
 }
 
 /// Serve the staged layout `layout:tag` ([`crate::store::proxy`]) and
