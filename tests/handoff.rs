@@ -120,19 +120,9 @@ fn an_unreadable_layout_is_what_the_consumer_refuses() {
 fn rebase_takes_the_image_and_layout_from_a_profile() {
     let s = searchable_scratch();
     let layout = s.path().join("from-profile");
-    let root = config_root(s.path().join("root"));
-    std::fs::create_dir_all(root.join("etc/hostpull/pulls.d")).unwrap();
-    std::fs::write(
-        root.join("etc/hostpull/pulls.d/os.toml"),
-        format!(
-            "image = \"docker://{}\"\ndest = \"oci:{}\"\nauthfile = [\"{}\"]\ncert-dir = \"{}\"\n",
-            var("RIG_IMG_SMALL"),
-            layout.display(),
-            var("RIG_AUTHFILE"),
-            var("RIG_CERT_DIR")
-        ),
-    )
-    .unwrap();
+    let image = format!("docker://{}", var("RIG_IMG_SMALL"));
+    let dest = format!("oci:{}", layout.display());
+    let root = profile_root(s.path().join("root"), &image, &dest);
     let sandbox = sandbox();
     let args = ["--profile", "os", "--sandbox", &sandbox, "--config-root"].map(OsStr::new);
     let args = [&args[..], &[root.as_os_str()]].concat();

@@ -516,18 +516,8 @@ fn pull_imports_into_an_ostree_repo_and_sets_the_ref() {
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 
     // A pull profile takes the same destination; the image is there already.
-    let root = config_root(s.path().join("root"));
-    std::fs::create_dir_all(root.join("etc/hostpull/pulls.d")).unwrap();
-    std::fs::write(
-        root.join("etc/hostpull/pulls.d/os.toml"),
-        format!(
-            "image = \"{image}\"\ndest = \"ostree:{}:hostpull/os2\"\nauthfile = [\"{}\"]\ncert-dir = \"{}\"\n",
-            repo.display(),
-            var("RIG_AUTHFILE"),
-            var("RIG_CERT_DIR")
-        ),
-    )
-    .unwrap();
+    let dest = format!("ostree:{}:hostpull/os2", repo.display());
+    let root = profile_root(s.path().join("root"), &image, &dest);
     let mut c = hostpull(&[]);
     c.args(["pull", "--profile", "os", "--json", "--sandbox", &sandbox()])
         .arg("--config-root")

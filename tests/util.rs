@@ -126,6 +126,20 @@ pub fn pull_cmd(image: &str, dest: &str) -> Command {
     c
 }
 
+/// A [`config_root`] in `dir` whose profile `os` (pulls.d/os.toml) pulls
+/// `image` into `dest` with the rig's credential and CA.
+pub fn profile_root(dir: impl AsRef<Path>, image: &str, dest: &str) -> PathBuf {
+    let root = config_root(dir);
+    std::fs::create_dir_all(root.join("etc/hostpull/pulls.d")).unwrap();
+    let profile = format!(
+        "image = \"{image}\"\ndest = \"{dest}\"\nauthfile = [\"{}\"]\ncert-dir = \"{}\"\n",
+        var("RIG_AUTHFILE"),
+        var("RIG_CERT_DIR")
+    );
+    std::fs::write(root.join("etc/hostpull/pulls.d/os.toml"), profile).unwrap();
+    root
+}
+
 /// A root for `--config-root` with the signature policy every host with skopeo
 /// has (containers-common's accept-anything `policy.json`).
 pub fn config_root(root: impl AsRef<Path>) -> PathBuf {
