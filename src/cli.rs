@@ -288,9 +288,10 @@ async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
 }
 
 /// Pull as the plan says, then finish its destination. For `ostree:REPO[:REF]`
-/// the pull goes into a staging layout, which is imported only after a good
-/// pull and removed either way; a failed import is exit 10, as a consumer's
-/// failure is.
+/// the pull goes into a staging layout, imported as it fills, which is removed
+/// either way; the import references nothing unless the pull succeeds (after a
+/// failed one it is abandoned, and waited for). A failed import is exit 10, as
+/// a consumer's failure is.
 async fn pull_to_dest(
     plan: plan::Plan,
     progress: &Progress,
@@ -303,12 +304,17 @@ async fn pull_to_dest(
     };
     let target = &planned.target;
     let dest = crate::store::Destination::of(target)?;
-    let mut report = crate::fetch::pull_into(&plan, planned, progress, &dest).await?;
+    let mut report = match crate::fetch::pull_into(&plan, planned, progress, &dest).await {
+        Ok(r) => r,
+        Err(e) => {
+            dest.abandon().await;
+            return Err(e);
+        }
+    };
     if !dest.ephemeral() {
         return Ok(report);
     }
-    end_batch_scheduling();
-    let finish = dest.finish(target.tag(), &plan.image, &report.manifest_digest);
+    let finish = dest.finish();
     report.ostree = tokio::select! {
         r = finish => r.map_err(|e| {
             error::Failure::new(Kind::Handoff, error::one_line(&format!("{e:#}")))
@@ -454,63 +460,6 @@ fn journal_report(report: &crate::report::Report) {
     }
 }
 
-/// A pull is batch work: run it (and, without systemd, the worker it spawns)
-/// as SCHED_BATCH, unless the caller chose a policy other than the default.
-/// The scheduler then preempts hostpull less for every wakeup of the worker and
-/// of its own threads: the 512 MiB pull went from 2.20 to 1.96 s (`--sandbox
-/// none`) and from 2.46 to 2.06 s (`systemd`), docs/benchmarks.md.
-#[allow(unsafe_code)]
-fn batch_scheduling() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: both calls act on this thread (pid 0) and read only `param`.
-    let r = unsafe {
-        if libc::sched_getscheduler(0) != libc::SCHED_OTHER {
-            return;
-        }
-        libc::sched_setscheduler(0, libc::SCHED_BATCH, &param)
-    };
-    if r != 0 {
-        tracing::debug!("SCHED_BATCH refused: {}", std::io::Error::last_os_error());
-    } else {
-        BATCHED.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// Whether [`batch_scheduling`] made this process SCHED_BATCH.
-static BATCHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// The ostree import is not batch work: ostree-ext hands each layer from its
-/// skopeo through its threads to `ostree commit` children, one wakeup after
-/// another, and without wakeup preemption each handoff waits on a busy
-/// machine. ostree-ext's own import (bench/ostree-peer.sh's peer, 17 layers)
-/// took 13.6-18.0 s under `chrt --batch` against 8.3-8.6 s, at load 9
-/// (docs/benchmarks.md). So every thread that [`batch_scheduling`] made
-/// SCHED_BATCH goes back to SCHED_OTHER before the import, and what it spawns
-/// inherits that.
-#[allow(unsafe_code)]
-fn end_batch_scheduling() {
-    if !BATCHED.load(std::sync::atomic::Ordering::Relaxed) {
-        return;
-    }
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return;
-    };
-    let param = libc::sched_param { sched_priority: 0 };
-    for task in tasks.flatten() {
-        let Some(tid) = task.file_name().to_str().and_then(|n| n.parse().ok()) else {
-            continue;
-        };
-        // SAFETY: both calls act on a thread of this process by its id and read
-        // only `param`; one that has exited since the listing makes them fail
-        // (ESRCH), which is harmless.
-        unsafe {
-            if libc::sched_getscheduler(tid) == libc::SCHED_BATCH {
-                libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param);
-            }
-        }
-    }
-}
-
 /// Parse the command line, run it, print any error once, and return the exit code.
 pub fn run_main() -> i32 {
     let cli = match Cli::try_parse() {
@@ -531,7 +480,7 @@ pub fn run_main() -> i32 {
     init_logging(&screen);
     if matches!(cli.cmd, Cmd::Pull(_) | Cmd::Rebase(_)) {
         // Before the runtime exists: its threads inherit the policy.
-        batch_scheduling();
+        crate::host::batch_scheduling();
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

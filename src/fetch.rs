@@ -371,7 +371,8 @@ async fn check_signature(
 /// Lock the destination's layout (for an ostree destination, its staging:
 /// ephemeral), and list the blobs it lacks. What the destination has already
 /// ([`Destination::held`]) need not come: it is neither fetched nor staged. Then, before any blob is fetched, whether they fit
-/// (`plan::space`): if not, exit 11, and the layout is left as it was.
+/// (`plan::space`): if not, exit 11, and the layout is left as it was. Last,
+/// the destination begins ([`Destination::begin`]: an ostree import starts).
 async fn open_layout(
     plan: &Plan,
     Landing { dest, planned }: Landing<'_>,
@@ -403,6 +404,9 @@ async fn open_layout(
     let sizes: Vec<u64> = missing.iter().map(|d| d.size).collect();
     let root = rustix::process::geteuid().is_root();
     crate::plan::space::check(rule, &fs, root, &sizes, resolved.raw.len() as u64)?;
+    let manifest = (&resolved.digest, resolved.raw.as_slice());
+    dest.begin(&layout, planned.target.tag(), &plan.image, manifest)
+        .await?;
     Ok((Arc::new(layout), missing))
 }
 

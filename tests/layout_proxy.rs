@@ -1,11 +1,14 @@
 //! `hostpull-ostree-import __layout-proxy` (src/store/proxy.rs), the image proxy that
 //! ostree-ext's import reads the staging layout through, driven by the real
 //! client: the containers-image-proxy that ostree-ext itself uses (0.7). The
-//! layout is made here by hand, so no rig is needed.
+//! layout is made here by hand, so no rig is needed; so is the pull's control
+//! pipe, for the proxy that follows a pull.
 #![cfg(feature = "ostree")]
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use hostpull::digest::sha256;
 use ostree_ext::containers_image_proxy::{ImageProxy, ImageProxyConfig, OpenedImage};
@@ -54,9 +57,15 @@ fn layout(dir: &Path) -> (PathBuf, Vec<u8>, Vec<Vec<u8>>) {
     (root, manifest, all)
 }
 
-async fn proxy(layout: &Path) -> ImageProxy {
+/// The proxy on `layout`, image `manifest`, following the pull on `control`
+/// (a pipe's read end, inherited) if given.
+async fn proxy(layout: &Path, manifest: &[u8], control: Option<&OwnedFd>) -> ImageProxy {
     let mut c = Command::new(IMPORTER);
-    c.arg(VERB).arg(layout);
+    c.arg(VERB).arg(layout).arg(sha256(manifest).as_str());
+    if let Some(fd) = control {
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).unwrap();
+        c.arg("--follow").arg(fd.as_raw_fd().to_string());
+    }
     let config = ImageProxyConfig {
         auth_anonymous: true,
         skopeo_cmd: Some(c),
@@ -92,7 +101,7 @@ async fn read_blob(
 async fn the_layout_proxy_serves_the_staged_image() {
     let td = tempfile::tempdir().unwrap();
     let (root, manifest, blobs) = layout(td.path());
-    let p = proxy(&root).await;
+    let p = proxy(&root, &manifest, None).await;
     let img = p.open_image(&oci(&root, "t")).await.unwrap();
     let (digest, raw) = p.fetch_manifest_raw_oci(&img).await.unwrap();
     assert_eq!(
@@ -117,12 +126,19 @@ async fn the_layout_proxy_serves_the_staged_image() {
 #[tokio::test]
 async fn the_layout_proxy_refuses_what_is_not_staged() {
     let td = tempfile::tempdir().unwrap();
-    let (root, _, blobs) = layout(td.path());
-    let p = proxy(&root).await;
+    let (root, manifest, blobs) = layout(td.path());
+    let unstaged = proxy(&root, b"another manifest", None).await;
+    let e = unstaged
+        .open_image(&oci(&root, "t"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is not staged"), "{e}");
+    let p = proxy(&root, &manifest, None).await;
     let other = td.path().join("other");
     for (r, want) in [
         (oci(&other, "t"), "not oci:"),
-        (oci(&root, "nope"), "no image tagged \"nope\""),
+        (oci(&root, ""), "not oci:"),
         (format!("docker://{}", root.display()), "not oci:"),
     ] {
         let e = p.open_image(&r).await.unwrap_err().to_string();
@@ -150,6 +166,98 @@ async fn the_layout_proxy_refuses_what_is_not_staged() {
     p.finalize().await.unwrap();
 }
 
+/// A pipe: the read end for the proxy, the write end (close-on-exec) for the
+/// test, which is the pull.
+fn control_pipe() -> (OwnedFd, std::fs::File) {
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+    (r, w.into())
+}
+
+/// Following a pull: a blob that is not staged yet is waited for, and served
+/// once it is; `CloseImage` (after which ostree-ext writes the image's ref) is
+/// answered only once the pull says `done`.
+#[tokio::test]
+async fn the_layout_proxy_waits_for_the_pull() {
+    let td = tempfile::tempdir().unwrap();
+    let (root, manifest, blobs) = layout(td.path());
+    let dir = root.join("blobs/sha256");
+    let aside = td.path().join("aside");
+    std::fs::rename(&dir, &aside).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    let stage = move |b: &[u8]| {
+        let hex = sha256(b).hex().to_owned();
+        std::fs::rename(aside.join(&hex), dir.join(&hex)).unwrap();
+    };
+    stage(&manifest);
+    let (r, mut w) = control_pipe();
+    let p = proxy(&root, &manifest, Some(&r)).await;
+    drop(r);
+    let img = p.open_image(&oci(&root, "t")).await.unwrap();
+    let late = {
+        let blobs = blobs.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            for b in &blobs {
+                stage(b);
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    assert_eq!(p.fetch_config_raw(&img).await.unwrap(), blobs[0]);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    late.join().unwrap();
+    let got = read_blob(&p, &img, sha256(&blobs[2]).as_str(), 300 << 10).await;
+    assert_eq!(got.as_ref(), Ok(&blobs[2]));
+    let closed = tokio::spawn(async move {
+        let r = p.close_image(&img).await.map_err(|e| e.to_string());
+        (r, p)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !closed.is_finished(),
+        "CloseImage before the pull said done"
+    );
+    std::io::Write::write_all(&mut w, b"done\n").unwrap();
+    drop(w);
+    let (r, p) = closed.await.unwrap();
+    r.unwrap();
+    p.finalize().await.unwrap();
+}
+
+/// Following a pull that fails: the pipe ends without `done`, so the blob
+/// waited for is refused, and so is `CloseImage`; after `done`, a blob that
+/// is still not staged is refused at once, as neither kept nor fetched.
+#[tokio::test]
+async fn the_layout_proxy_fails_with_the_pull() {
+    let td = tempfile::tempdir().unwrap();
+    let (root, manifest, blobs) = layout(td.path());
+    let layer = root.join("blobs/sha256").join(sha256(&blobs[2]).hex());
+    std::fs::remove_file(&layer).unwrap();
+    for (said, want) in [
+        (&b""[..], "the pull failed"),
+        (b"don", "the pull failed"),
+        (b"done\nmore", "the pull failed"),
+        (b"done\n", "is neither in the repository nor staged"),
+    ] {
+        let (r, mut w) = control_pipe();
+        let p = proxy(&root, &manifest, Some(&r)).await;
+        drop(r);
+        let img = p.open_image(&oci(&root, "t")).await.unwrap();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            std::io::Write::write_all(&mut w, said).unwrap();
+        });
+        let e = read_blob(&p, &img, sha256(&blobs[2]).as_str(), 300 << 10).await;
+        writer.join().unwrap();
+        let e = e.unwrap_err();
+        assert!(e.contains(want), "{said:?}: {e}");
+        // The staged blobs are still served.
+        assert_eq!(p.fetch_config_raw(&img).await.unwrap(), blobs[0]);
+        let closed = p.close_image(&img).await;
+        assert_eq!(closed.is_ok(), said == b"done\n", "{said:?}: {closed:?}");
+    }
+}
+
 /// Started any other way than the crate starts it, it refuses at once (2);
 /// so does the importer with a wrong command line.
 #[test]
@@ -160,12 +268,49 @@ fn the_layout_proxy_needs_its_socket_and_command_line() {
         (vec![VERB], "error: __layout-proxy: "),
         (vec![VERB, "/l"], "error: __layout-proxy: "),
         (
-            vec![VERB, "/l", "experimental-image-proxy", "--authfile", "/a"],
+            vec![
+                VERB,
+                "/l",
+                &digest,
+                "experimental-image-proxy",
+                "--authfile",
+                "/a",
+            ],
             "error: __layout-proxy: ",
         ),
-        (vec![VERB, "/l", "inspect"], "error: __layout-proxy: "),
         (
-            vec![VERB, "/l", "experimental-image-proxy"],
+            vec![VERB, "/l", &digest, "inspect"],
+            "error: __layout-proxy: ",
+        ),
+        (
+            vec![VERB, "/l", "sha256:x", "experimental-image-proxy"],
+            "error: __layout-proxy: usage",
+        ),
+        // Not a descriptor it inherited, or its own stdin.
+        (
+            vec![
+                VERB,
+                "/l",
+                &digest,
+                "--follow",
+                "999",
+                "experimental-image-proxy",
+            ],
+            "error: __layout-proxy: usage",
+        ),
+        (
+            vec![
+                VERB,
+                "/l",
+                &digest,
+                "--follow",
+                "0",
+                "experimental-image-proxy",
+            ],
+            "error: __layout-proxy: usage",
+        ),
+        (
+            vec![VERB, "/l", &digest, "experimental-image-proxy"],
             "error: __layout-proxy: ",
         ),
         (vec![], "error: hostpull-ostree-import: usage: "),

@@ -576,6 +576,87 @@ fn an_import_that_fails_midway_leaves_the_refs_as_they_were() {
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 }
 
+/// The import runs beside the fetch, and a pull that fails after the import
+/// has committed layers leaves the refs as they were. The derived layer (4 MiB,
+/// `--max-rate 1M`, so that it arrives last) has other bytes in the registry
+/// than its digest says, so the pull fails (exit 7) at its end. By then the
+/// import has committed the base's layer: its layer ref appears during the
+/// pull (the import waits for each blob the fetch verifies). After the
+/// failure the import is stopped and waited for, and that ref is gone. The
+/// same when the pull is stopped as `systemctl stop` stops it, SIGTERM to each
+/// of its processes, the import's included (exit 143).
+#[cfg(feature = "ostree")]
+#[test]
+fn a_pull_that_fails_after_the_import_began_leaves_the_refs_as_they_were() {
+    use std::os::unix::process::CommandExt;
+    let s = scratch();
+    let rootfs = s.path().join("rootfs");
+    write_tree(&rootfs, &BASE_FILES);
+    let base = encapsulate_tree(s.path(), "base", &rootfs, |_, _| None);
+    let layout = s.path().join("derived");
+    derive_as(&base, &layout, &[("usr/share/derived/x", "x\n")], |tar| {
+        let mut blob = gzip(tar);
+        blob.resize(blob.len() + (4 << 20), 0);
+        blob
+    });
+    let image = format!("{}/hostpull/ostree-late-tamper:v1", var("RIG_REGISTRY"));
+    push(&layout, "v1", &image);
+    // Change bytes of the derived layer in the registry's storage, keeping
+    // its size. Idempotent, so the suite can run again on the same rig.
+    let (layers, _) = layers_of(&image);
+    let hex = layers
+        .last()
+        .unwrap()
+        .0
+        .strip_prefix("sha256:")
+        .unwrap()
+        .to_owned();
+    let storage = Path::new(var("RIG_TAMPER_BLOB"))
+        .ancestors()
+        .nth(3)
+        .unwrap();
+    let stored = storage.join(&hex[..2]).join(&hex).join("data");
+    let mut bytes = std::fs::read(&stored).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid..mid + 17].copy_from_slice(b"hostpull-tampered");
+    std::fs::write(&stored, &bytes).unwrap();
+
+    let repo = new_repo(s.path());
+    let before = ostree(&repo, &["refs"]);
+    let layer_refs = repo.join("refs/heads/ostree/container/blob");
+    for stop in [false, true] {
+        let mut pull = with_rig_creds(pull_cmd(&image, &format!("ostree:{}:os", repo.display())));
+        pull.args(["--max-rate", "1M"])
+            .process_group(0)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = pull.spawn().unwrap();
+        let mut seen = 0;
+        while child.try_wait().unwrap().is_none() {
+            let n = std::fs::read_dir(&layer_refs).map_or(0, |d| d.count());
+            if stop && seen == 0 && n > 0 {
+                let group = rustix::process::Pid::from_child(&child);
+                rustix::process::kill_process_group(group, rustix::process::Signal::TERM).unwrap();
+            }
+            seen = seen.max(n);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(if stop { 143 } else { 7 }),
+            "{stderr}"
+        );
+        assert!(
+            seen >= 1,
+            "no layer was imported during the fetch: {stderr}"
+        );
+        assert_eq!(ostree(&repo, &["refs"]), before, "{stderr}");
+        assert_eq!(staging_left(&repo), Vec::<String>::new());
+    }
+}
+
 /// Root alone enforces the signature policy, the import included: a skopeo
 /// 1.18 or 1.22 reading the staging layout would apply the host's policy.json
 /// when it opens it. With one that rejects everything (in a mount namespace of

@@ -1,15 +1,18 @@
 //! Where a pull's verified blobs go, as the plan chose it: an OCI layout, or
 //! an ostree repository through a staging layout and the import. The fetch
-//! asks it for the layout and what it holds already; the CLI finishes it.
+//! asks it for the layout and what it holds already, and begins it once the
+//! image is accepted; the CLI finishes it, or abandons it after a failure.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind};
 use crate::manifest::Manifest;
 use crate::plan::imgref::{ImageRef, OstreeDest, Target};
+use crate::store::Layout;
+use crate::store::import::Running;
 use crate::store::ostree::{Imported, Request, Staging};
 
 /// A pull's destination.
@@ -19,8 +22,8 @@ pub enum Destination {
     Oci(PathBuf),
     /// `ostree:REPO[:REF]`: a staging layout in `REPO/tmp`, made only when the
     /// fetch first asks for it (once the signature policy has accepted the
-    /// image), imported by `program` ([`crate::store::import`]) and removed
-    /// either way.
+    /// image), imported by `program` ([`crate::store::import`]) as the fetch
+    /// fills it, and removed either way.
     Ostree {
         /// The repository and the ref.
         dest: OstreeDest,
@@ -28,6 +31,8 @@ pub enum Destination {
         program: PathBuf,
         /// The staging layout, once made.
         staging: OnceLock<Staging>,
+        /// The import, once begun.
+        import: Mutex<Option<Box<Running>>>,
     },
 }
 
@@ -42,6 +47,7 @@ impl Destination {
                 program: crate::store::import::program()
                     .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?,
                 staging: OnceLock::new(),
+                import: Mutex::new(None),
             },
         })
     }
@@ -81,33 +87,78 @@ impl Destination {
         }
     }
 
-    /// After a good pull of `image` (manifest `digest`, tagged `tag` in the
-    /// layout): nothing more for `oci:`; for `ostree:`, the import. Dropped,
-    /// it stops the import.
-    pub async fn finish(
+    /// The image is accepted and `layout` (from [`Self::layout`]) locked:
+    /// for `ostree:`, stage its verified manifest (`digest`, `raw`) and start
+    /// the import of `image` beside the fetch, which waits for each blob
+    /// ([`crate::store::proxy`]). Once per image: a retry goes on with the
+    /// running import; a different manifest (the tag moved between two
+    /// credentials' tries) abandons it first. Nothing for `oci:`.
+    pub async fn begin(
         &self,
+        layout: &Layout,
         tag: &str,
         image: &ImageRef,
-        digest: &Sha256Digest,
-    ) -> anyhow::Result<Option<Imported>> {
+        (digest, raw): (&Sha256Digest, &[u8]),
+    ) -> anyhow::Result<()> {
         let Self::Ostree {
             dest,
             program,
-            staging,
+            import,
+            ..
         } = self
         else {
-            return Ok(None);
+            return Ok(());
         };
-        let Some(staging) = staging.get() else {
-            return crate::error::fail(Kind::Handoff, "the pull made no staging layout to import");
+        let old = {
+            let mut running = import.lock().unwrap();
+            match running.as_ref() {
+                Some(r) if r.digest() == digest => return Ok(()),
+                _ => running.take(),
+            }
         };
+        if let Some(old) = old {
+            old.abandon().await;
+        }
+        layout.write_blob("manifest", digest, raw)?;
         let req = Request {
             dest: dest.clone(),
-            layout: staging.layout(),
+            layout: self.layout()?,
             tag: tag.to_owned(),
             image: image.clone(),
             digest: digest.clone(),
         };
-        crate::store::import::import(program, &req).await.map(Some)
+        let running = crate::store::import::start(program, &req)
+            .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?;
+        *import.lock().unwrap() = Some(Box::new(running));
+        Ok(())
+    }
+
+    /// After a good pull: nothing more for `oci:`; for `ostree:`, tell the
+    /// import the pull is done, and wait for it. Dropped, it stops the import.
+    pub async fn finish(&self) -> anyhow::Result<Option<Imported>> {
+        let Some(running) = self.take_import() else {
+            return match self {
+                Self::Oci(_) => Ok(None),
+                Self::Ostree { .. } => {
+                    crate::error::fail(Kind::Handoff, "the pull started no import")
+                }
+            };
+        };
+        running.finish().await.map(Some)
+    }
+
+    /// After a failed pull: stop the import, if one began, and wait until it
+    /// has removed what it made.
+    pub async fn abandon(&self) {
+        if let Some(running) = self.take_import() {
+            running.abandon().await;
+        }
+    }
+
+    fn take_import(&self) -> Option<Box<Running>> {
+        match self {
+            Self::Oci(_) => None,
+            Self::Ostree { import, .. } => import.lock().unwrap().take(),
+        }
     }
 }

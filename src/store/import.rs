@@ -14,8 +14,13 @@
 //! `hostpull-ostree-import __layout-proxy LAYOUT ...`). It fetches nothing and
 //! checks nothing that root has not checked already.
 //!
-//! Started by [`import`]; a failure is its one `error:` line, which becomes
-//! the pull's.
+//! Started by [`start`] as soon as the signature policy has accepted the
+//! image and its verified manifest is staged, it runs beside the fetch: its
+//! stdin is the pull's control pipe ([`crate::store::proxy::Control`]), and
+//! the proxy serves each blob once the fetch has verified and staged it. It
+//! references nothing until the pull says `done`; if the pipe ends without
+//! that, it fails and removes the layer refs it made. A failure is its one
+//! `error:` line, which becomes the pull's.
 #![cfg_attr(not(feature = "ostree"), allow(dead_code))]
 
 use std::ffi::OsString;
@@ -87,11 +92,19 @@ pub fn main(args: Vec<OsString>) -> i32 {
             return 2;
         }
     };
-    let imported = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the runtime")
-        .and_then(|rt| rt.block_on(crate::store::ostree::import_here(&req)))
+    // The pull's control pipe, without close-on-exec: the proxy inherits it.
+    let control = rustix::io::dup(std::io::stdin()).context("taking the pull's control pipe");
+    let imported = control
+        .and_then(|c| {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the runtime")?;
+            rt.block_on(async {
+                let _signals = follow_the_pull_not_signals()?;
+                crate::store::ostree::import_here(&req, c).await
+            })
+        })
         .and_then(|i| {
             let mut out = std::io::stdout().lock();
             serde_json::to_writer(&mut out, &i)?;
@@ -105,6 +118,20 @@ pub fn main(args: Vec<OsString>) -> i32 {
             1
         }
     }
+}
+
+/// SIGINT and SIGTERM, caught and left unread: the import stops when the pull
+/// says so, on the control pipe, not when a signal meant for the pull reaches
+/// it too (Ctrl-C reaches the terminal's whole process group, `systemctl
+/// stop` the unit's whole cgroup). The pull then ends the pipe, and the
+/// import removes what it made before it exits; killed, it could not. A
+/// caught signal is the default again in what this process executes.
+fn follow_the_pull_not_signals() -> anyhow::Result<[tokio::signal::unix::Signal; 2]> {
+    use tokio::signal::unix::{SignalKind, signal};
+    Ok([
+        signal(SignalKind::interrupt())?,
+        signal(SignalKind::terminate())?,
+    ])
 }
 
 /// The installed program: `../libexec/` from hostpull's own directory (both
@@ -123,28 +150,79 @@ pub fn program() -> anyhow::Result<PathBuf> {
     }
 }
 
-/// Import `req` by running `program`. Dropped, it kills the import.
-pub async fn import(program: &Path, req: &Request) -> anyhow::Result<Imported> {
-    let out = tokio::process::Command::new(program)
-        .args(req.args())
-        .stdin(Stdio::null())
+/// An import running beside its pull ([`start`]).
+#[derive(Debug)]
+pub struct Running {
+    digest: Sha256Digest,
+    child: tokio::process::Child,
+    control: Option<tokio::process::ChildStdin>,
+}
+
+/// Start importing `req` by running `program`, with the staging layout still
+/// filling: the manifest is staged, the blobs come as the fetch verifies them.
+/// Dropped, it kills the import.
+pub fn start(program: &Path, req: &Request) -> anyhow::Result<Running> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(req.args())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output()
-        .await
+        .kill_on_drop(true);
+    let mut child = crate::host::unbatched(|| cmd.spawn())
         .with_context(|| format!("running {}", program.display()))?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        match stderr.lines().rev().find_map(|l| l.strip_prefix("error: ")) {
-            Some(e) => anyhow::bail!("{e}"),
-            None => anyhow::bail!("{PROGRAM} failed ({}): {}", out.status, stderr.trim()),
+    Ok(Running {
+        digest: req.digest.clone(),
+        control: child.stdin.take(),
+        child,
+    })
+}
+
+impl Running {
+    /// The manifest it imports.
+    pub fn digest(&self) -> &Sha256Digest {
+        &self.digest
+    }
+
+    /// The pull is done, every blob staged: tell the import, and wait for it.
+    pub async fn finish(mut self) -> anyhow::Result<Imported> {
+        use tokio::io::AsyncWriteExt;
+        if let Some(mut c) = self.control.take() {
+            // An import that failed already has closed its end: its own
+            // error, below, says why.
+            let _ = c.write_all(crate::store::proxy::DONE).await;
+        }
+        let out = self
+            .child
+            .wait_with_output()
+            .await
+            .with_context(|| format!("waiting for {PROGRAM}"))?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            match stderr.lines().rev().find_map(|l| l.strip_prefix("error: ")) {
+                Some(e) => anyhow::bail!("{e}"),
+                None => anyhow::bail!("{PROGRAM} failed ({}): {}", out.status, stderr.trim()),
+            }
+        }
+        for line in stderr.lines() {
+            tracing::warn!("{PROGRAM}: {line}");
+        }
+        serde_json::from_slice(&out.stdout)
+            .with_context(|| format!("reading what {PROGRAM} imported"))
+    }
+
+    /// The pull failed: end the control pipe without `done`, so that the
+    /// import stops and removes the layer refs it made, and wait for that.
+    pub async fn abandon(mut self) {
+        drop(self.control.take());
+        match self.child.wait_with_output().await {
+            Ok(out) => tracing::debug!(
+                "{PROGRAM} after the failed pull: {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            Err(e) => tracing::warn!("waiting for {PROGRAM}: {e}"),
         }
     }
-    for line in stderr.lines() {
-        tracing::warn!("{PROGRAM}: {line}");
-    }
-    serde_json::from_slice(&out.stdout).with_context(|| format!("reading what {PROGRAM} imported"))
 }
 
 #[cfg(test)]

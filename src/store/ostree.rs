@@ -8,7 +8,12 @@
 //! verified manifest, which blobs REPO has already, and the pull leaves those
 //! out of its "missing" set. The staging layout then holds exactly what the
 //! importer reads: the manifest, the config and the layers it has no commit
-//! for ([`import`] checks that against `prepare()` before it imports).
+//! for (the proxy refuses a layer that is neither, once the pull is done).
+//!
+//! The import starts as soon as the manifest is staged and runs beside the
+//! fetch, taking each blob once it is verified; it references nothing until
+//! the pull is done, and removes the layer refs it made if the pull fails
+//! ([`import_here`]).
 //!
 //! The import runs in a program of its own, `hostpull-ostree-import`
 //! ([`crate::store::import`], [`import_here`]), for an SELinux domain of its
@@ -169,9 +174,12 @@ fn open_repo(path: &Path) -> anyhow::Result<ostree_ext::ostree::Repo> {
 /// Import the staged layout `layout:tag` (manifest `digest`) of `req` into
 /// the repository, recorded as `image`, and point `dest`'s ref at the result: in
 /// this process, which is `hostpull-ostree-import` ([`crate::store::import`]).
+/// The pull may still be fetching: `control` is its pipe
+/// ([`crate::store::proxy::Control`]), without close-on-exec so that the proxy
+/// inherits it. Nothing is referenced before the pull says it is done.
 /// Without the `ostree` feature, planning refuses an ostree destination already.
 #[fn_error_context::context("importing into ostree repository {}", req.dest.repo.display())]
-pub async fn import_here(req: &Request) -> anyhow::Result<Imported> {
+pub async fn import_here(req: &Request, control: std::os::fd::OwnedFd) -> anyhow::Result<Imported> {
     let Request {
         dest,
         layout,
@@ -181,7 +189,7 @@ pub async fn import_here(req: &Request) -> anyhow::Result<Imported> {
     } = req;
     #[cfg(not(feature = "ostree"))]
     {
-        let _ = (dest, layout, tag, image, digest);
+        let _ = (dest, layout, tag, image, digest, control);
         crate::error::fail(
             crate::error::Kind::Usage,
             "built without ostree support (cargo feature `ostree`)",
@@ -200,16 +208,20 @@ pub async fn import_here(req: &Request) -> anyhow::Result<Imported> {
             .ok()
             .flatten()
             .filter(|s| s.manifest_digest.to_string() == digest.as_str());
-        let state = match stored {
-            Some(s) => s,
+        let (state, imported) = match stored {
+            Some(s) => (s, false),
             None => {
                 let before = layer_refs(&repo)?;
-                match import_layout(&repo, &target, layout, tag).await {
-                    Ok(s) => s,
-                    Err(e) => return Err(forget_new_layers(&repo, &before, e)),
-                }
+                let r = import_layout(&repo, &target, layout, tag, digest, &control).await;
+                r.map_err(|e| forget_new_layers(&repo, &before, e))?
             }
         };
+        // An import waited for the pull before it wrote the image's ref (the
+        // proxy's `CloseImage`); without one, wait here.
+        if !imported {
+            let mut c = crate::store::proxy::Control::new(control);
+            tokio::task::spawn_blocking(move || c.wait_done()).await??;
+        }
         let mut refs = Vec::new();
         if let Some(r) = &dest.ostree_ref {
             repo.set_ref_immediate(None, r, Some(&state.merge_commit), gio::Cancellable::NONE)
@@ -264,17 +276,22 @@ fn forget_new_layers(
     e
 }
 
-/// Serve the staged layout `layout:tag` ([`crate::store::proxy`]) and
-/// import it into `repo` as `target`.
+/// Serve the staging layout `layout:tag`, manifest `digest`, as the pull on
+/// `control` fills it ([`crate::store::proxy`]), and import it into `repo` as
+/// `target`. Also says whether it imported (`prepare()` may find the image
+/// there already).
 #[cfg(feature = "ostree")]
 async fn import_layout(
     repo: &ostree_ext::ostree::Repo,
     target: &ostree_ext::container::OstreeImageReference,
     layout: &Path,
     tag: &str,
-) -> anyhow::Result<Box<ostree_ext::container::store::LayeredImageState>> {
+    digest: &Sha256Digest,
+    control: &std::os::fd::OwnedFd,
+) -> anyhow::Result<(Box<ostree_ext::container::store::LayeredImageState>, bool)> {
     use ostree_ext::container::store::{ImageImporter, ImageProxyConfig, PrepareResult};
     use ostree_ext::container::{ImageReference, OstreeImageReference, SignatureSource, Transport};
+    use std::os::fd::AsFd;
 
     // Unverified: hostpull checked every digest and the signature
     // policy already, before anything was written.
@@ -289,7 +306,11 @@ async fn import_layout(
         // A local layout needs no credential: ostree-ext would otherwise pass
         // on the host's /etc/ostree/auth.json.
         auth_anonymous: true,
-        skopeo_cmd: Some(crate::store::proxy::command(layout)?),
+        skopeo_cmd: Some(crate::store::proxy::command(
+            layout,
+            digest,
+            Some(control.as_fd()),
+        )?),
         ..Default::default()
     };
     let mut importer = ImageImporter::new(repo, &source, config)
@@ -297,15 +318,8 @@ async fn import_layout(
         .map_err(with_proxy_detail)?;
     importer.set_target(target);
     Ok(match importer.prepare().await.map_err(with_proxy_detail)? {
-        PrepareResult::AlreadyPresent(s) => s,
-        PrepareResult::Ready(p) => {
-            let needed = p
-                .all_layers()
-                .filter(|l| l.commit.is_none())
-                .map(|l| l.layer().digest().to_string());
-            check_staged(layout, needed)?;
-            importer.import(p).await.map_err(with_proxy_detail)?
-        }
+        PrepareResult::AlreadyPresent(s) => (s, false),
+        PrepareResult::Ready(p) => (importer.import(p).await.map_err(with_proxy_detail)?, true),
     })
 }
 
@@ -323,23 +337,6 @@ fn with_proxy_detail(e: anyhow::Error) -> anyhow::Error {
         Some(d) => e.context(d),
         None => e,
     }
-}
-
-/// Every layer `prepare()` says the import will read (it has no commit for
-/// it) must be in the staging layout: a layer ref removed between the pull's
-/// decision and the import (another tool's prune) would otherwise make the
-/// import fail on a missing file.
-pub fn check_staged(layout: &Path, needed: impl IntoIterator<Item = String>) -> anyhow::Result<()> {
-    for d in needed {
-        let hex = d.strip_prefix("sha256:").unwrap_or(&d);
-        if !layout.join("blobs/sha256").join(hex).is_file() {
-            anyhow::bail!(
-                "layer {d} is neither in the repository nor staged \
-                 (its ref went away during the pull?); pull again"
-            );
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -406,20 +403,6 @@ mod tests {
         }
         let e = held_of(None, &digest, &manifest, |_| anyhow::bail!("no repo")).unwrap_err();
         assert_eq!(e.to_string(), "no repo");
-    }
-
-    #[test]
-    fn check_staged_needs_every_layer_the_import_reads() {
-        let td = tempfile::tempdir().unwrap();
-        let blobs = td.path().join("blobs/sha256");
-        std::fs::create_dir_all(&blobs).unwrap();
-        let a = format!("sha256:{}", "a".repeat(64));
-        let b = format!("sha256:{}", "b".repeat(64));
-        std::fs::write(blobs.join("a".repeat(64)), b"x").unwrap();
-        check_staged(td.path(), [a.clone()]).unwrap();
-        check_staged(td.path(), []).unwrap();
-        let e = check_staged(td.path(), [a, b.clone()]).unwrap_err();
-        assert!(e.to_string().contains(&b), "{e}");
     }
 
     #[test]

@@ -7,14 +7,24 @@
 //! digest only after its bytes matched ([`crate::store::BlobSink::commit`]).
 //! skopeo would read each one back, hash it again and copy it through a pipe.
 //! This server is that child instead: `hostpull-ostree-import __layout-proxy
-//! LAYOUT experimental-image-proxy`, root's own code, in the import's own
-//! process and domain ([`crate::store::import`]), with no network and no unit. For the manifest, the config and each blob it passes
-//! the staged file itself (`SCM_RIGHTS`), so the import reads each layer once,
-//! from the page cache, and nothing hashes it twice.
+//! LAYOUT DIGEST [--follow FD] experimental-image-proxy`, root's own code, in
+//! the import's own process and domain ([`crate::store::import`]), with no
+//! network and no unit. For the manifest (DIGEST), the config and each blob it
+//! passes the staged file itself (`SCM_RIGHTS`), so the import reads each layer
+//! once, from the page cache, and nothing hashes it twice.
+//!
+//! **Following a pull.** With `--follow FD` the import runs beside the fetch:
+//! FD is the pull's [`Control`] pipe. A blob not staged yet is waited for (the
+//! fetch links each one under its digest only once it has verified it), and
+//! `CloseImage`, which ostree-ext sends after the last layer and before it
+//! writes the image's ref, is answered only once the pull says `done`. If the
+//! pipe ends without it, the pull failed: the waiting request fails, and so
+//! does the import, which then removes the layer refs it made.
 //!
 //! It speaks protocol [`PROTOCOL`], the oldest containers-image-proxy accepts,
 //! and only what ostree-ext asks for an `oci:` image: `Initialize`,
-//! `OpenImage` (`oci:LAYOUT:TAG`, this layout only), `GetManifest`,
+//! `OpenImage` (`oci:LAYOUT:TAG`, this layout only; the tag is not looked
+//! up: the image is the manifest DIGEST), `GetManifest`,
 //! `GetFullConfig`, `GetBlob` (only the image's own blobs, at their declared
 //! size), `FinishPipe`, `CloseImage` and `Shutdown`. Anything else is refused,
 //! as skopeo refuses an unknown method: with an error reply, not an exit.
@@ -23,16 +33,17 @@
 
 use std::collections::HashSet;
 use std::ffi::OsString;
-use std::fs::File;
-use std::io::{IoSlice, Read};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::io::IoSlice;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 use rustix::net::{RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::digest::Sha256Digest;
 use crate::manifest::{Descriptor, Manifest, OCI_MANIFEST};
 
 /// The hidden first argument that makes `hostpull-ostree-import` the server.
@@ -46,36 +57,68 @@ pub const PROTOCOL: &str = "0.2.3";
 const MSG_MAX: usize = 32 << 10;
 /// The one image a layout serves.
 const IMAGE_ID: u64 = 1;
+/// How often a wait for a blob looks for it again, unless the pull speaks.
+const POLL: Duration = Duration::from_millis(20);
 
-/// `hostpull-ostree-import __layout-proxy LAYOUT experimental-image-proxy
-/// [--no-creds] [--debug]`, with the proxy's socket as stdin. The crate adds `--no-creds`
-/// for `auth_anonymous` (a local layout needs no credential, and none is
-/// handed over) and `--debug` when `CONTAINERS_IMAGE_PROXY_DEBUG` is set; any
-/// other option would mean something this server does not do. Returns the
-/// exit code.
+/// `hostpull-ostree-import __layout-proxy LAYOUT DIGEST [--follow FD]
+/// experimental-image-proxy [--no-creds] [--debug]`, with the proxy's socket as
+/// stdin. The crate adds `--no-creds` for `auth_anonymous` (a local layout
+/// needs no credential, and none is handed over) and `--debug` when
+/// `CONTAINERS_IMAGE_PROXY_DEBUG` is set; any other option would mean
+/// something this server does not do. Returns the exit code.
 pub fn main(args: Vec<OsString>) -> i32 {
-    let mut args = args.into_iter();
-    let (layout, verb) = (args.next().unwrap_or_default(), args.next());
-    if layout.is_empty()
-        || verb.is_none_or(|v| v != PROXY_VERB)
-        || args.any(|a| a != "--no-creds" && a != "--debug")
-    {
-        eprintln!("error: {VERB}: usage: hostpull {VERB} LAYOUT {PROXY_VERB}");
-        return 2;
-    }
+    let server = match parse(args) {
+        Some(s) => s,
+        None => {
+            eprintln!(
+                "error: {VERB}: usage: hostpull {VERB} LAYOUT DIGEST [--follow FD] {PROXY_VERB}"
+            );
+            return 2;
+        }
+    };
     let stdin = std::io::stdin();
     let sock = stdin.as_fd();
     if rustix::net::sockopt::socket_type(sock).ok() != Some(rustix::net::SocketType::SEQPACKET) {
         eprintln!("error: {VERB}: stdin is not the image proxy's socket");
         return 2;
     }
-    match Server::new(PathBuf::from(layout)).serve(sock) {
+    match server.serve(sock) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("error: {VERB}: {e:#}");
             1
         }
     }
+}
+
+/// The server the command line asks for, or `None` for a wrong one.
+#[allow(unsafe_code)]
+fn parse(args: Vec<OsString>) -> Option<Server> {
+    let mut args = args.into_iter().peekable();
+    let layout = args.next().filter(|l| !l.is_empty())?;
+    let digest = Sha256Digest::parse(args.next()?.to_str()?)?;
+    let control = match args.next_if(|a| a == "--follow") {
+        Some(_) => {
+            let fd: RawFd = args.next()?.to_str()?.parse().ok()?;
+            // Only an open pipe: never a descriptor this process owns already.
+            if fd <= 2 || rustix::io::fcntl_getfd(unsafe { BorrowedFd::borrow_raw(fd) }).is_err() {
+                return None;
+            }
+            // SAFETY: FD is open (checked just above) and was inherited for
+            // this use alone: the importer passes the pull's pipe on no
+            // other way, and nothing else in this process knows its number.
+            Some(Control::new(unsafe {
+                <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
+            }))
+        }
+        None => None,
+    };
+    if args.next().is_none_or(|v| v != PROXY_VERB)
+        || args.any(|a| a != "--no-creds" && a != "--debug")
+    {
+        return None;
+    }
+    Some(Server::new(PathBuf::from(layout), digest, control))
 }
 
 /// A request, as containers-image-proxy sends it.
@@ -100,21 +143,26 @@ struct Image {
     manifest: Manifest,
 }
 
-/// The server's state: the layout, its image once opened, the files handed out
-/// and not yet finished (`FinishPipe` has nothing to wait for: each is whole).
+/// The server's state: the layout and its image's manifest digest, the image
+/// once opened, the pull it follows if any, the files handed out and not yet
+/// finished (`FinishPipe` has nothing to wait for: each is whole).
 #[derive(Debug)]
 struct Server {
     layout: PathBuf,
+    digest: Sha256Digest,
     image: Option<Image>,
+    control: Option<Control>,
     pipes: HashSet<u32>,
     next_pipe: u32,
 }
 
 impl Server {
-    fn new(layout: PathBuf) -> Self {
+    fn new(layout: PathBuf, digest: Sha256Digest, control: Option<Control>) -> Self {
         Self {
             layout,
+            digest,
             image: None,
+            control,
             pipes: HashSet::new(),
             next_pipe: 1,
         }
@@ -165,27 +213,31 @@ impl Server {
             }
             ("CloseImage", [id]) => {
                 self.image(id)?;
+                // The last request before the image's ref is written.
+                if let Some(c) = &mut self.control {
+                    c.wait_done()?;
+                }
                 Ok(value(Value::Null))
             }
             ("GetManifest", [id]) => {
                 let desc = &self.image(id)?.desc;
                 Ok(Answer {
                     value: desc.digest.as_str().into(),
-                    fd: Some(self.staged(desc)?),
+                    fd: Some(self.staged(desc)?.context("the manifest is not staged")?),
                 })
             }
             ("GetFullConfig", [id]) => {
                 let config = self.image(id)?.manifest.config.clone();
                 Ok(Answer {
                     value: Value::Null,
-                    fd: Some(self.staged(&config)?),
+                    fd: Some(self.when_staged(&config)?),
                 })
             }
             ("GetBlob", [id, Value::String(digest), size]) => {
                 let blob = self.blob(id, digest, size)?;
                 Ok(Answer {
                     value: blob.size.into(),
-                    fd: Some(self.staged(&blob)?),
+                    fd: Some(self.when_staged(&blob)?),
                 })
             }
             ("FinishPipe", [id]) => {
@@ -200,34 +252,29 @@ impl Server {
         }
     }
 
-    /// `oci:LAYOUT:TAG`: the manifest that `index.json` tags TAG.
+    /// `oci:LAYOUT:TAG`: the image whose manifest is the staged blob DIGEST,
+    /// written before the import started (the tag is published only after
+    /// the fetch).
     fn open(&mut self, reference: &str) -> anyhow::Result<()> {
-        let tag = reference
+        reference
             .strip_prefix("oci:")
             .and_then(|r| r.strip_prefix(self.layout.to_str()?))
             .and_then(|r| r.strip_prefix(':'))
             .filter(|t| !t.is_empty())
             .with_context(|| format!("{reference}: not oci:{}:TAG", self.layout.display()))?;
-        let index: Value = serde_json::from_slice(
-            &std::fs::read(self.layout.join("index.json")).context("reading index.json")?,
-        )
-        .context("parsing index.json")?;
-        let entry = index["manifests"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|m| m["annotations"][crate::store::REF_NAME] == tag)
-            .with_context(|| format!("no image tagged {tag:?}"))?;
-        let desc: Descriptor = serde_json::from_value(entry.clone()).context("index.json")?;
-        if desc.media_type != OCI_MANIFEST {
-            anyhow::bail!(
-                "{tag}: media type {:?} is not an OCI manifest",
-                desc.media_type
-            );
-        }
-        let mut raw = Vec::new();
-        File::from(self.staged(&desc)?).read_to_end(&mut raw)?;
+        let path = self.blob_path(&self.digest);
+        let raw = std::fs::read(&path)
+            .with_context(|| format!("manifest {} is not staged", self.digest))?;
+        crate::verify::check_bytes("manifest", &raw, &self.digest, raw.len() as u64)?;
         let manifest = serde_json::from_slice(&raw).context("parsing the manifest")?;
+        let desc = Descriptor {
+            media_type: OCI_MANIFEST.to_owned(),
+            digest: self.digest.clone(),
+            size: raw.len() as u64,
+            urls: Vec::new(),
+            platform: None,
+            annotations: Default::default(),
+        };
         self.image = Some(Image { desc, manifest });
         Ok(())
     }
@@ -253,17 +300,26 @@ impl Server {
         Ok(blob.clone())
     }
 
-    /// The staged file of `blob`, opened for reading, if it has its size.
-    /// Only verified bytes are ever linked under a digest.
-    fn staged(&self, blob: &Descriptor) -> anyhow::Result<OwnedFd> {
+    fn blob_path(&self, digest: &Sha256Digest) -> PathBuf {
+        self.layout.join("blobs/sha256").join(digest.hex())
+    }
+
+    /// The staged file of `blob`, opened for reading, if it has its size;
+    /// `None` if it is not there. Only verified bytes are ever linked under
+    /// a digest.
+    fn staged(&self, blob: &Descriptor) -> anyhow::Result<Option<OwnedFd>> {
         use rustix::fs::{Mode, OFlags};
-        let path = self.layout.join("blobs/sha256").join(blob.digest.hex());
-        let fd = rustix::fs::open(
-            &path,
+        let fd = match rustix::fs::open(
+            self.blob_path(&blob.digest),
             OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::empty(),
-        )
-        .with_context(|| format!("blob {} is not staged", blob.digest))?;
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => {
+                return Err(e).with_context(|| format!("opening staged blob {}", blob.digest));
+            }
+        };
         let st = rustix::fs::fstat(&fd)?;
         let regular = rustix::fs::FileType::from_raw_mode(st.st_mode).is_file();
         if !regular || st.st_size as u64 != blob.size {
@@ -273,7 +329,125 @@ impl Server {
                 blob.size
             );
         }
-        Ok(fd)
+        Ok(Some(fd))
+    }
+
+    /// [`Self::staged`], and while the pull that this server follows goes
+    /// on, waited for.
+    fn when_staged(&mut self, blob: &Descriptor) -> anyhow::Result<OwnedFd> {
+        loop {
+            if let Some(fd) = self.staged(blob)? {
+                return Ok(fd);
+            }
+            let Some(control) = &mut self.control else {
+                anyhow::bail!("blob {} is not staged", blob.digest);
+            };
+            // What the pull said up to now: the blob was looked for after it.
+            match control.word() {
+                Word::Pending => {
+                    control.wait(Some(POLL))?;
+                }
+                // A layer ref removed after the pull decided what to fetch
+                // (another tool's prune), so it was neither fetched nor kept.
+                Word::Done => anyhow::bail!(
+                    "layer {} is neither in the repository nor staged \
+                     (its ref went away during the pull?); pull again",
+                    blob.digest
+                ),
+                Word::Failed => anyhow::bail!("{} (waiting for blob {})", FAILED, blob.digest),
+            }
+        }
+    }
+}
+
+/// How the import fails when the pull did.
+const FAILED: &str = "the pull failed, so the import stops";
+
+/// What the pull said of itself ([`Control`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Word {
+    /// Nothing yet: the pull goes on.
+    Pending,
+    /// `done`: every blob is staged, the staging layout published.
+    Done,
+    /// The pipe ended without `done`: the pull failed or was stopped.
+    Failed,
+}
+
+/// The pull's word to its import: the read end of a pipe from hostpull, which
+/// writes [`DONE`] once every blob of the image is staged and the staging
+/// layout is published, then closes it. If it closes it without (a failed
+/// pull, or hostpull killed), the import must not go on: nothing of a failed
+/// pull may be referenced.
+#[derive(Debug)]
+pub struct Control {
+    fd: OwnedFd,
+    said: Vec<u8>,
+    ended: bool,
+}
+
+/// What hostpull writes on the control pipe when the pull is done.
+pub const DONE: &[u8] = b"done\n";
+
+impl Control {
+    /// The pipe's read end.
+    pub fn new(fd: OwnedFd) -> Self {
+        Self {
+            fd,
+            said: Vec::new(),
+            ended: false,
+        }
+    }
+
+    fn word(&self) -> Word {
+        match (self.ended, self.said == DONE) {
+            (false, _) => Word::Pending,
+            (true, true) => Word::Done,
+            (true, false) => Word::Failed,
+        }
+    }
+
+    /// Read what there is within `timeout` (without one, until the pipe
+    /// ends), and say where the pull stands.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> anyhow::Result<Word> {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        while !self.ended {
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(left) => Some(Timespec::try_from(left)?),
+                    None => break,
+                },
+                None => None,
+            };
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            match rustix::event::poll(&mut fds, left.as_ref()) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e).context("waiting for the pull"),
+            }
+            let mut buf = [0u8; 16];
+            match rustix::io::read(&self.fd, &mut buf) {
+                Ok(0) => self.ended = true,
+                // More than `done` is not `done`.
+                Ok(n) if self.said.len() + n <= DONE.len() => {
+                    self.said.extend_from_slice(&buf[..n])
+                }
+                Ok(_) => self.said = b"?".repeat(DONE.len() + 1),
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+                Err(e) => return Err(e).context("reading the pull's control pipe"),
+            }
+        }
+        Ok(self.word())
+    }
+
+    /// Wait until the pipe ends: `Ok` if the pull said `done`.
+    pub fn wait_done(&mut self) -> anyhow::Result<()> {
+        match self.wait(None)? {
+            Word::Done => Ok(()),
+            _ => anyhow::bail!("{FAILED}"),
+        }
     }
 }
 
@@ -304,12 +478,22 @@ fn send(sock: BorrowedFd<'_>, reply: &Value, fd: Option<BorrowedFd<'_>>) -> anyh
     Ok(())
 }
 
-/// The command that starts this server on `layout`, for the crate's
-/// `skopeo_cmd` (it appends [`PROXY_VERB`] and sets stdin): the program
-/// that runs the import, again.
-pub fn command(layout: &Path) -> anyhow::Result<std::process::Command> {
+/// The command that starts this server on `layout` and the manifest
+/// `digest`, following the pull on `control` if given, for the crate's
+/// `skopeo_cmd` (it appends [`PROXY_VERB`] and sets stdin): the program that
+/// runs the import, again. `control` must not be close-on-exec: the server
+/// inherits it.
+pub fn command(
+    layout: &Path,
+    digest: &Sha256Digest,
+    control: Option<BorrowedFd<'_>>,
+) -> anyhow::Result<std::process::Command> {
+    use std::os::fd::AsRawFd;
     let exe = std::env::current_exe().context("finding the import's own program")?;
     let mut c = std::process::Command::new(exe);
-    c.arg(VERB).arg(layout);
+    c.arg(VERB).arg(layout).arg(digest.as_str());
+    if let Some(fd) = control {
+        c.arg("--follow").arg(fd.as_raw_fd().to_string());
+    }
     Ok(c)
 }
