@@ -53,9 +53,10 @@ for n in ostree jq tar gzip /usr/bin/time; do command -v $n >/dev/null || die "$
 HOSTPULL=${HOSTPULL:-$ROOT/target/release/hostpull}
 PEER=${PEER:-$ROOT/target/release/examples/ostree-peer}
 ENCAPSULATE=${ENCAPSULATE:-$ROOT/target/release/examples/ostree-encapsulate}
-if [ ! -x "$HOSTPULL" ] || [ ! -x "$PEER" ] || [ ! -x "$ENCAPSULATE" ]; then
-    echo "bench: building hostpull, the peer and the fixture maker (release, --features ostree)" >&2
-    (cd "$ROOT" && cargo build --release --features ostree --bin hostpull \
+IMPORTER=$(dirname "$HOSTPULL")/hostpull-ostree-import   # beside it, as src/store/import.rs finds it
+if [ ! -x "$HOSTPULL" ] || [ ! -x "$IMPORTER" ] || [ ! -x "$PEER" ] || [ ! -x "$ENCAPSULATE" ]; then
+    echo "bench: building hostpull, its import, the peer and the fixture maker (release, --features ostree)" >&2
+    (cd "$ROOT" && cargo build --release --features ostree --bin hostpull --bin hostpull-ostree-import \
         --example ostree-peer --example ostree-encapsulate)
 fi
 mkdir -p "$BENCH_DIR"

@@ -70,9 +70,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let server = match parse(args) {
         Some(s) => s,
         None => {
-            eprintln!(
-                "error: {VERB}: usage: hostpull {VERB} LAYOUT DIGEST [--follow FD] {PROXY_VERB}"
-            );
+            eprintln!("error: {VERB}: usage: {VERB} LAYOUT DIGEST [--follow FD] {PROXY_VERB}");
             return 2;
         }
     };
@@ -92,25 +90,14 @@ pub fn main(args: Vec<OsString>) -> i32 {
 }
 
 /// The server the command line asks for, or `None` for a wrong one.
-#[allow(unsafe_code)]
 fn parse(args: Vec<OsString>) -> Option<Server> {
     let mut args = args.into_iter().peekable();
     let layout = args.next().filter(|l| !l.is_empty())?;
     let digest = Sha256Digest::parse(args.next()?.to_str()?)?;
     let control = match args.next_if(|a| a == "--follow") {
-        Some(_) => {
-            let fd: RawFd = args.next()?.to_str()?.parse().ok()?;
-            // Only an open pipe: never a descriptor this process owns already.
-            if fd <= 2 || rustix::io::fcntl_getfd(unsafe { BorrowedFd::borrow_raw(fd) }).is_err() {
-                return None;
-            }
-            // SAFETY: FD is open (checked just above) and was inherited for
-            // this use alone: the importer passes the pull's pipe on no
-            // other way, and nothing else in this process knows its number.
-            Some(Control::new(unsafe {
-                <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
-            }))
-        }
+        Some(_) => Some(Control::new(inherited_pipe(
+            args.next()?.to_str()?.parse().ok()?,
+        )?)),
         None => None,
     };
     if args.next().is_none_or(|v| v != PROXY_VERB)
@@ -119,6 +106,22 @@ fn parse(args: Vec<OsString>) -> Option<Server> {
         return None;
     }
     Some(Server::new(PathBuf::from(layout), digest, control))
+}
+
+/// The pipe inherited as descriptor `fd` (not stdio), taken over; `None` if
+/// `fd` is not an open pipe.
+#[allow(unsafe_code)]
+fn inherited_pipe(fd: RawFd) -> Option<OwnedFd> {
+    // SAFETY: fcntl(2) on a number reads no memory of ours; it fails (EBADF)
+    // if nothing is open under it.
+    if fd <= 2 || unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        return None;
+    }
+    // SAFETY: `fd` is open (above), and this process got it for this use
+    // alone: nothing else in it knows the number, so nothing else closes it.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let st = rustix::fs::fstat(&fd).ok()?;
+    (rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Fifo).then_some(fd)
 }
 
 /// A request, as containers-image-proxy sends it.
