@@ -631,8 +631,11 @@ fn a_pull_that_fails_after_the_import_began_leaves_the_refs_as_they_were() {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         let mut child = pull.spawn().unwrap();
-        let mut seen = 0;
+        let (mut seen, mut import_policies) = (0, Vec::new());
         while child.try_wait().unwrap().is_none() {
+            if import_policies.is_empty() {
+                import_policies = importer_of(child.id()).map_or_else(Vec::new, policies);
+            }
             let n = std::fs::read_dir(&layer_refs).map_or(0, |d| d.count());
             if stop && seen == 0 && n > 0 {
                 let group = rustix::process::Pid::from_child(&child);
@@ -652,9 +655,29 @@ fn a_pull_that_fails_after_the_import_began_leaves_the_refs_as_they_were() {
             seen >= 1,
             "no layer was imported during the fetch: {stderr}"
         );
+        // The fetch is batch work (`pull::pull_runs_as_batch_work`), the
+        // import is not: SCHED_OTHER in every thread.
+        assert!(
+            !import_policies.is_empty() && import_policies.iter().all(|&p| p == 0),
+            "{import_policies:?}"
+        );
         assert_eq!(ostree(&repo, &["refs"]), before, "{stderr}");
         assert_eq!(staging_left(&repo), Vec::<String>::new());
     }
+}
+
+/// The import program that the pull `pid` runs (not its layout proxy).
+#[cfg(feature = "ostree")]
+fn importer_of(pid: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
+        let n: u32 = p.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
+        let mut args = cmdline.split(|&b| b == 0);
+        let import = args.next()?.ends_with(b"hostpull-ostree-import")
+            && args.next().is_some_and(|a| a != b"__layout-proxy");
+        let status = std::fs::read_to_string(p.path().join("status")).ok()?;
+        (import && status.lines().any(|l| l == format!("PPid:\t{pid}"))).then_some(n)
+    })
 }
 
 /// Root alone enforces the signature policy, the import included: a skopeo

@@ -857,21 +857,6 @@ fn man_page_and_completions() {
     );
 }
 
-/// The scheduling policy of every thread of `pid` (field 41 of
-/// /proc/PID/task/TID/stat: 0 SCHED_OTHER, 3 SCHED_BATCH, 5 SCHED_IDLE).
-fn policies(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
-        .filter_map(|stat| {
-            let after_comm = &stat[stat.rfind(')')? + 2..];
-            after_comm.split(' ').nth(41 - 3)?.parse().ok()
-        })
-        .collect()
-}
-
 /// The image proxy's skopeo of the pull whose orchestrator is `pid`: its child
 /// (`--sandbox none`), or a process of its worker unit, named after `pid`.
 fn proxy_of(pid: u32) -> Option<u32> {

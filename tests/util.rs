@@ -640,3 +640,18 @@ pub fn status_registry() -> (u16, KillOnDrop) {
     let port = read_port(&mut child, "tests/status_registry.py");
     (port, KillOnDrop(child))
 }
+
+/// The scheduling policy of every thread of `pid` (field 41 of
+/// /proc/PID/task/TID/stat: 0 SCHED_OTHER, 3 SCHED_BATCH, 5 SCHED_IDLE).
+pub fn policies(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let after_comm = &stat[stat.rfind(')')? + 2..];
+            after_comm.split(' ').nth(41 - 3)?.parse().ok()
+        })
+        .collect()
+}

@@ -567,7 +567,7 @@ pub(crate) fn rand_u32() -> u32 {
 
 /// This thread's scheduling policy as systemd names it, if a unit must be told
 /// it to run as a child of this thread would: a pull runs SCHED_BATCH
-/// (`cli::batch_scheduling`), or SCHED_IDLE where the caller chose that. A
+/// (`host::batch_scheduling`), or SCHED_IDLE where the caller chose that. A
 /// worker unit started by PID 1 would otherwise run SCHED_OTHER and preempt
 /// root's readers on every wakeup (bench/sandbox.sh: about 0.1 CPU-s per
 /// 512 MiB). Realtime policies are not passed on (`RestrictRealtime=yes`).
