@@ -307,8 +307,16 @@ async fn pull_to_dest(
     let mut report = match crate::fetch::pull_into(&plan, planned, progress, &dest).await {
         Ok(r) => r,
         Err(e) => {
-            dest.abandon().await;
-            return Err(e);
+            // The import's own error when it is why the pull stopped; a
+            // stopped pull is reported as stopped, whatever its import did.
+            let import = dest.abandon().await;
+            return match import {
+                Some(i) if error::failure(&e).is_some_and(|f| f.kind == Kind::Handoff) => {
+                    let one = error::one_line(&format!("{i:#}"));
+                    Err(error::Failure::new(Kind::Handoff, one).into())
+                }
+                _ => Err(e),
+            };
         }
     };
     if !dest.ephemeral() {

@@ -120,6 +120,8 @@ pub async fn pull_into(
         let result = tokio::select! {
             r = pull_with(&worker, plan, into, progress) => r,
             kind = cancelled() => Err(Failure::new(kind, "interrupted: the pull was stopped").into()),
+            // Its own error is the caller's to report (Destination::abandon).
+            () = dest.import_failed() => Err(Failure::new(Kind::Handoff, "the import failed").into()),
         };
         let report = worker.finish().await;
         let refused = matches!(&result, Err(e) if failure(e).is_some_and(|f| f.kind == Kind::Auth));

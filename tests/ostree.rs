@@ -528,14 +528,22 @@ fn pull_imports_into_an_ostree_repo_and_sets_the_ref() {
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 }
 
+/// The import runs beside the fetch, so it refuses a plain image as soon as
+/// it has the config, and the pull stops then: the paced image's 4.25 MiB of
+/// layers would take 8.5 s at `--max-rate 512K`.
 #[cfg(feature = "ostree")]
 #[test]
 fn a_plain_image_or_a_failed_pull_imports_nothing() {
     let s = scratch();
     let repo = new_repo(s.path());
     let dest = format!("ostree:{}:hostpull/os", repo.display());
-    let plain = run(&mut with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &dest)));
+    let mut pull = with_rig_creds(pull_cmd(var("RIG_IMG_PACED"), &dest));
+    pull.args(["--max-rate", "512K"]);
+    let started = std::time::Instant::now();
+    let plain = run(&mut pull);
+    let took = started.elapsed();
     plain.assert_failure(10);
+    assert!(took.as_secs() < 5, "the pull went on for {took:?}");
     assert!(
         plain
             .stderr

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind};
@@ -33,6 +33,8 @@ pub enum Destination {
         staging: OnceLock<Staging>,
         /// The import, once begun.
         import: Mutex<Option<Box<Running>>>,
+        /// Notified when an import fails before the pull is done.
+        failed: Arc<tokio::sync::Notify>,
     },
 }
 
@@ -48,6 +50,7 @@ impl Destination {
                     .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?,
                 staging: OnceLock::new(),
                 import: Mutex::new(None),
+                failed: Arc::default(),
             },
         })
     }
@@ -104,6 +107,7 @@ impl Destination {
             dest,
             program,
             import,
+            failed,
             ..
         } = self
         else {
@@ -116,8 +120,10 @@ impl Destination {
                 _ => running.take(),
             }
         };
-        if let Some(old) = old {
-            old.abandon().await;
+        if let Some(old) = old
+            && let Some(e) = old.abandon().await
+        {
+            tracing::debug!("the import of the other manifest: {e:#}");
         }
         layout.write_blob("manifest", digest, raw)?;
         let req = Request {
@@ -127,7 +133,7 @@ impl Destination {
             image: image.clone(),
             digest: digest.clone(),
         };
-        let running = crate::store::import::start(program, &req)
+        let running = crate::store::import::start(program, &req, Arc::clone(failed))
             .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?;
         *import.lock().unwrap() = Some(Box::new(running));
         Ok(())
@@ -148,10 +154,18 @@ impl Destination {
     }
 
     /// After a failed pull: stop the import, if one began, and wait until it
-    /// has removed what it made.
-    pub async fn abandon(&self) {
-        if let Some(running) = self.take_import() {
-            running.abandon().await;
+    /// has removed what it made. Returns the import's own error if it failed
+    /// first ([`Self::import_failed`]).
+    pub async fn abandon(&self) -> Option<anyhow::Error> {
+        self.take_import()?.abandon().await
+    }
+
+    /// Resolves if an import fails before the pull is done: the fetch need
+    /// not go on. Never for `oci:`.
+    pub async fn import_failed(&self) {
+        match self {
+            Self::Oci(_) => std::future::pending().await,
+            Self::Ostree { failed, .. } => failed.notified().await,
         }
     }
 

@@ -150,18 +150,33 @@ pub fn program() -> anyhow::Result<PathBuf> {
     }
 }
 
-/// An import running beside its pull ([`start`]).
+/// An import running beside its pull ([`start`]). Dropped, it kills the
+/// import.
 #[derive(Debug)]
 pub struct Running {
     digest: Sha256Digest,
-    child: tokio::process::Child,
     control: Option<tokio::process::ChildStdin>,
+    /// The task that owns the process and collects its output.
+    ended: tokio::task::JoinHandle<std::io::Result<std::process::Output>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // The task owns the child, which is killed when the task is dropped.
+        self.ended.abort();
+    }
 }
 
 /// Start importing `req` by running `program`, with the staging layout still
 /// filling: the manifest is staged, the blobs come as the fetch verifies them.
-/// Dropped, it kills the import.
-pub fn start(program: &Path, req: &Request) -> anyhow::Result<Running> {
+/// If the import fails before the pull is done (an image that is not an ostree
+/// container, a repository it cannot write), `failed` is notified, so that
+/// the fetch can stop at once.
+pub fn start(
+    program: &Path,
+    req: &Request,
+    failed: std::sync::Arc<tokio::sync::Notify>,
+) -> anyhow::Result<Running> {
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(req.args())
         .stdin(Stdio::piped())
@@ -170,10 +185,18 @@ pub fn start(program: &Path, req: &Request) -> anyhow::Result<Running> {
         .kill_on_drop(true);
     let mut child = crate::host::unbatched(|| cmd.spawn())
         .with_context(|| format!("running {}", program.display()))?;
+    let control = child.stdin.take();
+    let ended = tokio::spawn(async move {
+        let out = child.wait_with_output().await;
+        if !out.as_ref().is_ok_and(|o| o.status.success()) {
+            failed.notify_one();
+        }
+        out
+    });
     Ok(Running {
         digest: req.digest.clone(),
-        control: child.stdin.take(),
-        child,
+        control,
+        ended,
     })
 }
 
@@ -181,6 +204,14 @@ impl Running {
     /// The manifest it imports.
     pub fn digest(&self) -> &Sha256Digest {
         &self.digest
+    }
+
+    /// Its output, once it has exited.
+    async fn output(&mut self) -> anyhow::Result<std::process::Output> {
+        let out = (&mut self.ended)
+            .await
+            .with_context(|| format!("waiting for {PROGRAM}"))?;
+        out.with_context(|| format!("waiting for {PROGRAM}"))
     }
 
     /// The pull is done, every blob staged: tell the import, and wait for it.
@@ -191,19 +222,9 @@ impl Running {
             // error, below, says why.
             let _ = c.write_all(crate::store::proxy::DONE).await;
         }
-        let out = self
-            .child
-            .wait_with_output()
-            .await
-            .with_context(|| format!("waiting for {PROGRAM}"))?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() {
-            match stderr.lines().rev().find_map(|l| l.strip_prefix("error: ")) {
-                Some(e) => anyhow::bail!("{e}"),
-                None => anyhow::bail!("{PROGRAM} failed ({}): {}", out.status, stderr.trim()),
-            }
-        }
-        for line in stderr.lines() {
+        let out = self.output().await?;
+        failure(&out)?;
+        for line in String::from_utf8_lossy(&out.stderr).lines() {
             tracing::warn!("{PROGRAM}: {line}");
         }
         serde_json::from_slice(&out.stdout)
@@ -212,16 +233,38 @@ impl Running {
 
     /// The pull failed: end the control pipe without `done`, so that the
     /// import stops and removes the layer refs it made, and wait for that.
-    pub async fn abandon(mut self) {
+    /// Returns the import's own error if it had failed before (which is then
+    /// why the pull stopped).
+    pub async fn abandon(mut self) -> Option<anyhow::Error> {
+        let failed_first = self.ended.is_finished();
         drop(self.control.take());
-        match self.child.wait_with_output().await {
-            Ok(out) => tracing::debug!(
-                "{PROGRAM} after the failed pull: {}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-            Err(e) => tracing::warn!("waiting for {PROGRAM}: {e}"),
+        match self.output().await {
+            Ok(out) if failed_first => failure(&out).err(),
+            Ok(out) => {
+                tracing::debug!(
+                    "{PROGRAM} after the failed pull: {}: {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                tracing::warn!("{e:#}");
+                None
+            }
         }
+    }
+}
+
+/// The import's error, if it failed: its last `error:` line.
+fn failure(out: &std::process::Output) -> anyhow::Result<()> {
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match stderr.lines().rev().find_map(|l| l.strip_prefix("error: ")) {
+        Some(e) => anyhow::bail!("{e}"),
+        None => anyhow::bail!("{PROGRAM} failed ({}): {}", out.status, stderr.trim()),
     }
 }
 
