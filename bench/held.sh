@@ -15,11 +15,12 @@ die() { echo "bench: $*" >&2; exit 1; }
 RUNS=9
 [ "${1:-}" = -n ] && RUNS=$2
 [ -f "$RIG_DIR/env" ] || die "no rig at $RIG_DIR: bash tests/rig.sh up"
-bench_in_systemd bash "$0" "$@"
+HOSTPULL=${HOSTPULL:-$ROOT/target/release/hostpull}   # HOSTPULL=: another build, for an A/B
+bench_systemd_for bash "$0" "$@"   # shares HOSTPULL's directory with that systemd
 # shellcheck disable=SC1091
 . "$RIG_DIR/env"
 SKOPEO=${SKOPEO:-/usr/bin/skopeo}
-HP=${HOSTPULL:-$ROOT/target/release/hostpull}   # HOSTPULL=: another build, for an A/B
+HP=$HOSTPULL
 [ -x "$HP" ] || (cd "$ROOT" && cargo build --release --locked >&2)
 mkdir -p "$BENCH_DIR"
 pull() {   # IMAGE DEST

@@ -283,7 +283,7 @@ async fn try_pull(
 ) -> anyhow::Result<Ready> {
     loop {
         *stage = match std::mem::take(stage) {
-            Stage::Start => Stage::Resolved(resolve_in_time(worker, plan, progress).await?),
+            Stage::Start => Stage::Resolved(resolve_in_time(worker, plan, into, progress).await?),
             // Before the layout is touched: a rejected image leaves no trace.
             Stage::Resolved(resolved) => match check_signature(worker, plan, &resolved).await {
                 Ok(signature) => Stage::Accepted {
@@ -338,11 +338,12 @@ async fn try_pull(
 async fn resolve_in_time(
     worker: &Worker,
     plan: &Plan,
+    into: Landing<'_>,
     progress: &Progress,
 ) -> anyhow::Result<Resolved> {
     progress.steps("resolving the manifest", 0, 3);
     let stall = plan.retry.stall;
-    match tokio::time::timeout(stall, resolve(worker, plan)).await {
+    match tokio::time::timeout(stall, resolve(worker, plan, into.dest)).await {
         Ok(r) => r,
         Err(_) => Err(Failure::new(
             Kind::Network,
@@ -428,8 +429,11 @@ pub(crate) async fn cancelled() -> Kind {
 }
 
 /// Fetch the registry's manifest bytes, check them against a pinned digest, and
-/// pick the platform from an index.
-async fn resolve(worker: &Worker, plan: &Plan) -> anyhow::Result<Resolved> {
+/// pick the platform from an index. The platform's manifest comes from the
+/// destination if it holds it (what the timer finds on most days: the index
+/// names the manifest by digest, and that digest is checked again), else from
+/// the registry.
+async fn resolve(worker: &Worker, plan: &Plan, dest: &Destination) -> anyhow::Result<Resolved> {
     let raw = worker.inspect_raw(&plan.image, MANIFEST_MAX).await?;
     let digest = digest::sha256(&raw);
     if let Some(pinned) = &plan.image.digest
@@ -444,9 +448,19 @@ async fn resolve(worker: &Worker, plan: &Plan) -> anyhow::Result<Resolved> {
         Parsed::Index(index) => {
             let d = manifest::select(&index, &plan.platform)?;
             tracing::info!("{}: chose {} for {}", plan.image, d.digest, plan.platform);
-            let raw = worker
-                .inspect_raw(&plan.image.with_digest(&d.digest), MANIFEST_MAX)
-                .await?;
+            // A held copy that is not those bytes (a layout changed by hand)
+            // is not used: the registry's is.
+            let held = dest
+                .held_manifest(d)
+                .filter(|raw| digest::sha256(raw) == d.digest);
+            let raw = match held {
+                Some(raw) => raw,
+                None => {
+                    worker
+                        .inspect_raw(&plan.image.with_digest(&d.digest), MANIFEST_MAX)
+                        .await?
+                }
+            };
             verify::check_bytes("manifest", &raw, &d.digest, d.size)?;
             let parsed = manifest::parse(&raw)?;
             Resolved::new(digest, d.digest.clone(), raw, parsed)

@@ -249,29 +249,6 @@ fn derive_as(base: &Path, out: &Path, files: &[(&str, &str)], compress: fn(&[u8]
     std::fs::write(out.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
 }
 
-/// Where the registry's access log ends now.
-#[cfg(feature = "ostree")]
-fn registry_log_mark() -> u64 {
-    std::fs::metadata(var("RIG_REGISTRY_LOG")).unwrap().len()
-}
-
-/// The blobs of repository `repo` (e.g. `hostpull/x`) that were fetched
-/// (GET, 200) since `mark`, by digest, in the order asked.
-#[cfg(feature = "ostree")]
-fn blobs_fetched_since(mark: u64, repo: &str) -> Vec<String> {
-    let log = std::fs::read(var("RIG_REGISTRY_LOG")).unwrap();
-    let text = String::from_utf8_lossy(&log[mark as usize..]);
-    let prefix = format!("\"GET /v2/{repo}/blobs/");
-    text.lines()
-        .filter_map(|l| {
-            let rest = &l[l.find(&prefix)? + prefix.len()..];
-            let (digest, rest) = rest.split_once(' ')?;
-            let status = rest.split_once("\" ")?.1.split(' ').next()?;
-            (status == "200").then(|| digest.to_owned())
-        })
-        .collect()
-}
-
 /// The digests of the layers of `image` as the registry serves it, and its config.
 #[cfg(feature = "ostree")]
 fn layers_of(image: &str) -> (Vec<(String, u64)>, (String, u64)) {

@@ -91,6 +91,57 @@ fn concurrent_pulls_into_one_layout_take_turns() {
     }
 }
 
+/// The timer's common case with an index (P6): a pull of an image the layout
+/// holds reads the platform's manifest from the layout, so the registry serves
+/// the index alone, where a first pull fetches the manifest too. A held copy
+/// that is not its digest's bytes is not used: the registry's is, and the
+/// layout gets it back.
+#[test]
+fn a_held_image_from_an_index_fetches_only_the_index() {
+    let repo = format!("hostpull/multi-held-{}", std::process::id());
+    let image = format!("{}/{repo}:v1", var("RIG_REGISTRY"));
+    let (creds, certs) = (var("RIG_AUTHFILE"), var("RIG_CERT_DIR"));
+    skopeo(&[
+        "copy",
+        "-q",
+        "--all",
+        "--authfile",
+        creds,
+        "--src-cert-dir",
+        certs,
+        "--dest-cert-dir",
+        certs,
+        &format!("docker://{}", var("RIG_IMG_MULTI")),
+        &format!("docker://{image}"),
+    ]);
+    let s = scratch();
+    let dest = oci(&s.path().join("l"), None);
+    let mark = registry_log_mark();
+    let first = pulled(&image, &dest);
+    let digest = first["manifest_digest"].as_str().unwrap().to_owned();
+    assert!(fetched_since(mark, &repo, "manifests").contains(&digest));
+    let mark = registry_log_mark();
+    let again = pulled(&image, &dest);
+    assert_eq!(fetched_since(mark, &repo, "manifests"), ["v1"]);
+    assert_eq!(again["manifest_digest"], digest);
+
+    let held = s
+        .path()
+        .join("l/blobs/sha256")
+        .join(digest.strip_prefix("sha256:").unwrap());
+    let mut bytes = std::fs::read(&held).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&held, &bytes).unwrap();
+    let mark = registry_log_mark();
+    let fixed = pulled(&image, &dest);
+    assert_eq!(fetched_since(mark, &repo, "manifests"), ["v1", &digest]);
+    assert_eq!(fixed["manifest_digest"], digest);
+    assert_eq!(
+        hostpull::digest::sha256(&std::fs::read(&held).unwrap()).as_str(),
+        digest
+    );
+}
+
 #[test]
 fn platform_is_chosen_from_the_index() {
     let image = var("RIG_IMG_MULTI");

@@ -655,3 +655,29 @@ pub fn policies(pid: u32) -> Vec<u32> {
         })
         .collect()
 }
+
+/// Where the registry's access log ends now.
+pub fn registry_log_mark() -> u64 {
+    std::fs::metadata(var("RIG_REGISTRY_LOG")).unwrap().len()
+}
+
+/// What of repository `repo` (e.g. `hostpull/x`) was fetched (GET, 200) since
+/// `mark`, from `kind` (`blobs` or `manifests`): digests or tags, in order.
+pub fn fetched_since(mark: u64, repo: &str, kind: &str) -> Vec<String> {
+    let log = std::fs::read(var("RIG_REGISTRY_LOG")).unwrap();
+    let text = String::from_utf8_lossy(&log[mark as usize..]);
+    let prefix = format!("\"GET /v2/{repo}/{kind}/");
+    text.lines()
+        .filter_map(|l| {
+            let rest = &l[l.find(&prefix)? + prefix.len()..];
+            let (name, rest) = rest.split_once(' ')?;
+            let status = rest.split_once("\" ")?.1.split(' ').next()?;
+            (status == "200").then(|| name.to_owned())
+        })
+        .collect()
+}
+
+/// The blobs of `repo` fetched since `mark` ([`fetched_since`]).
+pub fn blobs_fetched_since(mark: u64, repo: &str) -> Vec<String> {
+    fetched_since(mark, repo, "blobs")
+}

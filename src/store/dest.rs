@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind};
-use crate::manifest::Manifest;
+use crate::manifest::{Descriptor, Manifest};
 use crate::plan::imgref::{ImageRef, OstreeDest, Target};
 use crate::store::Layout;
 use crate::store::import::Running;
@@ -74,6 +74,23 @@ impl Destination {
     /// old images and is not synced as a published one.
     pub fn ephemeral(&self) -> bool {
         matches!(self, Self::Ostree { .. })
+    }
+
+    /// The manifest `d` (chosen from an index) if an `oci:` layout holds it:
+    /// a regular file of its size under its digest, which only verified bytes
+    /// ever are (the caller hashes it all the same). Reads only; never for
+    /// `ostree:`, whose repository keeps no manifest as served.
+    pub fn held_manifest(&self, d: &Descriptor) -> Option<Vec<u8>> {
+        let Self::Oci(dir) = self else { return None };
+        if d.size > crate::manifest::MANIFEST_MAX {
+            return None;
+        }
+        let path = dir.join("blobs/sha256").join(d.digest.hex());
+        let meta = std::fs::symlink_metadata(&path).ok()?;
+        if !meta.is_file() || meta.len() != d.size {
+            return None;
+        }
+        std::fs::read(&path).ok()
     }
 
     /// The blobs of the verified image that the destination has already, so
