@@ -338,7 +338,7 @@ fn an_update_fetches_only_the_layers_the_repository_lacks() {
     // v1 into an empty repository: everything.
     let mark = registry_log_mark();
     let first = pulled(&image, &dest);
-    let mut got = blobs_fetched_since(mark, name);
+    let mut got = fetched_since(mark, name, "blobs");
     got.sort();
     let mut want = vec![
         v1_config.0.clone(),
@@ -366,7 +366,7 @@ fn an_update_fetches_only_the_layers_the_repository_lacks() {
     let mark = registry_log_mark();
     let (update, progress) = pulled_with_progress(&image, &dest, s.path());
     assert_eq!(
-        blobs_fetched_since(mark, name),
+        fetched_since(mark, name, "blobs"),
         [v2_config.0.clone(), v2_layers[1].0.clone()]
     );
     assert_eq!(
@@ -430,7 +430,7 @@ fn an_update_fetches_only_the_layers_the_repository_lacks() {
     // v2 again: nothing to fetch, the same commit.
     let mark = registry_log_mark();
     let again = pulled(&image, &dest);
-    assert_eq!(blobs_fetched_since(mark, name), Vec::<String>::new());
+    assert_eq!(fetched_since(mark, name, "blobs"), Vec::<String>::new());
     assert_eq!(
         (
             again["layers_fetched"].as_u64(),
@@ -729,7 +729,7 @@ fn a_rejected_image_writes_nothing_into_the_repository() {
         .and_then(|n| n.rsplit_once(':'))
         .unwrap()
         .0;
-    assert_eq!(blobs_fetched_since(mark, name), Vec::<String>::new());
+    assert_eq!(fetched_since(mark, name, "blobs"), Vec::<String>::new());
     assert_eq!(ostree(&repo, &["refs"]), "");
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 }
@@ -849,7 +849,7 @@ fn a_chunked_update_fetches_only_the_changed_chunks() {
     );
     let mark = registry_log_mark();
     let update = pulled(&image, &dest);
-    let mut got = blobs_fetched_since(mark, name);
+    let mut got = fetched_since(mark, name, "blobs");
     got.sort();
     let mut want: Vec<String> = changed.iter().map(|l| l.0.clone()).collect();
     want.push(v2_config.0.clone());
@@ -931,7 +931,7 @@ fn host_pass_the_import_runs_in_its_own_program() {
         missing.stderr
     );
     let name = image.split_once('/').unwrap().1.rsplit_once(':').unwrap().0;
-    assert_eq!(blobs_fetched_since(mark, name), Vec::<String>::new());
+    assert_eq!(fetched_since(mark, name, "blobs"), Vec::<String>::new());
 
     // ../libexec/ wins over the one beside hostpull, which would fail.
     stand_in(

@@ -676,8 +676,3 @@ pub fn fetched_since(mark: u64, repo: &str, kind: &str) -> Vec<String> {
         })
         .collect()
 }
-
-/// The blobs of `repo` fetched since `mark` ([`fetched_since`]).
-pub fn blobs_fetched_since(mark: u64, repo: &str) -> Vec<String> {
-    fetched_since(mark, repo, "blobs")
-}
