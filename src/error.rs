@@ -57,7 +57,7 @@ pub const EXIT_CODES: &[(i32, &str)] = &[
     (7, "verification failed (digest, size, malformed manifest or config, foreign layers)"),
     (8, "worker or sandbox failure (out of memory, killed, cannot start, no systemd)"),
     (9, "the signature policy rejected the image; `--require-signature` under a policy that accepts it unsigned"),
-    (10, "`rebase`: the consumer (rpm-ostree, bootc) failed after a good pull; with `--dest ostree:`, the import into the repository failed after a good pull (e.g. not an ostree-encapsulated image)"),
+    (10, "`rebase`: the consumer (rpm-ostree, bootc) failed after a good pull; with `--dest ostree:`, the import into the repository failed (e.g. not an ostree-encapsulated image: the fetch stops then)"),
     (11, "not enough space on the destination's filesystem: what the destination lacks, less what an ostree repository keeps free (`min-free-space-*`), does not fit, checked before the first blob is fetched (or a write ran out of space); nothing is published"),
     (12, "deferred: `--defer-if-metered` (the installed timer's unit) and NetworkManager says the connection is metered, without `--allow-metered`; nothing was fetched"),
     (130, "stopped by SIGINT"),
