@@ -264,7 +264,20 @@ async fn the_layout_proxy_fails_with_the_pull() {
 fn the_layout_proxy_needs_its_socket_and_command_line() {
     let td = tempfile::tempdir().unwrap();
     let digest = format!("sha256:{}", "a".repeat(64));
+    // Not a descriptor it inherited (999), or its own stdin (0).
+    let follow = |fd| {
+        vec![
+            VERB,
+            "/l",
+            &digest,
+            "--follow",
+            fd,
+            "experimental-image-proxy",
+        ]
+    };
     for (args, prefix) in [
+        (follow("999"), "error: __layout-proxy: usage"),
+        (follow("0"), "error: __layout-proxy: usage"),
         (vec![VERB], "error: __layout-proxy: "),
         (vec![VERB, "/l"], "error: __layout-proxy: "),
         (
@@ -284,29 +297,6 @@ fn the_layout_proxy_needs_its_socket_and_command_line() {
         ),
         (
             vec![VERB, "/l", "sha256:x", "experimental-image-proxy"],
-            "error: __layout-proxy: usage",
-        ),
-        // Not a descriptor it inherited, or its own stdin.
-        (
-            vec![
-                VERB,
-                "/l",
-                &digest,
-                "--follow",
-                "999",
-                "experimental-image-proxy",
-            ],
-            "error: __layout-proxy: usage",
-        ),
-        (
-            vec![
-                VERB,
-                "/l",
-                &digest,
-                "--follow",
-                "0",
-                "experimental-image-proxy",
-            ],
             "error: __layout-proxy: usage",
         ),
         (

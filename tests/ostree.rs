@@ -535,6 +535,21 @@ fn a_plain_image_or_a_failed_pull_imports_nothing() {
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 }
 
+/// An encapsulated base plus one derived layer holding `usr/share/derived/x`,
+/// whose blob `compress` makes of the layer's tar, pushed to the rig as
+/// `hostpull/NAME:v1`.
+#[cfg(feature = "ostree")]
+fn derived_image(dir: &Path, name: &str, compress: fn(&[u8]) -> Vec<u8>) -> String {
+    let rootfs = dir.join("rootfs");
+    write_tree(&rootfs, &BASE_FILES);
+    let base = encapsulate_tree(dir, "base", &rootfs, |_, _| None);
+    let layout = dir.join("derived");
+    derive_as(&base, &layout, &[("usr/share/derived/x", "x\n")], compress);
+    let image = format!("{}/hostpull/{name}:v1", var("RIG_REGISTRY"));
+    push(&layout, "v1", &image);
+    image
+}
+
 /// An import that fails part of the way, on a derived layer that is not the
 /// gzip it claims to be (verified all the same: its digest is its bytes'),
 /// after the base's layers were imported: the repository's refs are as they
@@ -543,15 +558,9 @@ fn a_plain_image_or_a_failed_pull_imports_nothing() {
 #[test]
 fn an_import_that_fails_midway_leaves_the_refs_as_they_were() {
     let s = scratch();
-    let rootfs = s.path().join("rootfs");
-    write_tree(&rootfs, &BASE_FILES);
-    let base = encapsulate_tree(s.path(), "base", &rootfs, |_, _| None);
-    let layout = s.path().join("derived");
-    derive_as(&base, &layout, &[("usr/share/derived/x", "x\n")], |_| {
+    let image = derived_image(s.path(), "ostree-midway", |_| {
         b"\x1f\x8b\x08\0 the gzip magic, then not gzip".to_vec()
     });
-    let image = format!("{}/hostpull/ostree-midway:v1", var("RIG_REGISTRY"));
-    push(&layout, "v1", &image);
     let repo = new_repo(s.path());
     let before = ostree(&repo, &["refs"]);
     let dest = format!("ostree:{}:hostpull/os", repo.display());
@@ -575,17 +584,11 @@ fn an_import_that_fails_midway_leaves_the_refs_as_they_were() {
 fn a_pull_that_fails_after_the_import_began_leaves_the_refs_as_they_were() {
     use std::os::unix::process::CommandExt;
     let s = scratch();
-    let rootfs = s.path().join("rootfs");
-    write_tree(&rootfs, &BASE_FILES);
-    let base = encapsulate_tree(s.path(), "base", &rootfs, |_, _| None);
-    let layout = s.path().join("derived");
-    derive_as(&base, &layout, &[("usr/share/derived/x", "x\n")], |tar| {
+    let image = derived_image(s.path(), "ostree-late-tamper", |tar| {
         let mut blob = gzip(tar);
         blob.resize(blob.len() + (4 << 20), 0);
         blob
     });
-    let image = format!("{}/hostpull/ostree-late-tamper:v1", var("RIG_REGISTRY"));
-    push(&layout, "v1", &image);
     // Change bytes of the derived layer in the registry's storage, keeping
     // its size. Idempotent, so the suite can run again on the same rig.
     let (layers, _) = layers_of(&image);
