@@ -368,7 +368,7 @@ const FAILED: &str = "the pull failed, so the import stops";
 
 /// What the pull said of itself ([`Control`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Word {
+enum Word {
     /// Nothing yet: the pull goes on.
     Pending,
     /// `done`: every blob is staged, the staging layout published.
@@ -412,7 +412,7 @@ impl Control {
 
     /// Read what there is within `timeout` (without one, until the pipe
     /// ends), and say where the pull stands.
-    pub fn wait(&mut self, timeout: Option<Duration>) -> anyhow::Result<Word> {
+    fn wait(&mut self, timeout: Option<Duration>) -> anyhow::Result<Word> {
         use rustix::event::{PollFd, PollFlags, Timespec};
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         while !self.ended {
