@@ -156,6 +156,8 @@ pub fn program() -> anyhow::Result<PathBuf> {
 pub struct Running {
     digest: Sha256Digest,
     control: Option<tokio::process::ChildStdin>,
+    /// Set when the pull gives the import up: its failure then says nothing new.
+    abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// The task that owns the process and collects its output.
     ended: tokio::task::JoinHandle<std::io::Result<std::process::Output>>,
 }
@@ -186,9 +188,12 @@ pub fn start(
     let mut child = crate::host::unbatched(|| cmd.spawn())
         .with_context(|| format!("running {}", program.display()))?;
     let control = child.stdin.take();
+    let abandoned = std::sync::Arc::<std::sync::atomic::AtomicBool>::default();
+    let given_up = std::sync::Arc::clone(&abandoned);
     let ended = tokio::spawn(async move {
         let out = child.wait_with_output().await;
-        if !out.as_ref().is_ok_and(|o| o.status.success()) {
+        let ok = out.as_ref().is_ok_and(|o| o.status.success());
+        if !ok && !given_up.load(std::sync::atomic::Ordering::SeqCst) {
             failed.notify_one();
         }
         out
@@ -196,6 +201,7 @@ pub fn start(
     Ok(Running {
         digest: req.digest.clone(),
         control,
+        abandoned,
         ended,
     })
 }
@@ -236,6 +242,8 @@ impl Running {
     /// Returns the import's own error if it had failed before (which is then
     /// why the pull stopped).
     pub async fn abandon(mut self) -> Option<anyhow::Error> {
+        self.abandoned
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let failed_first = self.ended.is_finished();
         drop(self.control.take());
         match self.output().await {
