@@ -303,7 +303,7 @@ async fn pull_to_dest(
         );
     };
     let target = &planned.target;
-    let dest = crate::store::Destination::of(target)?;
+    let dest = crate::store::Destination::of(target, &plan.image)?;
     let mut report = match crate::fetch::pull_into(&plan, planned, progress, &dest).await {
         Ok(r) => r,
         Err(e) => {

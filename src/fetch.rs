@@ -391,7 +391,7 @@ async fn open_layout(
         anyhow::Ok(layout)
     })
     .await??;
-    let held = dest.held(&plan.image, &resolved.digest, &resolved.manifest)?;
+    let held = dest.held(&resolved.digest, &resolved.manifest).await?;
     let mut missing: Vec<Descriptor> = Vec::new();
     for d in resolved.manifest.blobs() {
         if !layout.has_blob(d)?

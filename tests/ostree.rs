@@ -654,7 +654,8 @@ fn a_pull_that_fails_after_the_import_began_leaves_the_refs_as_they_were() {
     }
 }
 
-/// The import program that the pull `pid` runs (not its layout proxy).
+/// The import program that the pull `pid` runs (not its layout proxy, nor
+/// its reading of what the repository holds, which is batch work as the fetch).
 #[cfg(feature = "ostree")]
 fn importer_of(pid: u32) -> Option<u32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
@@ -662,7 +663,9 @@ fn importer_of(pid: u32) -> Option<u32> {
         let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
         let mut args = cmdline.split(|&b| b == 0);
         let import = args.next()?.ends_with(b"hostpull-ostree-import")
-            && args.next().is_some_and(|a| a != b"__layout-proxy");
+            && args
+                .next()
+                .is_some_and(|a| a != b"__layout-proxy" && a != b"__holdings");
         let status = std::fs::read_to_string(p.path().join("status")).ok()?;
         (import && status.lines().any(|l| l == format!("PPid:\t{pid}"))).then_some(n)
     })
@@ -945,7 +948,7 @@ fn host_pass_the_import_runs_in_its_own_program() {
     stand_in(
         &libexec,
         &format!(
-            "#!/bin/sh\nprintf '%s\\n' \"$@\" >{}\nexec {} \"$@\"\n",
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" -- >>{}\nexec {} \"$@\"\n",
             argv.display(),
             env!("CARGO_BIN_EXE_hostpull-ostree-import")
         ),
@@ -953,8 +956,20 @@ fn host_pass_the_import_runs_in_its_own_program() {
     let r = run(&mut pull());
     assert_eq!(r.code, 0, "{}", r.stderr);
     let json = r.json();
-    let args = std::fs::read_to_string(&argv).unwrap();
-    let args: Vec<&str> = args.lines().collect();
+    let calls = std::fs::read_to_string(&argv).unwrap();
+    let calls: Vec<Vec<&str>> = (calls.lines().collect::<Vec<_>>())
+        .split(|l| *l == "--")
+        .filter(|c| !c.is_empty())
+        .map(<[&str]>::to_vec)
+        .collect();
+    // First what the repository holds (asked as the pull starts), then the import.
+    let [holdings, args] = calls.as_slice() else {
+        panic!("{calls:?}")
+    };
+    assert_eq!(
+        holdings,
+        &["__holdings", &repo.display().to_string(), &image]
+    );
     assert_eq!(args.len(), 6, "{args:?}");
     assert_eq!(args[0], repo.display().to_string());
     let staging = format!("{}/tmp/hostpull-staging-", repo.display());
@@ -976,15 +991,39 @@ fn host_pass_the_import_runs_in_its_own_program() {
     assert_eq!(ostree(&repo, &["rev-parse", "os"]).trim(), commit);
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 
-    stand_in(&libexec, "#!/bin/sh\nkill -KILL $$\n");
-    let killed = run(&mut pull());
-    killed.assert_failure(10);
+    // Killed while it imports, or while it reads what the repository holds.
+    let real = env!("CARGO_BIN_EXE_hostpull-ostree-import");
+    for only in ["[ \"$1\" = __holdings ] && exec REAL \"$@\"\n", ""] {
+        let body = format!("#!/bin/sh\n{}kill -KILL $$\n", only.replace("REAL", real));
+        stand_in(&libexec, &body);
+        let killed = run(&mut pull());
+        killed.assert_failure(10);
+        assert!(
+            killed
+                .stderr
+                .contains("hostpull-ostree-import failed (signal: 9"),
+            "{body}: {}",
+            killed.stderr
+        );
+        assert_eq!(staging_left(&repo), Vec::<String>::new());
+    }
+}
+
+/// hostpull itself never loads libostree (and the 60 libraries it brings,
+/// 20 ms of every start): only `hostpull-ostree-import` does.
+#[cfg(feature = "ostree")]
+#[test]
+fn host_pass_hostpull_itself_does_not_load_libostree() {
+    let libs = |exe: &str| {
+        let out = Command::new("ldd").arg(exe).output().unwrap();
+        assert!(out.status.success(), "ldd {exe}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let importer = libs(env!("CARGO_BIN_EXE_hostpull-ostree-import"));
+    assert!(importer.contains("libostree-1.so"), "{importer}");
+    let hostpull = libs(env!("CARGO_BIN_EXE_hostpull"));
     assert!(
-        killed
-            .stderr
-            .contains("hostpull-ostree-import failed (signal: 9"),
-        "{}",
-        killed.stderr
+        !hostpull.contains("libostree") && !hostpull.contains("libglib"),
+        "{hostpull}"
     );
-    assert_eq!(staging_left(&repo), Vec::<String>::new());
 }

@@ -13,7 +13,7 @@ use crate::manifest::{Descriptor, Manifest};
 use crate::plan::imgref::{ImageRef, OstreeDest, Target};
 use crate::store::Layout;
 use crate::store::import::Running;
-use crate::store::ostree::{Imported, Request, Staging};
+use crate::store::ostree::{Holdings, Imported, Request, Staging};
 
 /// A pull's destination.
 #[derive(Debug)]
@@ -29,6 +29,12 @@ pub enum Destination {
         dest: OstreeDest,
         /// The import's program, found before anything is fetched.
         program: PathBuf,
+        /// The image pulled.
+        image: Box<ImageRef>,
+        /// What the repository holds of it, asked as the pull starts.
+        asked: Mutex<Option<tokio::task::JoinHandle<anyhow::Result<Holdings>>>>,
+        /// The answer, once read.
+        holdings: tokio::sync::OnceCell<Box<Holdings>>,
         /// The staging layout, once made.
         staging: OnceLock<Staging>,
         /// The import, once begun.
@@ -39,19 +45,27 @@ pub enum Destination {
 }
 
 impl Destination {
-    /// The destination `target` names. An ostree one needs the import's
-    /// program: without it the pull fails now (exit 10), before it fetches.
-    pub fn of(target: &Target) -> anyhow::Result<Self> {
+    /// The destination `target` names, for a pull of `image`. An ostree one
+    /// needs the import's program: without it the pull fails now (exit 10),
+    /// before it fetches. With it, it asks at once what the repository holds
+    /// ([`crate::store::import::holdings`]).
+    pub fn of(target: &Target, image: &ImageRef) -> anyhow::Result<Self> {
         Ok(match target {
             Target::Oci { dir, .. } => Self::Oci(dir.clone()),
-            Target::Ostree { dest, .. } => Self::Ostree {
-                dest: dest.clone(),
-                program: crate::store::import::program()
-                    .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?,
-                staging: OnceLock::new(),
-                import: Mutex::new(None),
-                failed: Arc::default(),
-            },
+            Target::Ostree { dest, .. } => {
+                let program = crate::store::import::program()
+                    .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?;
+                Self::Ostree {
+                    asked: Mutex::new(Some(crate::store::import::holdings(&program, dest, image))),
+                    holdings: tokio::sync::OnceCell::new(),
+                    image: Box::new(image.clone()),
+                    dest: dest.clone(),
+                    program,
+                    staging: OnceLock::new(),
+                    import: Mutex::new(None),
+                    failed: Arc::default(),
+                }
+            }
         })
     }
 
@@ -95,16 +109,33 @@ impl Destination {
 
     /// The blobs of the verified image that the destination has already, so
     /// that the fetch leaves them out (an OCI layout's own are found there).
-    pub fn held(
+    pub async fn held(
         &self,
-        image: &ImageRef,
         digest: &Sha256Digest,
         manifest: &Manifest,
     ) -> anyhow::Result<HashSet<Sha256Digest>> {
-        match self {
-            Self::Oci(_) => Ok(HashSet::new()),
-            Self::Ostree { dest, .. } => crate::store::ostree::held(dest, image, digest, manifest),
-        }
+        let Self::Ostree {
+            dest,
+            program,
+            image,
+            asked,
+            holdings,
+            ..
+        } = self
+        else {
+            return Ok(HashSet::new());
+        };
+        let holdings = holdings
+            .get_or_try_init(|| async {
+                // Asked as the pull started; again only after a failed answer.
+                let asked = asked.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let asked =
+                    asked.unwrap_or_else(|| crate::store::import::holdings(program, dest, image));
+                asked.await?.map(Box::new)
+            })
+            .await
+            .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?;
+        Ok(holdings.held(digest, manifest))
     }
 
     /// The image is accepted and `layout` (from [`Self::layout`]) locked:

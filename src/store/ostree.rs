@@ -4,9 +4,10 @@
 //! REF, if given, points at the imported commit. Only the import needs the
 //! `ostree` cargo feature.
 //!
-//! An update fetches only what the repository lacks: [`held`] decides, from the
-//! verified manifest, which blobs REPO has already, and the pull leaves those
-//! out of its "missing" set. The staging layout then holds exactly what the
+//! An update fetches only what the repository lacks: [`Holdings::held`]
+//! decides, from the verified manifest and what REPO held as the pull started,
+//! which blobs it has already, and the pull leaves those out of its "missing"
+//! set. The staging layout then holds exactly what the
 //! importer reads: the manifest, the config and the layers it has no commit
 //! for (the proxy refuses a layer that is neither, once the pull is done).
 //!
@@ -104,63 +105,69 @@ pub fn target_imgref(image: &ImageRef) -> String {
     format!("ostree-unverified-registry:{image}")
 }
 
-/// Whether the repository has each blob of the image already, as ostree-ext
-/// would decide it (the pure part of [`held`]): the whole image when its image
-/// ref records this very manifest (`prepare()` says `AlreadyPresent`), else
-/// each layer it has a layer ref for (`prepare()` gives such a layer a commit
-/// and `import()` skips it). The config of an image not yet there is always
-/// needed: `prepare()` reads it.
-pub fn held_of(
-    stored_manifest: Option<&str>,
-    digest: &Sha256Digest,
-    manifest: &Manifest,
-    has_layer: impl Fn(&Sha256Digest) -> anyhow::Result<bool>,
-) -> anyhow::Result<HashSet<Sha256Digest>> {
-    if stored_manifest == Some(digest.as_str()) {
-        return Ok(manifest.blobs().map(|d| d.digest.clone()).collect());
-    }
-    let mut held = HashSet::new();
-    for l in &manifest.layers {
-        if has_layer(&l.digest)? {
-            held.insert(l.digest.clone());
-        }
-    }
-    Ok(held)
+/// What an ostree repository holds that a pull of one image may leave out:
+/// read by `hostpull-ostree-import` ([`holdings_here`]) as the pull starts,
+/// beside the worker, so that hostpull itself never loads libostree.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Holdings {
+    /// The manifest digest the image's image ref records, if it has the image.
+    pub manifest: Option<String>,
+    /// The digest of each layer it has a layer ref for.
+    pub layers: HashSet<String>,
 }
 
-/// The blobs of the verified image (`digest`, `manifest`) that the repository
-/// of `dest` has already, so that the pull leaves them out ([`held_of`]).
-/// Without the `ostree` feature, none (planning refuses such a destination).
-#[fn_error_context::context("reading what ostree repository {} has", dest.repo.display())]
-pub fn held(
-    dest: &OstreeDest,
-    image: &ImageRef,
-    digest: &Sha256Digest,
-    manifest: &Manifest,
-) -> anyhow::Result<HashSet<Sha256Digest>> {
+impl Holdings {
+    /// The blobs of the verified image (`digest`, `manifest`) the repository
+    /// has already, as ostree-ext would decide it: the whole image when its
+    /// image ref records this very manifest (`prepare()` says
+    /// `AlreadyPresent`), else each layer it has a layer ref for (`prepare()`
+    /// gives such a layer a commit and `import()` skips it). The config of an
+    /// image not yet there is always needed: `prepare()` reads it.
+    pub fn held(&self, digest: &Sha256Digest, manifest: &Manifest) -> HashSet<Sha256Digest> {
+        if self.manifest.as_deref() == Some(digest.as_str()) {
+            return manifest.blobs().map(|d| d.digest.clone()).collect();
+        }
+        (manifest.layers.iter())
+            .filter(|l| self.layers.contains(l.digest.as_str()))
+            .map(|l| l.digest.clone())
+            .collect()
+    }
+}
+
+/// What the repository `repo` holds for a pull of `image` ([`Holdings`]), in
+/// this process, which is `hostpull-ostree-import` ([`crate::store::import`]).
+/// Without the `ostree` feature, planning refuses an ostree destination already.
+#[fn_error_context::context("reading what ostree repository {} has", repo.display())]
+pub fn holdings_here(repo: &Path, image: &ImageRef) -> anyhow::Result<Holdings> {
     #[cfg(not(feature = "ostree"))]
     {
-        let _ = (dest, image, digest, manifest);
-        Ok(HashSet::new())
+        let _ = image;
+        crate::error::fail(
+            crate::error::Kind::Usage,
+            "built without ostree support (cargo feature `ostree`)",
+        )
     }
     #[cfg(feature = "ostree")]
     {
         use ostree_ext::container::OstreeImageReference;
         use ostree_ext::container::store::query_image;
-        let repo = open_repo(&dest.repo)?;
+        let repo = open_repo(repo)?;
         let target = OstreeImageReference::try_from(target_imgref(image).as_str())?;
         // An image ref whose commit cannot be read counts as absent, as in
         // ostree-ext's own try_query_image(): the pull then fetches it all.
-        let stored = query_image(&repo, &target.imgref)
+        // hostpull logs this process's other lines as warnings.
+        let manifest = query_image(&repo, &target.imgref)
             .unwrap_or_else(|e| {
-                tracing::warn!("{e:#}");
+                use std::io::Write;
+                let e = crate::error::one_line(&format!("{e:#}"));
+                let _ = writeln!(std::io::stderr(), "{e}");
                 None
             })
             .map(|s| s.manifest_digest.to_string());
-        held_of(stored.as_deref(), digest, manifest, |d| {
-            let r = ostree_ext::refescape::prefix_escape_for_ref(LAYER_REF_PREFIX, d.as_str())?;
-            Ok(repo.resolve_rev(&r, true)?.is_some())
-        })
+        let layers = (layer_refs(&repo)?.iter())
+            .filter_map(|r| ostree_ext::refescape::unprefix_unescape_ref(LAYER_REF_PREFIX, r).ok())
+            .collect();
+        Ok(Holdings { manifest, layers })
     }
 }
 
@@ -386,12 +393,13 @@ mod tests {
             (Some(digest.as_str()), "", "abcd"),
         ];
         for (stored, refs, want) in cases {
-            let got = held_of(stored, &digest, &manifest, |d| {
-                Ok(refs.chars().any(|c| d.hex().starts_with(c)))
-            })
-            .unwrap();
-            let mut got: Vec<char> = got
-                .iter()
+            let holdings = Holdings {
+                manifest: stored.map(str::to_owned),
+                layers: (refs.chars())
+                    .map(|c| format!("sha256:{}", c.to_string().repeat(64)))
+                    .collect(),
+            };
+            let mut got: Vec<char> = (holdings.held(&digest, &manifest).iter())
                 .map(|d| d.hex().chars().next().unwrap())
                 .collect();
             got.sort();
@@ -401,8 +409,6 @@ mod tests {
                 "{stored:?} {refs}"
             );
         }
-        let e = held_of(None, &digest, &manifest, |_| anyhow::bail!("no repo")).unwrap_err();
-        assert_eq!(e.to_string(), "no repo");
     }
 
     #[test]
