@@ -13,7 +13,9 @@
 //!   [`HELLO`], then serves root's requests one at a time: `run` starts
 //!   `SKOPEO ARGS…` (`inspect --raw`, whose bytes root hashes itself) and
 //!   answers with how it ended, its stdout (at most `limit` + 1 bytes) and
-//!   its stderr (at most [`STDERR_MAX`]). When root closes it before asking
+//!   its stderr (at most [`STDERR_MAX`]); if a signal ended it (the OOM
+//!   killer's SIGKILL), the agent then dies of the same signal, so that the
+//!   unit ends as it would have with skopeo alone. When root closes it before asking
 //!   for the proxy, the agent exits 0; once the proxy runs, it is closed.
 //!
 //! So one unit serves the whole pull: the manifests, the signatures' images
@@ -162,8 +164,13 @@ fn serve(
                 let _ = proxy.send(());
             }
             Ok(Request::Run { args, limit }) => {
-                if answer(&mut out, run(skopeo, &args, limit, null)).is_err() {
+                let ran = run(skopeo, &args, limit, null);
+                let killed = ran.signal;
+                if answer(&mut out, ran).is_err() {
                     return;
+                }
+                if let Some(signal) = killed {
+                    die_of(signal);
                 }
             }
             Err(e) => {
@@ -174,11 +181,24 @@ fn serve(
     }
 }
 
-/// What a command left: its exit code (none: it did not run to its end), and
-/// what it wrote.
+/// End the agent by `signal`, which ended its command (the agent does not
+/// outlive it): the unit's main process then dies as skopeo did when it was
+/// the main process, and root reads why from the unit. An OOM kill picks the
+/// largest process, skopeo, and is then a SIGKILL of the main process in a
+/// unit that reached its MemoryMax.
+fn die_of(signal: i32) -> ! {
+    if let Some(s) = rustix::process::Signal::from_named_raw(signal) {
+        let _ = rustix::process::kill_process(rustix::process::getpid(), s);
+    }
+    std::process::exit(128 + signal)
+}
+
+/// What a command left: its exit code (none: it did not run to its end), the
+/// signal that ended it (not the agent's own kill), and what it wrote.
 #[derive(Debug)]
 struct Ran {
     code: Option<i32>,
+    signal: Option<i32>,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
 }
@@ -188,6 +208,7 @@ impl Ran {
     fn not(why: impl Into<Vec<u8>>) -> Self {
         Self {
             code: None,
+            signal: None,
             stdout: Vec::new(),
             stderr: why.into(),
         }
@@ -228,16 +249,18 @@ fn run(skopeo: &std::path::Path, args: &[String], limit: u64, null: &std::fs::Fi
     });
     let mut out = Vec::new();
     let _ = stdout.take(limit.saturating_add(1)).read_to_end(&mut out);
-    let code = if out.len() as u64 > limit {
+    let status = if out.len() as u64 > limit {
         let _ = child.kill();
         let _ = child.wait();
         None
     } else {
-        child.wait().ok().and_then(|s| s.code())
+        child.wait().ok()
     };
     let stderr = errors.join().unwrap_or_default();
+    use std::os::unix::process::ExitStatusExt;
     Ran {
-        code,
+        code: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| s.signal()),
         stdout: out,
         stderr,
     }
@@ -249,6 +272,7 @@ fn answer(side: &mut UnixStream, ran: Ran) -> std::io::Result<()> {
         code,
         stdout,
         stderr,
+        ..
     } = ran;
     let reply = Reply {
         code,
@@ -297,7 +321,16 @@ mod tests {
             (Some(3), &b"abc"[..], &b"oops"[..])
         );
         let r = run(sh, &args("printf abcd; exec sleep 60"), 3, &null);
-        assert_eq!((r.code, &r.stdout[..]), (None, &b"abcd"[..]));
+        assert_eq!(
+            (r.code, r.signal, &r.stdout[..]),
+            (None, None, &b"abcd"[..])
+        );
+        // Killed by someone else (the OOM killer): the agent dies of it too.
+        let r = run(sh, &args("printf ab; kill -KILL $$"), 3, &null);
+        assert_eq!(
+            (r.code, r.signal, &r.stdout[..]),
+            (None, Some(9), &b"ab"[..])
+        );
         let r = run(std::path::Path::new("/nonexistent"), &[], 3, &null);
         assert_eq!(r.code, None);
         assert!(String::from_utf8_lossy(&r.stderr).contains("/nonexistent"));
