@@ -83,7 +83,7 @@ impl Request {
     }
 }
 
-/// The program's `main`: the import; with [`HOLDINGS`] first, what a
+/// The program's `main`: the import; with `__holdings` first, what a
 /// repository holds; with [`crate::store::proxy::VERB`] first, the image proxy.
 /// Returns the exit code: 2 for a wrong command line, 1 for a failure.
 pub fn main(args: Vec<OsString>) -> i32 {
