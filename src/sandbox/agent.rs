@@ -61,6 +61,10 @@ pub struct Reply {
     /// Its exit code; none when a signal ended it or its stdout passed the
     /// limit (it is then killed, not waited for) or it could not start.
     pub code: Option<i32>,
+    /// The signal that ended it, if not the agent's own kill; the agent
+    /// then dies of it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
     /// The bytes of stdout that follow.
     pub stdout: u64,
     /// The bytes of stderr that follow them.
@@ -270,12 +274,13 @@ fn run(skopeo: &std::path::Path, args: &[String], limit: u64, null: &std::fs::Fi
 fn answer(side: &mut UnixStream, ran: Ran) -> std::io::Result<()> {
     let Ran {
         code,
+        signal,
         stdout,
         stderr,
-        ..
     } = ran;
     let reply = Reply {
         code,
+        signal,
         stdout: stdout.len() as u64,
         stderr: stderr.len() as u64,
     };
@@ -306,6 +311,17 @@ mod tests {
             Request::Proxy
         );
         assert!(serde_json::from_str::<Request>(r#"{"op":"exec"}"#).is_err());
+        let killed = Reply {
+            code: None,
+            signal: Some(9),
+            stdout: 0,
+            stderr: 2,
+        };
+        let line = serde_json::to_string(&killed).unwrap();
+        assert_eq!(line, r#"{"code":null,"signal":9,"stdout":0,"stderr":2}"#);
+        assert_eq!(serde_json::from_str::<Reply>(&line).unwrap(), killed);
+        let ended: Reply = serde_json::from_str(r#"{"code":3,"stdout":1,"stderr":0}"#).unwrap();
+        assert_eq!((ended.code, ended.signal), (Some(3), None));
     }
 
     /// A command's output comes back whole up to the limit; one byte more

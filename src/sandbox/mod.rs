@@ -402,17 +402,7 @@ impl Worker {
                 .map(|a| a.to_string_lossy().into_owned()),
         );
         args.push(image.to_transport());
-        let ran = async {
-            let out = agent.run(args, limit).await?;
-            // Ended by a signal (not the agent's kill past the limit): the
-            // agent dies of it too, and the unit says why (`observe`).
-            if out.code.is_none() && out.stdout.len() as u64 <= limit {
-                let err = String::from_utf8_lossy(&out.stderr);
-                return Err(worker_failure(&format!("inspecting {image}"), &err).into());
-            }
-            Ok(out)
-        };
-        let out = match self.observe(unit, ran).await {
+        let out = match self.observe(unit, agent.run(args, limit)).await {
             Ok(out) => out,
             Err(e) => {
                 self.give_up(agent).await;

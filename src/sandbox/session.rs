@@ -253,6 +253,14 @@ impl Agent {
         let mut stderr = vec![0; reply.stderr as usize];
         side.read_exact(&mut stdout).await.map_err(|_| gone())?;
         side.read_exact(&mut stderr).await.map_err(|_| gone())?;
+        if let Some(signal) = reply.signal {
+            // The agent dies of it too: `Worker::observe` reads why from the unit.
+            return Err(
+                Failure::new(Kind::Worker, format!("worker killed by signal {signal}"))
+                    .with_detail(String::from_utf8_lossy(&stderr).trim().to_owned())
+                    .into(),
+            );
+        }
         Ok(Output {
             code: reply.code,
             stdout,
