@@ -7,6 +7,8 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use anyhow::Context;
+
 use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind};
 use crate::manifest::{Descriptor, Manifest};
@@ -29,9 +31,7 @@ pub enum Destination {
         dest: OstreeDest,
         /// The import's program, found before anything is fetched.
         program: PathBuf,
-        /// The image pulled.
-        image: Box<ImageRef>,
-        /// What the repository holds of it, asked as the pull starts.
+        /// What the repository holds of the image, asked as the pull starts.
         asked: Mutex<Option<tokio::task::JoinHandle<anyhow::Result<Holdings>>>>,
         /// The answer, once read.
         holdings: tokio::sync::OnceCell<Box<Holdings>>,
@@ -58,7 +58,6 @@ impl Destination {
                 Self::Ostree {
                     asked: Mutex::new(Some(crate::store::import::holdings(&program, dest, image))),
                     holdings: tokio::sync::OnceCell::new(),
-                    image: Box::new(image.clone()),
                     dest: dest.clone(),
                     program,
                     staging: OnceLock::new(),
@@ -115,22 +114,17 @@ impl Destination {
         manifest: &Manifest,
     ) -> anyhow::Result<HashSet<Sha256Digest>> {
         let Self::Ostree {
-            dest,
-            program,
-            image,
-            asked,
-            holdings,
-            ..
+            asked, holdings, ..
         } = self
         else {
             return Ok(HashSet::new());
         };
         let holdings = holdings
             .get_or_try_init(|| async {
-                // Asked as the pull started; again only after a failed answer.
+                // Asked once, as the pull started. A failed answer fails the
+                // pull (exit 10, never retried), so it is not asked again.
                 let asked = asked.lock().unwrap_or_else(|p| p.into_inner()).take();
-                let asked =
-                    asked.unwrap_or_else(|| crate::store::import::holdings(program, dest, image));
+                let asked = asked.context("what the repository holds could not be read")?;
                 asked.await?.map(Box::new)
             })
             .await

@@ -108,7 +108,7 @@ pub fn target_imgref(image: &ImageRef) -> String {
 /// What an ostree repository holds that a pull of one image may leave out:
 /// read by `hostpull-ostree-import` ([`holdings_here`]) as the pull starts,
 /// beside the worker, so that hostpull itself never loads libostree.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Holdings {
     /// The manifest digest the image's image ref records, if it has the image.
     pub manifest: Option<String>,
