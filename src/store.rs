@@ -198,7 +198,8 @@ impl Layout {
             tmp: TempFile::new(&self.blobs).context("creating temp blob")?,
             verifier: Verifier::new(what, digest.clone(), size),
             digest: digest.clone(),
-            pending: Vec::with_capacity(WRITE_BUF),
+            buf: vec![0; WRITE_BUF].into_boxed_slice(),
+            len: 0,
         })
     }
 
@@ -391,30 +392,52 @@ pub struct BlobSink<'a> {
     tmp: TempFile<'a>,
     verifier: Verifier,
     digest: Sha256Digest,
-    pending: Vec<u8>,
+    /// Bytes received and hashed, not yet written: `buf[..len]`.
+    buf: Box<[u8]>,
+    len: usize,
 }
 
 impl BlobSink<'_> {
     /// Hash and buffer a chunk; fails at the first byte past the declared size.
-    pub fn write(&mut self, chunk: &[u8]) -> anyhow::Result<()> {
-        self.verifier.update(chunk)?;
-        self.pending.extend_from_slice(chunk);
-        if self.pending.len() >= WRITE_BUF {
+    pub fn write(&mut self, mut chunk: &[u8]) -> anyhow::Result<()> {
+        while !chunk.is_empty() {
+            let spare = self.spare();
+            let n = spare.len().min(chunk.len());
+            spare[..n].copy_from_slice(&chunk[..n]);
+            self.filled(n)?;
+            chunk = &chunk[n..];
+        }
+        Ok(())
+    }
+
+    /// Where the next bytes go: a reader fills it, then calls [`Self::filled`].
+    /// Reading straight into the write buffer saves a copy of every byte.
+    pub fn spare(&mut self) -> &mut [u8] {
+        &mut self.buf[self.len..]
+    }
+
+    /// The first `n` bytes of [`Self::spare`] arrived: hash them, and write
+    /// the buffer out once it is full.
+    pub fn filled(&mut self, n: usize) -> anyhow::Result<()> {
+        self.verifier.update(&self.buf[self.len..self.len + n])?;
+        self.len += n;
+        if self.len == self.buf.len() {
             self.flush()?;
         }
         Ok(())
     }
 
-    /// Would writing `n` more bytes go to disk (and so possibly block)?
+    /// Would `n` more bytes fill the buffer, so that it goes to disk (and
+    /// so possibly blocks)?
     pub fn would_flush(&self, n: usize) -> bool {
-        self.pending.len() + n >= WRITE_BUF
+        self.len + n >= self.buf.len()
     }
 
     fn flush(&mut self) -> anyhow::Result<()> {
         self.tmp
-            .write_all(&self.pending)
+            .write_all(&self.buf[..self.len])
             .map_err(|e| self.layout.write_error(e))?;
-        self.pending.clear();
+        self.len = 0;
         Ok(())
     }
 
@@ -471,6 +494,38 @@ mod tests {
             platform: None,
             annotations: Default::default(),
         }
+    }
+
+    /// A reader fills the sink's own buffer in pieces of any size: every byte
+    /// is hashed once and written once, across the buffer's end too.
+    #[test]
+    fn a_sink_is_filled_in_place() {
+        let td = tempfile::tempdir().unwrap();
+        let l = Layout::open_locked(&td.path().join("layout")).unwrap();
+        let bytes: Vec<u8> = (0..WRITE_BUF * 2 + 12_345)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let d = desc(&bytes);
+        let mut sink = l.blob_sink("layer", &d.digest, d.size).unwrap();
+        let mut rest = &bytes[..];
+        // 333 333 does not divide the buffer, so pieces straddle its end,
+        // where `spare` is shorter than the piece.
+        while !rest.is_empty() {
+            let spare = sink.spare();
+            let n = spare.len().min(rest.len()).min(333_333);
+            spare[..n].copy_from_slice(&rest[..n]);
+            sink.filled(n).unwrap();
+            rest = &rest[n..];
+        }
+        sink.commit().unwrap();
+        assert_eq!(l.read_blob(&d.digest).unwrap(), bytes);
+        // `write` goes the same way; a byte too many is refused at once.
+        let mut sink = l.blob_sink("layer", &d.digest, d.size).unwrap();
+        sink.write(&bytes).unwrap();
+        let spare = sink.spare();
+        spare[0] = 1;
+        let e = sink.filled(1).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 7, "{e:#}");
     }
 
     #[test]

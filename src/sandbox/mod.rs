@@ -33,7 +33,7 @@ use crate::plan::imgref::ImageRef;
 use crate::plan::worker::{Isolation, WorkerSpec};
 use children::Children;
 use monitor::{Observed, Systemd};
-pub use session::{BlobPipe, open_blob, proxy_failure};
+pub use session::{BlobData, BlobPipe, open_blob, proxy_failure};
 pub use skopeo::worker_failure;
 use skopeo::{skopeo_version, transient_if_network};
 use staging::Staging;

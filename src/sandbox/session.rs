@@ -374,11 +374,11 @@ impl ProxySession<'_> {
                     );
                 }
                 let doing = format!("fetching {} of {image}", d.digest);
-                let BlobPipe { reader, finish, .. } = open_blob(proxy, img, d)
+                let BlobPipe { data, finish, .. } = open_blob(proxy, img, d)
                     .await
                     .map_err(|e| proxy_failure(&doing, e))?;
                 let mut buf = Vec::new();
-                let mut reader = reader.take(d.size + 1);
+                let mut reader = data.into_reader().take(d.size + 1);
                 let (read, finished) = tokio::join!(reader.read_to_end(&mut buf), finish);
                 finished.map_err(|e| proxy_failure(&doing, e))?;
                 read.with_context(|| doing.clone())?;
@@ -396,10 +396,10 @@ impl ProxySession<'_> {
 /// pipe's descriptor where it is known.
 pub struct BlobPipe<'a> {
     /// The blob's bytes, as the worker sends them.
-    pub reader: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
-    /// The worker's verdict, once `reader` is drained.
+    pub data: BlobData,
+    /// The worker's verdict, once `data` is drained.
     pub finish: std::pin::Pin<Box<dyn Future<Output = Result<(), ProxyError>> + Send + 'a>>,
-    /// `reader`'s pipe: owned by it, open as long as it is.
+    /// `data`'s pipe: owned by it, open as long as it is.
     pipe: Option<RawFd>,
 }
 
@@ -414,10 +414,27 @@ impl BlobPipe<'_> {
     #[allow(unsafe_code)]
     pub fn widen(&self, size: usize) {
         let Some(fd) = self.pipe else { return };
-        // SAFETY: `reader` owns `fd` and lives as long as `self`.
+        // SAFETY: `data` owns `fd` and lives as long as `self`.
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
         if rustix::pipe::fcntl_getpipe_size(fd).is_ok_and(|s| s < size) {
             let _ = rustix::pipe::fcntl_setpipe_size(fd, size);
+        }
+    }
+}
+
+/// A blob's bytes: the pipe itself (`GetRawBlob`), or the reader that
+/// containers-image-proxy puts in front of it (`GetBlob`).
+pub enum BlobData {
+    Pipe(std::fs::File),
+    Reader(Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+}
+
+impl BlobData {
+    /// The bytes as an async reader, whichever way they come.
+    pub fn into_reader(self) -> Box<dyn tokio::io::AsyncRead + Send + Unpin> {
+        match self {
+            Self::Pipe(pipe) => Box::new(tokio::fs::File::from_std(pipe)),
+            Self::Reader(reader) => reader,
         }
     }
 }
@@ -454,7 +471,7 @@ pub async fn open_blob<'a>(
             .filter(|fd| !before.contains(fd))
             .collect();
         return Ok(BlobPipe {
-            reader: Box::new(reader),
+            data: BlobData::Reader(Box::new(reader)),
             finish: Box::pin(finish),
             pipe: if let [fd] = new[..] { Some(fd) } else { None },
         });
@@ -473,7 +490,7 @@ pub async fn open_blob<'a>(
     }
     Ok(BlobPipe {
         pipe: Some(file.as_raw_fd()),
-        reader: Box::new(file),
+        data: BlobData::Pipe(file.into_std().await),
         finish: Box::pin(async move { errors.await.map_err(ProxyError::from) }),
     })
 }
@@ -573,7 +590,7 @@ mod tests {
         assert!(fds.contains(&read.as_raw_fd()) && fds.contains(&other.as_raw_fd()));
         let blob = BlobPipe {
             pipe: Some(read.as_raw_fd()),
-            reader: Box::new(tokio::fs::File::from_std(std::fs::File::from(read))),
+            data: BlobData::Pipe(read.into()),
             finish: Box::pin(async { Ok(()) }),
         };
         blob.widen(1 << 20);
