@@ -166,7 +166,13 @@ pub(super) async fn transfer(
                     blob.widen(PIPE_SIZE);
                 }
                 let BlobPipe { data, finish, .. } = blob;
-                let job = (Arc::clone(layout), what, d.clone(), (flow.clone(), i));
+                let job = Job {
+                    layout: Arc::clone(layout),
+                    what,
+                    d: d.clone(),
+                    flow: flow.clone(),
+                    i,
+                };
                 let reading = Reader::spawn(data, job);
                 window.push_back((doing, finish, reading));
             }
@@ -210,7 +216,7 @@ impl Reader {
     /// by 0.2 s and its wall time by 0.1 s (docs/benchmarks.md).
     fn spawn(data: BlobData, job: Job) -> Self {
         match data {
-            BlobData::Pipe(pipe) if job.3.0.pacer.is_none() => match Stop::new() {
+            BlobData::Pipe(pipe) if job.flow.pacer.is_none() => match Stop::new() {
                 Ok(stop) => {
                     let stop = Arc::new(stop);
                     let theirs = Arc::clone(&stop);
@@ -322,9 +328,16 @@ enum Consumed {
     AtEnd(anyhow::Error),
 }
 
-/// What a blob task gets: where to store the blob, what it is, and how the
-/// pull's blobs flow.
-type Job = (Arc<Layout>, &'static str, Descriptor, (Flow, usize));
+/// What a blob reader gets: where to store the blob, what it is, and how the
+/// pull's blobs flow (it is blob `i` of `flow`).
+#[derive(Debug)]
+struct Job {
+    layout: Arc<Layout>,
+    what: &'static str,
+    d: Descriptor,
+    flow: Flow,
+    i: usize,
+}
 
 /// Stream a blob pipe into a verifying sink, read straight into its write
 /// buffer ([`crate::store::BlobSink::spare`]). Hashing happens inline: SHA-256
@@ -332,7 +345,13 @@ type Job = (Arc<Layout>, &'static str, Descriptor, (Flow, usize));
 /// that reach the disk may block for a while under writeback throttling, so
 /// they leave the async worker to others (`block_in_place`).
 async fn consume(mut reader: impl AsyncRead + Unpin, job: Job) -> Result<(), Consumed> {
-    let (layout, what, d, (flow, i)) = job;
+    let Job {
+        layout,
+        what,
+        d,
+        flow,
+        i,
+    } = job;
     let mut sink = layout
         .blob_sink(what, &d.digest, d.size)
         .map_err(Consumed::Early)?;
@@ -362,7 +381,13 @@ async fn consume(mut reader: impl AsyncRead + Unpin, job: Job) -> Result<(), Con
 /// without blocking, and waited for with `stop` beside it.
 fn drain(pipe: std::fs::File, job: Job, stop: &Stop) -> Result<(), Consumed> {
     use rustix::io::Errno;
-    let (layout, what, d, (flow, i)) = job;
+    let Job {
+        layout,
+        what,
+        d,
+        flow,
+        i,
+    } = job;
     let mut sink = layout
         .blob_sink(what, &d.digest, d.size)
         .map_err(Consumed::Early)?;
@@ -415,13 +440,12 @@ mod tests {
             platform: None,
             annotations: Default::default(),
         };
-        let job = || {
-            (
-                Arc::clone(&layout),
-                "layer",
-                d.clone(),
-                (Flow::new(1, None), 0),
-            )
+        let job = |max_rate| Job {
+            layout: Arc::clone(&layout),
+            what: "layer",
+            d: d.clone(),
+            flow: Flow::new(1, max_rate),
+            i: 0,
         };
         let pipe = || {
             let (read, write) = rustix::pipe::pipe().unwrap();
@@ -430,7 +454,7 @@ mod tests {
         let within = |r| tokio::time::timeout(Duration::from_secs(10), r);
 
         let (data, mut write) = pipe();
-        let mut reader = Reader::spawn(data, job());
+        let mut reader = Reader::spawn(data, job(None));
         assert!(reader.stop.is_some(), "not on a thread of its own");
         let sender = std::thread::spawn(move || {
             for chunk in bytes.chunks(100_000) {
@@ -444,7 +468,7 @@ mod tests {
         std::fs::remove_file(td.path().join("layout/blobs/sha256").join(d.digest.hex())).unwrap();
 
         let (data, mut write) = pipe();
-        let mut reader = Reader::spawn(data, job());
+        let mut reader = Reader::spawn(data, job(None));
         write.write_all(b"the first bytes, then nothing").unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         reader.stop();
@@ -456,15 +480,9 @@ mod tests {
         drop(write);
 
         // Paced, or behind containers-image-proxy's reader: on the runtime.
-        let paced = (
-            Arc::clone(&layout),
-            "layer",
-            d.clone(),
-            (Flow::new(1, Some(1 << 20)), 0),
-        );
-        assert!(Reader::spawn(pipe().0, paced).stop.is_none());
+        assert!(Reader::spawn(pipe().0, job(Some(1 << 20))).stop.is_none());
         let behind = BlobData::Reader(Box::new(tokio::io::empty()));
-        assert!(Reader::spawn(behind, job()).stop.is_none());
+        assert!(Reader::spawn(behind, job(None)).stop.is_none());
     }
 
     /// Our reading error stands when we stopped early; at the end, the
