@@ -15,7 +15,7 @@ use super::Tally;
 use crate::error::{Kind, failure};
 use crate::manifest::Descriptor;
 use crate::sandbox::{BlobData, BlobPipe, open_blob, proxy_failure};
-use crate::store::Layout;
+use crate::store::{BlobSink, Layout};
 
 /// GetBlob requests kept in flight. skopeo serves one request at a time, but
 /// transfers overlap once several pipes are open; 4 was fastest in the lab.
@@ -339,22 +339,26 @@ struct Job {
     i: usize,
 }
 
+impl Job {
+    /// Where the blob's bytes go.
+    fn sink(&self) -> Result<BlobSink<'_>, Consumed> {
+        let Self {
+            layout, what, d, ..
+        } = self;
+        layout
+            .blob_sink(what, &d.digest, d.size)
+            .map_err(Consumed::Early)
+    }
+}
+
 /// Stream a blob pipe into a verifying sink, read straight into its write
 /// buffer ([`crate::store::BlobSink::spare`]). Hashing happens inline: SHA-256
 /// with SHA-NI costs less per chunk than a hand-off to another thread. Writes
 /// that reach the disk may block for a while under writeback throttling, so
 /// they leave the async worker to others (`block_in_place`).
 async fn consume(mut reader: impl AsyncRead + Unpin, job: Job) -> Result<(), Consumed> {
-    let Job {
-        layout,
-        what,
-        d,
-        flow,
-        i,
-    } = job;
-    let mut sink = layout
-        .blob_sink(what, &d.digest, d.size)
-        .map_err(Consumed::Early)?;
+    let mut sink = job.sink()?;
+    let Job { d, flow, i, .. } = &job;
     loop {
         let spare = sink.spare();
         let len = spare.len().min(flow.chunk());
@@ -363,7 +367,7 @@ async fn consume(mut reader: impl AsyncRead + Unpin, job: Job) -> Result<(), Con
             .await
             .context("reading blob pipe")
             .map_err(Consumed::AtEnd)?;
-        flow.kick(i, n);
+        flow.kick(*i, n);
         if n == 0 {
             return tokio::task::block_in_place(|| sink.commit()).map_err(Consumed::AtEnd);
         }
@@ -373,7 +377,7 @@ async fn consume(mut reader: impl AsyncRead + Unpin, job: Job) -> Result<(), Con
             sink.filled(n)
         };
         written.map_err(Consumed::Early)?;
-        flow.paced(i, d.size, n).await;
+        flow.paced(*i, d.size, n).await;
     }
 }
 
@@ -381,16 +385,8 @@ async fn consume(mut reader: impl AsyncRead + Unpin, job: Job) -> Result<(), Con
 /// without blocking, and waited for with `stop` beside it.
 fn drain(pipe: std::fs::File, job: Job, stop: &Stop) -> Result<(), Consumed> {
     use rustix::io::Errno;
-    let Job {
-        layout,
-        what,
-        d,
-        flow,
-        i,
-    } = job;
-    let mut sink = layout
-        .blob_sink(what, &d.digest, d.size)
-        .map_err(Consumed::Early)?;
+    let mut sink = job.sink()?;
+    let Job { flow, i, .. } = &job;
     let nonblocking = rustix::fs::fcntl_getfl(&pipe)
         .and_then(|f| rustix::fs::fcntl_setfl(&pipe, f | rustix::fs::OFlags::NONBLOCK));
     nonblocking.map_err(|e| Consumed::Early(anyhow::Error::new(e).context("reading blob pipe")))?;
@@ -410,7 +406,7 @@ fn drain(pipe: std::fs::File, job: Job, stop: &Stop) -> Result<(), Consumed> {
                 return Err(Consumed::AtEnd(e));
             }
         };
-        flow.kick(i, n);
+        flow.kick(*i, n);
         if n == 0 {
             return sink.commit().map_err(Consumed::AtEnd);
         }
