@@ -139,8 +139,9 @@ impl Flow {
 /// oldest blob, the younger ones keep flowing. From 0.2.8 on, `GetRawBlob` hands over the blob without
 /// hashing it in the worker (root hashes it anyway) and reports the worker's
 /// side on an error pipe of its own, with a typed `retryable` code. Each pipe is
-/// read, hashed and written by a task of its own, so that the hashing of
-/// several blobs spreads over the cores.
+/// read, hashed and written by a reader of its own ([`Reader::spawn`]: a
+/// thread for a `GetRawBlob` pipe, a runtime task otherwise), so that the
+/// hashing of several blobs spreads over the cores.
 pub(super) async fn transfer(
     proxy: &ImageProxy,
     img: &OpenedImage,
