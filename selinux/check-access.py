@@ -261,7 +261,8 @@ EXPECT = [
      "the commits held() reads"),
     ("allow", "@import", "hostpull_staging_t", "file", "read open getattr", "the proxy serves the staged files"),
     ("deny", "@import", "hostpull_staging_t", "file", "write append create unlink", "never rewrites what root verified"),
-    ("allow", "@import", "hostpull_ostree_exec_t", "file", "execute_no_trans", "the proxy is the import program again"),
+    ("allow", "@import", "hostpull_exec_t", "file", "execute_no_trans read map", "the proxy is /usr/bin/hostpull"),
+    ("deny", "@import", "hostpull_ostree_exec_t", "file", "execute_no_trans", "runs no second import in its domain"),
     ("allow", "@import", "@import", "unix_stream_socket", "create read write getopt", "the proxy's socketpair"),
     # hostpull_t writes no repository file and gives no label: that is the import's.
     ("deny", "@orch", "hostpull_ostree_repo_t", "file", "create write rename link unlink relabelfrom",

@@ -117,7 +117,7 @@ mutants=(
     # and stages the layout; the import's proxy, the binary policy, the repository rules.
     $'import|\tdomtrans_pattern(hostpull_t, hostpull_ostree_exec_t, hostpull_ostree_t)|tunable:hostpull_import_ostree @orch @import process '
     $'staging|\ttype_transition hostpull_t hostpull_ostree_repo_t:dir hostpull_staging_t;|filetrans:hostpull_staging_t @orch hostpull_ostree_repo_t dir '
-    'proxy|can_exec(hostpull_ostree_t, hostpull_ostree_exec_t)|allow @import hostpull_ostree_exec_t file '
+    'proxy|can_exec(hostpull_ostree_t, hostpull_exec_t)|allow @import hostpull_exec_t file '
     'binpolicy|seutil_relabelto_bin_policy(hostpull_ostree_t)|allow @import policy_config_t file '
     'repo|manage_files_pattern(hostpull_ostree_t, hostpull_ostree_repo_t, hostpull_ostree_repo_t)|allow @import hostpull_ostree_repo_t file '
     'objects|allow hostpull_ostree_t { hostpull_object_types shadow_t }:file { getattr open read link rename unlink setattr relabelto };|allow @import bin_t file '

@@ -1,6 +1,5 @@
 //! `hostpull-ostree-import`: the ostree import of `hostpull pull --dest
-//! ostree:`, and the image proxy it reads the staging layout through, in a
-//! process of its own ([`hostpull::internals::ostree_import`]).
+//! ostree:`, in a process of its own ([`hostpull::internals::ostree_import`]).
 
 fn main() {
     std::process::exit(hostpull::internals::ostree_import(

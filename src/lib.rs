@@ -53,5 +53,5 @@ pub mod internals {
     pub use crate::sandbox::classify::classify_worker_text;
     pub use crate::signature::{ATOMIC, COSIGN, check_payload, verify_attachment, verify_bundle};
     pub use crate::store::import::main as ostree_import;
-    pub use crate::store::proxy::VERB as LAYOUT_PROXY;
+    pub use crate::store::proxy::{VERB as LAYOUT_PROXY, main as layout_proxy};
 }

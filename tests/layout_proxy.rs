@@ -1,4 +1,4 @@
-//! `hostpull-ostree-import __layout-proxy` (src/store/proxy.rs), the image proxy that
+//! `hostpull __layout-proxy` (src/store/proxy.rs), the image proxy that
 //! ostree-ext's import reads the staging layout through, driven by the real
 //! client: the containers-image-proxy that ostree-ext itself uses (0.7). The
 //! layout is made here by hand, so no rig is needed; so is the pull's control
@@ -15,7 +15,9 @@ use ostree_ext::containers_image_proxy::{ImageProxy, ImageProxyConfig, OpenedIma
 use tokio::io::AsyncReadExt;
 
 const VERB: &str = "__layout-proxy";
-/// The ostree import's own program, which is also the proxy (src/store/import.rs).
+/// The proxy's program: hostpull, which the import runs (src/store/import.rs).
+const PROXY: &str = env!("CARGO_BIN_EXE_hostpull");
+/// The ostree import's own program, which serves no proxy.
 const IMPORTER: &str = env!("CARGO_BIN_EXE_hostpull-ostree-import");
 
 /// An OCI layout at `dir` holding one image tagged `t`: a config and two
@@ -60,7 +62,7 @@ fn layout(dir: &Path) -> (PathBuf, Vec<u8>, Vec<Vec<u8>>) {
 /// The proxy on `layout`, image `manifest`, following the pull on `control`
 /// (a pipe's read end, inherited) if given.
 async fn proxy(layout: &Path, manifest: &[u8], control: Option<&OwnedFd>) -> ImageProxy {
-    let mut c = Command::new(IMPORTER);
+    let mut c = Command::new(PROXY);
     c.arg(VERB).arg(layout).arg(sha256(manifest).as_str());
     if let Some(fd) = control {
         rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).unwrap();
@@ -259,7 +261,8 @@ async fn the_layout_proxy_fails_with_the_pull() {
 }
 
 /// Started any other way than the crate starts it, it refuses at once (2);
-/// so does the importer with a wrong command line.
+/// so does the importer with a wrong command line, or asked for the proxy,
+/// which is hostpull's alone.
 #[test]
 fn the_layout_proxy_needs_its_socket_and_command_line() {
     let td = tempfile::tempdir().unwrap();
@@ -275,12 +278,13 @@ fn the_layout_proxy_needs_its_socket_and_command_line() {
             "experimental-image-proxy",
         ]
     };
-    for (args, prefix) in [
-        (follow("999"), "error: __layout-proxy: usage"),
-        (follow("0"), "error: __layout-proxy: usage"),
-        (vec![VERB], "error: __layout-proxy: "),
-        (vec![VERB, "/l"], "error: __layout-proxy: "),
+    for (program, args, prefix) in [
+        (PROXY, follow("999"), "error: __layout-proxy: usage"),
+        (PROXY, follow("0"), "error: __layout-proxy: usage"),
+        (PROXY, vec![VERB], "error: __layout-proxy: "),
+        (PROXY, vec![VERB, "/l"], "error: __layout-proxy: "),
         (
+            PROXY,
             vec![
                 VERB,
                 "/l",
@@ -292,32 +296,44 @@ fn the_layout_proxy_needs_its_socket_and_command_line() {
             "error: __layout-proxy: ",
         ),
         (
+            PROXY,
             vec![VERB, "/l", &digest, "inspect"],
             "error: __layout-proxy: ",
         ),
         (
+            PROXY,
             vec![VERB, "/l", "sha256:x", "experimental-image-proxy"],
             "error: __layout-proxy: usage",
         ),
         (
+            PROXY,
             vec![VERB, "/l", &digest, "experimental-image-proxy"],
             "error: __layout-proxy: ",
         ),
-        (vec![], "error: hostpull-ostree-import: usage: "),
+        (IMPORTER, vec![], "error: hostpull-ostree-import: usage: "),
         (
-            vec!["/r", "/l", "t", "quay.io/a:t"],
+            IMPORTER,
+            vec!["/p", "/r", "/l", "t", "quay.io/a:t"],
             "error: hostpull-ostree-import: usage: ",
         ),
         (
-            vec!["/r", "/l", "t", "quay.io/a:t", "sha256:x"],
+            IMPORTER,
+            vec!["/p", "/r", "/l", "t", "quay.io/a:t", "sha256:x"],
             "error: hostpull-ostree-import: not a sha256",
         ),
         (
-            vec!["/r", "/l", "t", "quay.io/a:t", &digest, "ref", "x"],
+            IMPORTER,
+            vec!["/p", "/r", "/l", "t", "quay.io/a:t", &digest, "ref", "x"],
+            "error: hostpull-ostree-import: usage: ",
+        ),
+        // The import serves no proxy: that is hostpull's.
+        (
+            IMPORTER,
+            vec![VERB, "/l", &digest, "experimental-image-proxy"],
             "error: hostpull-ostree-import: usage: ",
         ),
     ] {
-        let out = Command::new(IMPORTER)
+        let out = Command::new(program)
             .args(&args)
             .current_dir(td.path())
             .stdin(std::process::Stdio::null())

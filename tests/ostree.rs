@@ -888,9 +888,11 @@ fn a_chunked_update_fetches_only_the_changed_chunks() {
 /// (src/store/import.rs), which an SELinux host runs in a domain of its own.
 /// hostpull looks for it in `../libexec/` from its own directory, then beside
 /// itself. A stand-in there records its command line and runs the real one:
-/// the repository, the staging layout, the tag, the image, the manifest's
-/// digest and the ref. Without it the pull fetches nothing and fails (10);
-/// an importer killed by a signal fails the pull with that signal.
+/// the layout proxy's program (hostpull itself, which starts without
+/// libostree), the repository, the staging layout, the tag, the image, the
+/// manifest's digest and the ref. Without it the pull fetches nothing and
+/// fails (10); an importer killed by a signal fails the pull with that
+/// signal, and one given a proxy program that is not there fails.
 /// Host pass only: a worker unit runs the hostpull it was started as, and this
 /// one is a link in the test's own directory.
 #[cfg(feature = "ostree")]
@@ -970,16 +972,17 @@ fn host_pass_the_import_runs_in_its_own_program() {
         holdings,
         &["__holdings", &repo.display().to_string(), &image]
     );
-    assert_eq!(args.len(), 6, "{args:?}");
-    assert_eq!(args[0], repo.display().to_string());
+    assert_eq!(args.len(), 7, "{args:?}");
+    assert_eq!(args[0], bin.join("hostpull").display().to_string());
+    assert_eq!(args[1], repo.display().to_string());
     let staging = format!("{}/tmp/hostpull-staging-", repo.display());
     assert!(
-        args[1].starts_with(&staging) && args[1].ends_with("/layout"),
+        args[2].starts_with(&staging) && args[2].ends_with("/layout"),
         "{args:?}"
     );
     // The staging layout's tag is the image's.
     assert_eq!(
-        args[2..],
+        args[3..],
         [
             "v1",
             &image,
@@ -991,8 +994,25 @@ fn host_pass_the_import_runs_in_its_own_program() {
     assert_eq!(ostree(&repo, &["rev-parse", "os"]).trim(), commit);
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 
-    // Killed while it imports, or while it reads what the repository holds.
+    // The import runs the proxy program it is given (into a new repository:
+    // one that holds the image starts no proxy).
     let real = env!("CARGO_BIN_EXE_hostpull-ostree-import");
+    let body = format!(
+        "#!/bin/sh\n[ \"$1\" = __holdings ] && exec {real} \"$@\"\nshift\nexec {real} /nonexistent/hostpull \"$@\"\n"
+    );
+    stand_in(&libexec, &body);
+    std::fs::remove_dir_all(&repo).unwrap();
+    let repo = new_repo(s.path());
+    let no_proxy = run(&mut pull());
+    no_proxy.assert_failure(10);
+    assert!(
+        no_proxy.stderr.contains("/nonexistent/hostpull"),
+        "{}",
+        no_proxy.stderr
+    );
+    assert_eq!(ostree(&repo, &["refs"]).trim(), "");
+
+    // Killed while it imports, or while it reads what the repository holds.
     for only in ["[ \"$1\" = __holdings ] && exec REAL \"$@\"\n", ""] {
         let body = format!("#!/bin/sh\n{}kill -KILL $$\n", only.replace("REAL", real));
         stand_in(&libexec, &body);

@@ -169,6 +169,7 @@ impl Destination {
         }
         layout.write_blob("manifest", digest, raw)?;
         let req = Request {
+            proxy: std::env::current_exe().context("finding hostpull's own program")?,
             dest: dest.clone(),
             layout: self.layout()?,
             tag: tag.to_owned(),

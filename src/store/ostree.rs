@@ -87,6 +87,9 @@ pub struct Imported {
 /// command line ([`crate::store::import`]).
 #[derive(Debug)]
 pub struct Request {
+    /// The layout proxy's program: hostpull itself, which does not load
+    /// libostree (the import's own program would, a second time).
+    pub proxy: PathBuf,
     /// The repository, and the ref to point at the import.
     pub dest: OstreeDest,
     /// The verified staging layout.
@@ -189,14 +192,13 @@ fn open_repo(path: &Path) -> anyhow::Result<ostree_ext::ostree::Repo> {
 pub async fn import_here(req: &Request, control: std::os::fd::OwnedFd) -> anyhow::Result<Imported> {
     let Request {
         dest,
-        layout,
-        tag,
         image,
         digest,
+        ..
     } = req;
     #[cfg(not(feature = "ostree"))]
     {
-        let _ = (dest, layout, tag, image, digest, control);
+        let _ = (dest, image, digest, control);
         crate::error::fail(
             crate::error::Kind::Usage,
             "built without ostree support (cargo feature `ostree`)",
@@ -219,7 +221,7 @@ pub async fn import_here(req: &Request, control: std::os::fd::OwnedFd) -> anyhow
             Some(s) => (s, false),
             None => {
                 let before = layer_refs(&repo)?;
-                let r = import_layout(&repo, &target, layout, tag, digest, &control).await;
+                let r = import_layout(&repo, &target, req, &control).await;
                 r.map_err(|e| forget_new_layers(&repo, &before, e))?
             }
         };
@@ -291,15 +293,14 @@ fn forget_new_layers(
 async fn import_layout(
     repo: &ostree_ext::ostree::Repo,
     target: &ostree_ext::container::OstreeImageReference,
-    layout: &Path,
-    tag: &str,
-    digest: &Sha256Digest,
+    req: &Request,
     control: &std::os::fd::OwnedFd,
 ) -> anyhow::Result<(Box<ostree_ext::container::store::LayeredImageState>, bool)> {
     use ostree_ext::container::store::{ImageImporter, ImageProxyConfig, PrepareResult};
     use ostree_ext::container::{ImageReference, OstreeImageReference, SignatureSource, Transport};
     use std::os::fd::AsFd;
 
+    let (layout, tag) = (&req.layout, &req.tag);
     // Unverified: hostpull checked every digest and the signature
     // policy already, before anything was written.
     let source = OstreeImageReference {
@@ -314,15 +315,17 @@ async fn import_layout(
         // on the host's /etc/ostree/auth.json.
         auth_anonymous: true,
         skopeo_cmd: Some(crate::store::proxy::command(
+            &req.proxy,
             layout,
-            digest,
+            &req.digest,
             Some(control.as_fd()),
-        )?),
+        )),
         ..Default::default()
     };
     let mut importer = ImageImporter::new(repo, &source, config)
         .await
-        .map_err(with_proxy_detail)?;
+        .map_err(with_proxy_detail)
+        .with_context(|| format!("starting the layout proxy {}", req.proxy.display()))?;
     importer.set_target(target);
     Ok(match importer.prepare().await.map_err(with_proxy_detail)? {
         PrepareResult::AlreadyPresent(s) => (s, false),

@@ -6,10 +6,10 @@
 //! holds nothing but what root has verified: every blob is linked under its
 //! digest only after its bytes matched ([`crate::store::BlobSink::commit`]).
 //! skopeo would read each one back, hash it again and copy it through a pipe.
-//! This server is that child instead: `hostpull-ostree-import __layout-proxy
-//! LAYOUT DIGEST [--follow FD] experimental-image-proxy`, root's own code, in
-//! the import's own process and domain ([`crate::store::import`]), with no
-//! network and no unit. For the manifest (DIGEST), the config and each blob it
+//! This server is that child instead: `hostpull __layout-proxy
+//! LAYOUT DIGEST [--follow FD] experimental-image-proxy`, root's own code,
+//! which the import runs in its own domain ([`crate::store::import`]), with
+//! no network and no unit. For the manifest (DIGEST), the config and each blob it
 //! passes the staged file itself (`SCM_RIGHTS`), so the import reads each layer
 //! once, from the page cache, and nothing hashes it twice.
 //!
@@ -60,7 +60,7 @@ const IMAGE_ID: u64 = 1;
 /// How often a wait for a blob looks for it again, unless the pull speaks.
 const POLL: Duration = Duration::from_millis(20);
 
-/// `hostpull-ostree-import __layout-proxy LAYOUT DIGEST [--follow FD]
+/// `hostpull __layout-proxy LAYOUT DIGEST [--follow FD]
 /// experimental-image-proxy [--no-creds] [--debug]`, with the proxy's socket as
 /// stdin. The crate adds `--no-creds` for `auth_anonymous` (a local layout
 /// needs no credential, and none is handed over) and `--debug` when
@@ -487,16 +487,16 @@ fn send(sock: BorrowedFd<'_>, reply: &Value, fd: Option<BorrowedFd<'_>>) -> anyh
 /// runs the import, again. `control` must not be close-on-exec: the server
 /// inherits it.
 pub fn command(
+    program: &Path,
     layout: &Path,
     digest: &Sha256Digest,
     control: Option<BorrowedFd<'_>>,
-) -> anyhow::Result<std::process::Command> {
+) -> std::process::Command {
     use std::os::fd::AsRawFd;
-    let exe = std::env::current_exe().context("finding the import's own program")?;
-    let mut c = std::process::Command::new(exe);
+    let mut c = std::process::Command::new(program);
     c.arg(VERB).arg(layout).arg(digest.as_str());
     if let Some(fd) = control {
         c.arg("--follow").arg(fd.as_raw_fd().to_string());
     }
-    Ok(c)
+    c
 }
