@@ -483,9 +483,9 @@ fn send(sock: BorrowedFd<'_>, reply: &Value, fd: Option<BorrowedFd<'_>>) -> anyh
 
 /// The command that starts this server on `layout` and the manifest
 /// `digest`, following the pull on `control` if given, for the crate's
-/// `skopeo_cmd` (it appends [`PROXY_VERB`] and sets stdin): the program that
-/// runs the import, again. `control` must not be close-on-exec: the server
-/// inherits it.
+/// `skopeo_cmd` (it appends [`PROXY_VERB`] and sets stdin): `program`,
+/// hostpull, which the import is given. `control` must not be close-on-exec:
+/// the server inherits it.
 pub fn command(
     program: &Path,
     layout: &Path,
