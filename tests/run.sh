@@ -82,8 +82,10 @@ done
 # about 25 min on a fresh machine. At load 2-4: the image 32 s, the run 167 s (guest
 # 156 s), the mutants 133 s (2 boots of 40 s): about 11 min with the base to build.
 echo "== tests/vm.sh: the pulls in an enforcing SELinux guest, then its mutants" >&2
-bash tests/vm.sh run || failed+=("the enforcing SELinux guest (tests/vm.sh run)")
-bash tests/vm.sh mutants || failed+=("the SELinux guest's mutants (tests/vm.sh mutants)")
+# What failed in the guest is repeated at the end, where CI's excerpt of this log shows it.
+vm_failures() { while read -r l; do failed+=("  $l"); done 2>/dev/null <"${VM_DIR:-/var/tmp/hostpull-vm}/failures"; }
+bash tests/vm.sh run || { failed+=("the enforcing SELinux guest (tests/vm.sh run):"); vm_failures; }
+bash tests/vm.sh mutants || { failed+=("the SELinux guest's mutants (tests/vm.sh mutants):"); vm_failures; }
 if [ ${#failed[@]} -gt 0 ]; then
     printf 'run.sh: failed: %s\n' "${failed[@]}" >&2
     exit 1

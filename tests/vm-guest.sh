@@ -156,10 +156,15 @@ t_domains() {
         fail "the worker agent never seen in hostpull_worker_t"
     # Root runs `skopeo --version` for the report, in its own domain; every other
     # skopeo is the worker, and so is the worker agent that runs them, the unit's
-    # program. (ps pads the comm column with spaces.)
+    # program. (ps pads the comm column with spaces.) A process caught inside
+    # execve(2) or exiting has no readable arguments, and ps shows its comm in
+    # brackets: the agent as it becomes skopeo, `skopeo --version` as it ends.
+    # (This sample failed CI once: `hostpull_worker_t:s0 hostpull [hostpull]`.)
     ! grep -v -e ':hostpull_t:s0 hostpull ' -e ':hostpull_worker_t:s0 skopeo ' \
         -e ':hostpull_worker_t:s0 hostpull  *[^ ]*hostpull __worker-agent ' \
-        -e ':hostpull_t:s0 skopeo  *[^ ]*skopeo --version$' "$R/domains.txt" ||
+        -e ':hostpull_worker_t:s0 hostpull  *\[hostpull\]$' \
+        -e ':hostpull_t:s0 skopeo  *[^ ]*skopeo --version$' \
+        -e ':hostpull_t:s0 skopeo  *\[skopeo\]$' "$R/domains.txt" ||
         fail "a process in another domain (above)"
     layout_has /var/lib/hostpull/images/paced v1
 }

@@ -6,7 +6,7 @@
 # reads each guest test's verdict and the denials back from the guest's disk.
 #
 #   vm.sh [run]      build what is missing, boot, run the guest tests; exit 1 if one fails
-#                    or the guest does not come up (default)
+#                    or the guest does not come up (default); $VM_DIR/failures says which
 #   vm.sh mutants    the same guest with a rule of selinux/hostpull.te deleted, once per
 #                    mutant below: the matching guest test must fail with a denial
 #   vm.sh build      only build the cached images
@@ -28,7 +28,7 @@
 # The rig and the guest tests are a second disk made fresh on every run (the rig's
 # certificates and passwords are new each time); the guest writes its results there.
 set -Eeuo pipefail
-trap 'echo "vm: error at line $LINENO: $BASH_COMMAND" >&2' ERR
+trap 'echo "vm: error at line $LINENO: $BASH_COMMAND" >&2; echo "error at line $LINENO: $BASH_COMMAND" >>"$VM_DIR/failures"' ERR
 cd "$(dirname "$0")/.."
 SRC=$PWD
 
@@ -49,7 +49,10 @@ HOST_PACKAGES=(qemu-system-x86 qemu-utils debootstrap policycoreutils semodule-u
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f s", b-a}'; }
 note() { echo "vm: $*" >&2; }
-die() { echo "vm: $*" >&2; exit 1; }
+# What failed goes to $VM_DIR/failures too, which tests/run.sh repeats at the end of its
+# long log (CI shows only that log's ends).
+failure() { echo "$*"; echo "$*" >>"$VM_DIR/failures"; }
+die() { echo "vm: $*" >&2; echo "$*" >>"$VM_DIR/failures"; exit 1; }
 hash_of() { sha256sum | cut -c1-16; }
 
 missing_host_tools() {
@@ -320,10 +323,14 @@ cmd_run() {
     guest run
     echo "== guest tests (enforcing; details in $OUT)"
     cat "$OUT/verdicts"
-    grep -q '^FAIL' "$OUT/verdicts" && failed=1
+    # A failed test's verdict, with the reason its log ends with.
+    for t in $(awk '$1 == "FAIL" { print $2 }' "$OUT/verdicts"); do
+        failure "$(grep "^FAIL $t " "$OUT/verdicts") $(grep -h '^FAILED: ' "$OUT/$t.log" 2>/dev/null | tail -1)" >/dev/null
+        failed=1
+    done
     if [ "$VM_TESTS" = . ]; then
         for t in "${GUEST_TESTS[@]}"; do
-            grep -q "^[A-Z]* $t " "$OUT/verdicts" || { echo "FAIL $t: no verdict"; failed=1; }
+            grep -q "^[A-Z]* $t " "$OUT/verdicts" || { failure "FAIL $t: no verdict"; failed=1; }
         done
     fi
     for t in "$OUT"/*.denials; do
@@ -377,11 +384,11 @@ cmd_mutants() {
         IFS='|' read -r name line test want <<<"$m"
         mutant_policy "$name" "$line"
         guest "mutant-$name" "$name" "$POLICY"
-        grep -q "^VMTEST-MUTANT $name loaded" "$OUT/console.log" || { echo "FAIL mutant $name: not loaded"; failed=1; continue; }
+        grep -q "^VMTEST-MUTANT $name loaded" "$OUT/console.log" || { failure "FAIL mutant $name: not loaded"; failed=1; continue; }
         if ! grep -q "^FAIL $test " "$OUT/verdicts"; then
-            echo "FAIL mutant $name: $test still passes without '$line'"; failed=1
+            failure "FAIL mutant $name: $test still passes without '$line'"; failed=1
         elif ! grep -qE "$want" "$OUT/$test.denials"; then
-            echo "FAIL mutant $name: $test fails, but no denial matches '$want'"; failed=1
+            failure "FAIL mutant $name: $test fails, but no denial matches '$want'"; failed=1
             sed 's/^/   /' "$OUT/$test.denials" | head
         else
             echo "ok   mutant $name: $test fails without '$line', with:"
@@ -392,6 +399,7 @@ cmd_mutants() {
 }
 
 t0=$(now)
+mkdir -p "$VM_DIR"; rm -f "$VM_DIR/failures"
 case ${1:-run} in
     run) cmd_run ;;
     mutants) cmd_mutants ;;
