@@ -298,7 +298,7 @@ async fn try_pull(
             Stage::Accepted {
                 resolved,
                 signature,
-            } => match open_layout(plan, into, &resolved).await {
+            } => match open_layout(into, &resolved).await {
                 Ok((layout, missing)) => Stage::Ready(Ready {
                     resolved,
                     signature,
@@ -375,9 +375,9 @@ async fn check_signature(
 /// ephemeral), and list the blobs it lacks. What the destination has already
 /// ([`Destination::held`]) need not come: it is neither fetched nor staged. Then, before any blob is fetched, whether they fit
 /// (`plan::space`): if not, exit 11, and the layout is left as it was. Last,
-/// the destination begins ([`Destination::begin`]: an ostree import starts).
+/// the destination begins ([`Destination::begin`]: an ostree import gets its
+/// request).
 async fn open_layout(
-    plan: &Plan,
     Landing { dest, planned }: Landing<'_>,
     resolved: &Resolved,
 ) -> anyhow::Result<(Arc<Layout>, Vec<Descriptor>)> {
@@ -408,8 +408,7 @@ async fn open_layout(
     let root = rustix::process::geteuid().is_root();
     crate::plan::space::check(rule, &fs, root, &sizes, resolved.raw.len() as u64)?;
     let manifest = (&resolved.digest, resolved.raw.as_slice());
-    dest.begin(&layout, planned.target.tag(), &plan.image, manifest)
-        .await?;
+    dest.begin(&layout, planned.target.tag(), manifest).await?;
     Ok((Arc::new(layout), missing))
 }
 

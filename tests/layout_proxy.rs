@@ -313,24 +313,24 @@ fn the_layout_proxy_needs_its_socket_and_command_line() {
         (IMPORTER, vec![], "error: hostpull-ostree-import: usage: "),
         (
             IMPORTER,
-            vec!["/p", "/r", "/l", "t", "quay.io/a:t"],
+            vec!["/p", "/r"],
             "error: hostpull-ostree-import: usage: ",
         ),
         (
             IMPORTER,
-            vec!["/p", "/r", "/l", "t", "quay.io/a:t", "sha256:x"],
-            "error: hostpull-ostree-import: not a sha256",
+            vec!["/p", "/r", "Not An Image"],
+            "error: hostpull-ostree-import: ",
         ),
         (
             IMPORTER,
-            vec!["/p", "/r", "/l", "t", "quay.io/a:t", &digest, "ref", "x"],
+            vec!["/p", "/r", "quay.io/a:t", "ref", "x"],
             "error: hostpull-ostree-import: usage: ",
         ),
         // The import serves no proxy: that is hostpull's.
         (
             IMPORTER,
             vec![VERB, "/l", &digest, "experimental-image-proxy"],
-            "error: hostpull-ostree-import: usage: ",
+            "error: hostpull-ostree-import: the layout proxy is not an absolute path: __layout-proxy;",
         ),
     ] {
         let out = Command::new(program)

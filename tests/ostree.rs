@@ -654,18 +654,13 @@ fn a_pull_that_fails_after_the_import_began_leaves_the_refs_as_they_were() {
     }
 }
 
-/// The import program that the pull `pid` runs (not its layout proxy, nor
-/// its reading of what the repository holds, which is batch work as the fetch).
+/// The import program that the pull `pid` runs.
 #[cfg(feature = "ostree")]
 fn importer_of(pid: u32) -> Option<u32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
         let n: u32 = p.file_name().to_str()?.parse().ok()?;
         let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
-        let mut args = cmdline.split(|&b| b == 0);
-        let import = args.next()?.ends_with(b"hostpull-ostree-import")
-            && args
-                .next()
-                .is_some_and(|a| a != b"__layout-proxy" && a != b"__holdings");
+        let import = (cmdline.split(|&b| b == 0).next()?).ends_with(b"hostpull-ostree-import");
         let status = std::fs::read_to_string(p.path().join("status")).ok()?;
         (import && status.lines().any(|l| l == format!("PPid:\t{pid}"))).then_some(n)
     })
@@ -887,12 +882,13 @@ fn a_chunked_update_fetches_only_the_changed_chunks() {
 /// The import runs in a program of its own, `hostpull-ostree-import`
 /// (src/store/import.rs), which an SELinux host runs in a domain of its own.
 /// hostpull looks for it in `../libexec/` from its own directory, then beside
-/// itself. A stand-in there records its command line and runs the real one:
-/// the layout proxy's program (hostpull itself, which starts without
-/// libostree), the repository, the staging layout, the tag, the image, the
-/// manifest's digest and the ref. Without it the pull fetches nothing and
-/// fails (10); an importer killed by a signal fails the pull with that
-/// signal, and one given a proxy program that is not there fails.
+/// itself. A stand-in there records its command line and runs the real one,
+/// once per pull, as the pull starts: the layout proxy's program (hostpull
+/// itself, which starts without libostree), the repository, the image and
+/// the ref (the rest comes on its stdin). Without it the pull fetches nothing
+/// and fails (10); an importer killed by a signal, before it says what the
+/// repository holds or while it imports, fails the pull with that signal,
+/// and one given a proxy program that is not there fails.
 /// Host pass only: a worker unit runs the hostpull it was started as, and this
 /// one is a link in the test's own directory.
 #[cfg(feature = "ostree")]
@@ -964,31 +960,14 @@ fn host_pass_the_import_runs_in_its_own_program() {
         .filter(|c| !c.is_empty())
         .map(<[&str]>::to_vec)
         .collect();
-    // First what the repository holds (asked as the pull starts), then the import.
-    let [holdings, args] = calls.as_slice() else {
+    // One process reads what the repository holds and imports.
+    let [args] = calls.as_slice() else {
         panic!("{calls:?}")
     };
+    let hostpull = bin.join("hostpull").display().to_string();
     assert_eq!(
-        holdings,
-        &["__holdings", &repo.display().to_string(), &image]
-    );
-    assert_eq!(args.len(), 7, "{args:?}");
-    assert_eq!(args[0], bin.join("hostpull").display().to_string());
-    assert_eq!(args[1], repo.display().to_string());
-    let staging = format!("{}/tmp/hostpull-staging-", repo.display());
-    assert!(
-        args[2].starts_with(&staging) && args[2].ends_with("/layout"),
-        "{args:?}"
-    );
-    // The staging layout's tag is the image's.
-    assert_eq!(
-        args[3..],
-        [
-            "v1",
-            &image,
-            json["manifest_digest"].as_str().unwrap(),
-            "os"
-        ]
+        args,
+        &[&hostpull, &repo.display().to_string(), &image, "os"]
     );
     let commit = json["ostree"]["commit"].as_str().unwrap();
     assert_eq!(ostree(&repo, &["rev-parse", "os"]).trim(), commit);
@@ -997,9 +976,7 @@ fn host_pass_the_import_runs_in_its_own_program() {
     // The import runs the proxy program it is given (into a new repository:
     // one that holds the image starts no proxy).
     let real = env!("CARGO_BIN_EXE_hostpull-ostree-import");
-    let body = format!(
-        "#!/bin/sh\n[ \"$1\" = __holdings ] && exec {real} \"$@\"\nshift\nexec {real} /nonexistent/hostpull \"$@\"\n"
-    );
+    let body = format!("#!/bin/sh\nshift\nexec {real} /nonexistent/hostpull \"$@\"\n");
     stand_in(&libexec, &body);
     std::fs::remove_dir_all(&repo).unwrap();
     let repo = new_repo(s.path());
@@ -1012,9 +989,16 @@ fn host_pass_the_import_runs_in_its_own_program() {
     );
     assert_eq!(ostree(&repo, &["refs"]).trim(), "");
 
-    // Killed while it imports, or while it reads what the repository holds.
-    for only in ["[ \"$1\" = __holdings ] && exec REAL \"$@\"\n", ""] {
-        let body = format!("#!/bin/sh\n{}kill -KILL $$\n", only.replace("REAL", real));
+    // Killed before it says what the repository holds, or while it imports:
+    // once its layout proxy (its child) runs, the real import and the
+    // stand-in that started it are killed. (sh gives a job in the background
+    // /dev/null for stdin unless told otherwise; fd 3 keeps the pipe.)
+    let importing = format!(
+        "exec 3<&0\n{real} \"$@\" 0<&3 &\nn=0\nwhile ! pgrep -P $! >/dev/null; do\n\
+         n=$((n + 1)); [ $n -lt 1000 ] || exit 99; sleep 0.01\ndone\nkill -KILL $!\n"
+    );
+    for before in ["", &importing] {
+        let body = format!("#!/bin/sh\n{before}kill -KILL $$\n");
         stand_in(&libexec, &body);
         let killed = run(&mut pull());
         killed.assert_failure(10);

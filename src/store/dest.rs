@@ -12,10 +12,10 @@ use anyhow::Context;
 use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind};
 use crate::manifest::{Descriptor, Manifest};
-use crate::plan::imgref::{ImageRef, OstreeDest, Target};
+use crate::plan::imgref::{ImageRef, Target};
 use crate::store::Layout;
-use crate::store::import::Running;
-use crate::store::ostree::{Holdings, Imported, Request, Staging};
+use crate::store::import::{Running, Start};
+use crate::store::ostree::{Holdings, Imported, Staging};
 
 /// A pull's destination.
 #[derive(Debug)]
@@ -27,17 +27,15 @@ pub enum Destination {
     /// image), imported by `program` ([`crate::store::import`]) as the fetch
     /// fills it, and removed either way.
     Ostree {
-        /// The repository and the ref.
-        dest: OstreeDest,
+        /// The import's command line: the repository and the ref among it.
+        start: Box<Start>,
         /// The import's program, found before anything is fetched.
         program: PathBuf,
-        /// What the repository holds of the image, asked as the pull starts.
-        asked: Mutex<Option<tokio::task::JoinHandle<anyhow::Result<Holdings>>>>,
-        /// The answer, once read.
+        /// What the repository holds of the image, once read.
         holdings: tokio::sync::OnceCell<Box<Holdings>>,
         /// The staging layout, once made.
         staging: OnceLock<Staging>,
-        /// The import, once begun.
+        /// The import, started with the pull; none once finished or abandoned.
         import: Mutex<Option<Box<Running>>>,
         /// Notified when an import fails before the pull is done.
         failed: Arc<tokio::sync::Notify>,
@@ -47,22 +45,30 @@ pub enum Destination {
 impl Destination {
     /// The destination `target` names, for a pull of `image`. An ostree one
     /// needs the import's program: without it the pull fails now (exit 10),
-    /// before it fetches. With it, it asks at once what the repository holds
-    /// ([`crate::store::import::holdings`]).
+    /// before it fetches. With it, the import starts at once, and reads what
+    /// the repository holds ([`crate::store::import::start`]).
     pub fn of(target: &Target, image: &ImageRef) -> anyhow::Result<Self> {
         Ok(match target {
             Target::Oci { dir, .. } => Self::Oci(dir.clone()),
             Target::Ostree { dest, .. } => {
-                let program = crate::store::import::program()
-                    .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?;
-                Self::Ostree {
-                    asked: Mutex::new(Some(crate::store::import::holdings(&program, dest, image))),
-                    holdings: tokio::sync::OnceCell::new(),
+                let handoff = |e: anyhow::Error| Failure::new(Kind::Handoff, format!("{e:#}"));
+                let program = crate::store::import::program().map_err(handoff)?;
+                let start = Start {
+                    proxy: std::env::current_exe()
+                        .context("finding hostpull's own program")
+                        .map_err(handoff)?,
                     dest: dest.clone(),
+                    image: image.clone(),
+                };
+                let failed = Arc::default();
+                let running = crate::store::import::start(&program, &start, Arc::clone(&failed));
+                Self::Ostree {
+                    import: Mutex::new(Some(Box::new(running.map_err(handoff)?))),
+                    holdings: tokio::sync::OnceCell::new(),
+                    start: Box::new(start),
                     program,
                     staging: OnceLock::new(),
-                    import: Mutex::new(None),
-                    failed: Arc::default(),
+                    failed,
                 }
             }
         })
@@ -73,11 +79,11 @@ impl Destination {
     pub fn layout(&self) -> anyhow::Result<PathBuf> {
         match self {
             Self::Oci(dir) => Ok(dir.clone()),
-            Self::Ostree { dest, staging, .. } => {
+            Self::Ostree { start, staging, .. } => {
                 if let Some(s) = staging.get() {
                     return Ok(s.layout());
                 }
-                let made = Staging::new(&dest.repo)?;
+                let made = Staging::new(&start.dest.repo)?;
                 Ok(staging.get_or_init(|| made).layout())
             }
         }
@@ -114,7 +120,7 @@ impl Destination {
         manifest: &Manifest,
     ) -> anyhow::Result<HashSet<Sha256Digest>> {
         let Self::Ostree {
-            asked, holdings, ..
+            import, holdings, ..
         } = self
         else {
             return Ok(HashSet::new());
@@ -123,9 +129,9 @@ impl Destination {
             .get_or_try_init(|| async {
                 // Asked once, as the pull started. A failed answer fails the
                 // pull (exit 10, never retried), so it is not asked again.
-                let asked = asked.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let asked = import.lock().unwrap().as_mut().and_then(|r| r.holdings());
                 let asked = asked.context("what the repository holds could not be read")?;
-                asked.await?.map(Box::new)
+                asked.await.map(Box::new)
             })
             .await
             .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?;
@@ -133,20 +139,20 @@ impl Destination {
     }
 
     /// The image is accepted and `layout` (from [`Self::layout`]) locked:
-    /// for `ostree:`, stage its verified manifest (`digest`, `raw`) and start
-    /// the import of `image` beside the fetch, which waits for each blob
-    /// ([`crate::store::proxy`]). Once per image: a retry goes on with the
-    /// running import; a different manifest (the tag moved between two
-    /// credentials' tries) abandons it first. Nothing for `oci:`.
+    /// for `ostree:`, stage its verified manifest (`digest`, `raw`) and send
+    /// the running import the rest of its request, so that it imports beside
+    /// the fetch, waiting for each blob ([`crate::store::proxy`]). Once per
+    /// image: a retry goes on with the running import; a different manifest
+    /// (the tag moved between two credentials' tries) abandons it, and a new
+    /// one starts. Nothing for `oci:`.
     pub async fn begin(
         &self,
         layout: &Layout,
         tag: &str,
-        image: &ImageRef,
         (digest, raw): (&Sha256Digest, &[u8]),
     ) -> anyhow::Result<()> {
         let Self::Ostree {
-            dest,
+            start,
             program,
             import,
             failed,
@@ -155,45 +161,52 @@ impl Destination {
         else {
             return Ok(());
         };
-        let old = {
+        let mut running = {
             let mut running = import.lock().unwrap();
-            match running.as_ref() {
-                Some(r) if r.digest() == digest => return Ok(()),
+            match running.as_ref().map(|r| r.digest()) {
+                Some(Some(d)) if d == digest => return Ok(()),
                 _ => running.take(),
             }
         };
-        if let Some(old) = old
+        // Begun with another manifest: a new import, whose reading of the
+        // repository is not needed again.
+        if let Some(old) = running.take_if(|r| r.digest().is_some())
             && let Some(e) = old.abandon().await
         {
             tracing::debug!("the import of the other manifest: {e:#}");
         }
-        layout.write_blob("manifest", digest, raw)?;
-        let req = Request {
-            proxy: std::env::current_exe().context("finding hostpull's own program")?,
-            dest: dest.clone(),
-            layout: self.layout()?,
-            tag: tag.to_owned(),
-            image: image.clone(),
-            digest: digest.clone(),
+        let mut running = match running {
+            Some(r) => r,
+            None => crate::store::import::start(program, start, Arc::clone(failed))
+                .map(Box::new)
+                .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?,
         };
-        let running = crate::store::import::start(program, &req, Arc::clone(failed))
-            .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?;
-        *import.lock().unwrap() = Some(Box::new(running));
-        Ok(())
+        let staged = layout.write_blob("manifest", digest, raw);
+        let path = staged.and_then(|()| self.layout());
+        if let Ok(path) = &path {
+            running.begin(path, tag, digest).await;
+        }
+        // Put back either way: a failed pull abandons it.
+        *import.lock().unwrap() = Some(running);
+        path.map(drop)
     }
 
     /// After a good pull: nothing more for `oci:`; for `ostree:`, tell the
     /// import the pull is done, and wait for it. Dropped, it stops the import.
     pub async fn finish(&self) -> anyhow::Result<Option<Imported>> {
-        let Some(running) = self.take_import() else {
-            return match self {
+        match self.take_import() {
+            Some(running) if running.digest().is_some() => running.finish().await.map(Some),
+            Some(running) => {
+                running.abandon().await;
+                crate::error::fail(Kind::Handoff, "the pull began no import")
+            }
+            None => match self {
                 Self::Oci(_) => Ok(None),
                 Self::Ostree { .. } => {
-                    crate::error::fail(Kind::Handoff, "the pull started no import")
+                    crate::error::fail(Kind::Handoff, "the pull began no import")
                 }
-            };
-        };
-        running.finish().await.map(Some)
+            },
+        }
     }
 
     /// After a failed pull: stop the import, if one began, and wait until it

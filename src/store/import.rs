@@ -16,23 +16,27 @@
 //! less than this program). Neither fetches nor checks anything that root
 //! has not checked already.
 //!
-//! As the pull starts, it reads what the repository holds ([`holdings`]),
+//! It starts with the pull ([`start`], one process a pull) and first prints
+//! what the repository holds ([`Holdings`]), a JSON line, beside the worker,
 //! so that hostpull itself never loads libostree and what it brings (about
-//! 60 libraries, 20 ms of every start).
-//!
-//! Started by [`start`] as soon as the signature policy has accepted the
-//! image and its verified manifest is staged, it runs beside the fetch: its
-//! stdin is the pull's control pipe ([`crate::store::proxy::Control`]), and
-//! the proxy serves each blob once the fetch has verified and staged it. It
-//! references nothing until the pull says `done`; if the pipe ends without
-//! that, it fails and removes the layer refs it made. A failure is its one
-//! `error:` line, which becomes the pull's.
+//! 60 libraries, 20 ms of every start). Then it waits for the rest of its
+//! request on stdin ([`Running::begin`]), sent as soon as the signature
+//! policy has accepted the image and its verified manifest is staged; if
+//! stdin ends first (the pull failed, or stopped), it exits having done
+//! nothing. It imports beside the fetch: the rest of its stdin is the pull's
+//! control pipe ([`crate::store::proxy::Control`]), and the proxy serves each
+//! blob once the fetch has verified and staged it. It references nothing
+//! until the pull says `done`; if the pipe ends without that, it fails and
+//! removes the layer refs it made. A failure is its one `error:` line, which
+//! becomes the pull's.
 #![cfg_attr(not(feature = "ostree"), allow(dead_code))]
 
 use std::ffi::OsString;
 use std::io::Write;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::Ordering::SeqCst;
 
 use anyhow::Context;
 
@@ -42,67 +46,129 @@ use crate::store::ostree::{Holdings, Imported, Request};
 
 /// The program's name, in `PREFIX/libexec` or, in a build tree, beside hostpull.
 pub const PROGRAM: &str = "hostpull-ostree-import";
-/// Its first argument for what a repository holds of an image ([`holdings`]).
-pub const HOLDINGS: &str = "__holdings";
 
-impl Request {
+/// What the import is started with, as the pull starts: its command line,
+/// `PROXY REPO IMAGE [REF]`. The rest of its [`Request`] comes on its stdin
+/// once the image is accepted ([`Running::begin`]).
+#[derive(Debug, Clone)]
+pub struct Start {
+    /// The layout proxy's program ([`Request::proxy`]).
+    pub proxy: PathBuf,
+    /// The repository, and the ref to point at the import.
+    pub dest: OstreeDest,
+    /// The registry image.
+    pub image: ImageRef,
+}
+
+/// The most bytes of one field of the request's rest: a path.
+const FIELD_MAX: usize = 4096;
+const USAGE: &str =
+    "usage: hostpull-ostree-import PROXY REPO IMAGE [REF], then LAYOUT TAG DIGEST on stdin";
+
+impl Start {
     fn args(&self) -> Vec<OsString> {
         let mut a: Vec<OsString> = vec![
             self.proxy.clone().into(),
             self.dest.repo.clone().into(),
-            self.layout.clone().into(),
-            self.tag.clone().into(),
             self.image.to_string().into(),
-            self.digest.as_str().into(),
         ];
         a.extend(self.dest.ostree_ref.clone().map(OsString::from));
         a
     }
 
     fn parse(args: Vec<OsString>) -> anyhow::Result<Self> {
-        let [proxy, repo, layout, tag, image, digest, rest @ ..] = args.as_slice() else {
-            anyhow::bail!("usage: {PROGRAM} PROXY REPO LAYOUT TAG IMAGE DIGEST [REF]");
+        let (proxy, repo, image, ostree_ref) = match args.as_slice() {
+            [p, r, i] => (p, r, i, None),
+            [p, r, i, f] => (p, r, i, Some(text(f)?)),
+            _ => anyhow::bail!("{USAGE}"),
         };
-        let text = |a: &OsString| {
-            a.to_str()
-                .map(str::to_owned)
-                .with_context(|| format!("not UTF-8: {}", a.to_string_lossy()))
-        };
-        let ostree_ref = match rest {
-            [] => None,
-            [r] => Some(text(r)?),
-            _ => anyhow::bail!("usage: {PROGRAM} PROXY REPO LAYOUT TAG IMAGE DIGEST [REF]"),
-        };
+        // Root gives its own program's path (`current_exe()`).
+        anyhow::ensure!(
+            Path::new(proxy).is_absolute(),
+            "the layout proxy is not an absolute path: {}; {USAGE}",
+            proxy.to_string_lossy()
+        );
         Ok(Self {
             proxy: proxy.into(),
             dest: OstreeDest {
                 repo: repo.into(),
                 ostree_ref,
             },
-            layout: layout.into(),
-            tag: text(tag)?,
             image: ImageRef::parse(&text(image)?)?,
-            digest: Sha256Digest::parse(&text(digest)?).context("not a sha256 digest")?,
         })
+    }
+
+    /// The rest of the request, as it crosses the import's stdin: the staging
+    /// layout, its tag and the manifest's digest, each ended by a NUL (which
+    /// no path holds).
+    fn rest(layout: &Path, tag: &str, digest: &Sha256Digest) -> Vec<u8> {
+        let mut b = Vec::new();
+        for f in [
+            layout.as_os_str().as_bytes(),
+            tag.as_bytes(),
+            digest.as_str().as_bytes(),
+        ] {
+            b.extend_from_slice(f);
+            b.push(0);
+        }
+        b
+    }
+
+    /// The whole request, its rest read from `input` a byte at a time, so
+    /// that nothing after it (the pull's control pipe) is read; none if
+    /// `input` ends first (the pull gave up before it began the import).
+    fn request(self, input: impl std::os::fd::AsFd) -> anyhow::Result<Option<Request>> {
+        let mut fields: Vec<Vec<u8>> = vec![Vec::new()];
+        let mut byte = [0u8];
+        while fields.len() < 4 {
+            let n = rustix::io::retry_on_intr(|| rustix::io::read(&input, &mut byte))
+                .context("reading the request")?;
+            let first = fields.len() == 1;
+            let field = fields.last_mut().context("reading the request")?;
+            match (n, byte[0]) {
+                (0, _) if first && field.is_empty() => return Ok(None),
+                (0, _) => anyhow::bail!("the request ended early; {USAGE}"),
+                (_, 0) => fields.push(Vec::new()),
+                (_, b) if field.len() < FIELD_MAX => field.push(b),
+                _ => anyhow::bail!("a field of the request is over {FIELD_MAX} bytes"),
+            }
+        }
+        let [layout, tag, digest, _] =
+            <[Vec<u8>; 4]>::try_from(fields).map_err(|_| anyhow::anyhow!("reading the request"))?;
+        let utf8 = |b: Vec<u8>| String::from_utf8(b).context("not UTF-8");
+        Ok(Some(Request {
+            proxy: self.proxy,
+            dest: self.dest,
+            layout: OsString::from_vec(layout).into(),
+            tag: utf8(tag)?,
+            image: self.image,
+            digest: Sha256Digest::parse(&utf8(digest)?).context("not a sha256 digest")?,
+        }))
     }
 }
 
-/// The program's `main`: the import; with `__holdings` first, what a
-/// repository holds. Returns the exit code: 2 for a wrong command line, 1
-/// for a failure.
+/// A command-line argument that must be text.
+fn text(a: &OsString) -> anyhow::Result<String> {
+    a.to_str()
+        .map(str::to_owned)
+        .with_context(|| format!("not UTF-8: {}", a.to_string_lossy()))
+}
+
+/// The program's `main`. It answers first what the repository holds, as one
+/// JSON line, then reads the rest of its request from stdin and imports. Returns the exit code: 2 for a wrong command line or
+/// request, 1 for a failure, 0 when the pull ended before the import began.
 pub fn main(args: Vec<OsString>) -> i32 {
-    if args.first().is_some_and(|a| a == HOLDINGS) {
-        let [_, repo, image] = args.as_slice() else {
-            return usage(format_args!("usage: {PROGRAM} {HOLDINGS} REPO IMAGE"));
-        };
-        let image = match image.to_str().map(ImageRef::parse) {
-            Some(Ok(i)) => i,
-            _ => return usage(format_args!("not an image: {}", image.to_string_lossy())),
-        };
-        return answer(crate::store::ostree::holdings_here(Path::new(repo), &image));
+    let start = match Start::parse(args) {
+        Ok(s) => s,
+        Err(e) => return usage(format_args!("{e:#}")),
+    };
+    let held = crate::store::ostree::holdings_here(&start.dest.repo, &start.image);
+    if let code @ 1.. = answer(held) {
+        return code;
     }
-    let req = match Request::parse(args) {
-        Ok(r) => r,
+    let req = match start.request(std::io::stdin()) {
+        Ok(Some(r)) => r,
+        Ok(None) => return 0,
         Err(e) => return usage(format_args!("{e:#}")),
     };
     // The pull's control pipe, without close-on-exec: the proxy inherits it.
@@ -126,12 +192,13 @@ fn usage(e: std::fmt::Arguments) -> i32 {
     2
 }
 
-/// `done` as JSON on stdout and exit 0, or its error as one `error:` line
-/// and exit 1.
+/// `done` as a JSON line on stdout and exit 0, or its error as one `error:`
+/// line and exit 1.
 fn answer<T: serde::Serialize>(done: anyhow::Result<T>) -> i32 {
     let printed = done.and_then(|d| {
         let mut out = std::io::stdout().lock();
         serde_json::to_writer(&mut out, &d)?;
+        out.write_all(b"\n")?;
         Ok(out.flush()?)
     });
     match printed {
@@ -142,32 +209,6 @@ fn answer<T: serde::Serialize>(done: anyhow::Result<T>) -> i32 {
             1
         }
     }
-}
-
-/// Ask `program` what the repository of `dest` holds for a pull of `image`
-/// ([`Holdings`]): started as the pull starts, so that it runs beside the
-/// worker, and awaited once the manifest is verified. It reads nothing from
-/// its stdin: a pipe, as the import's (the SELinux policy lets its domain
-/// inherit hostpull's pipes, and nothing else).
-pub fn holdings(
-    program: &Path,
-    dest: &OstreeDest,
-    image: &ImageRef,
-) -> tokio::task::JoinHandle<anyhow::Result<Holdings>> {
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.arg(HOLDINGS)
-        .arg(&dest.repo)
-        .arg(image.to_string())
-        .stdin(Stdio::piped())
-        .kill_on_drop(true);
-    let program = program.to_owned();
-    tokio::spawn(async move {
-        let out = (cmd.output().await).with_context(|| format!("running {}", program.display()))?;
-        failure(&out)?;
-        warn_of(&out);
-        serde_json::from_slice(&out.stdout)
-            .with_context(|| format!("reading what {PROGRAM} found in the repository"))
-    })
 }
 
 /// SIGINT and SIGTERM, caught and left unread: the import stops when the pull
@@ -200,14 +241,111 @@ pub fn program() -> anyhow::Result<PathBuf> {
     }
 }
 
-/// An import running beside its pull ([`start`]). Dropped, it kills the
-/// import.
+/// Start `program` as the pull starts, with what is known then (`start`),
+/// so that it reads what the repository holds beside the worker
+/// ([`Running::holdings`]) and is ready when the image is accepted
+/// ([`Running::begin`]). If it fails once begun, before the pull is done (a
+/// repository it cannot write, an image that is not an ostree container),
+/// `failed` is notified, so that the fetch can stop at once. Before that, its
+/// failure is the answer to [`Running::holdings`]: the signature policy's
+/// verdict comes first.
+pub fn start(
+    program: &Path,
+    start: &Start,
+    failed: std::sync::Arc<tokio::sync::Notify>,
+) -> anyhow::Result<Running> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(start.args())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = crate::host::unbatched(|| cmd.spawn())
+        .with_context(|| format!("running {}", program.display()))?;
+    let control = child.stdin.take();
+    let (told, holdings) = tokio::sync::oneshot::channel();
+    let abandoned = std::sync::Arc::<std::sync::atomic::AtomicBool>::default();
+    let begun = std::sync::Arc::<std::sync::atomic::AtomicBool>::default();
+    let (given_up, told_to) = (abandoned.clone(), begun.clone());
+    let notify = failed.clone();
+    let ended = tokio::spawn(async move {
+        let out = collect(child, told).await;
+        let ok = out.as_ref().is_ok_and(|o| o.status.success());
+        if !ok && told_to.load(SeqCst) && !given_up.load(SeqCst) {
+            notify.notify_one();
+        }
+        out
+    });
+    Ok(Running {
+        digest: None,
+        control,
+        holdings: Some(holdings),
+        abandoned,
+        begun,
+        failed,
+        ended,
+    })
+}
+
+/// The import's output until it exits: its first line, what the repository
+/// holds, goes to `told` as soon as it is read (or, if it ends without one,
+/// why); the rest is the output, for its final answer.
+async fn collect(
+    mut child: tokio::process::Child,
+    told: tokio::sync::oneshot::Sender<anyhow::Result<Holdings>>,
+) -> std::io::Result<std::process::Output> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(std::io::Error::other("the import's output is not a pipe"));
+    };
+    let errors = tokio::spawn(async move {
+        let mut b = Vec::new();
+        stderr.read_to_end(&mut b).await.map(|_| b)
+    });
+    let mut stdout = tokio::io::BufReader::new(stdout);
+    let mut first = Vec::new();
+    stdout.read_until(b'\n', &mut first).await?;
+    let mut told = Some(told);
+    if first.ends_with(b"\n")
+        && let Some(t) = told.take()
+    {
+        let held = serde_json::from_slice(&first)
+            .with_context(|| format!("reading what {PROGRAM} found in the repository"));
+        let _ = t.send(held);
+    }
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).await?;
+    let status = child.wait().await?;
+    let stderr = errors.await.map_err(std::io::Error::other)??;
+    let out = std::process::Output {
+        status,
+        stdout: rest,
+        stderr,
+    };
+    if let Some(t) = told {
+        let why = failure(&out).and_then(|()| {
+            anyhow::bail!("{PROGRAM} ended without saying what the repository holds")
+        });
+        let _ = t.send(why);
+    }
+    Ok(out)
+}
+
+/// An import, from the pull's start ([`start`]) to its end. Dropped, it
+/// kills the import.
 #[derive(Debug)]
 pub struct Running {
-    digest: Sha256Digest,
+    /// The manifest it imports, once begun.
+    digest: Option<Sha256Digest>,
     control: Option<tokio::process::ChildStdin>,
+    /// Its first answer, until taken.
+    holdings: Option<tokio::sync::oneshot::Receiver<anyhow::Result<Holdings>>>,
     /// Set when the pull gives the import up: its failure then says nothing new.
     abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Set once it has its whole request: its failure then stops the fetch.
+    begun: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Notified when it fails once begun.
+    failed: std::sync::Arc<tokio::sync::Notify>,
     /// The task that owns the process and collects its output.
     ended: tokio::task::JoinHandle<std::io::Result<std::process::Output>>,
 }
@@ -219,47 +357,38 @@ impl Drop for Running {
     }
 }
 
-/// Start importing `req` by running `program`, with the staging layout still
-/// filling: the manifest is staged, the blobs come as the fetch verifies them.
-/// If the import fails before the pull is done (an image that is not an ostree
-/// container, a repository it cannot write), `failed` is notified, so that
-/// the fetch can stop at once.
-pub fn start(
-    program: &Path,
-    req: &Request,
-    failed: std::sync::Arc<tokio::sync::Notify>,
-) -> anyhow::Result<Running> {
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(req.args())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = crate::host::unbatched(|| cmd.spawn())
-        .with_context(|| format!("running {}", program.display()))?;
-    let control = child.stdin.take();
-    let abandoned = std::sync::Arc::<std::sync::atomic::AtomicBool>::default();
-    let given_up = std::sync::Arc::clone(&abandoned);
-    let ended = tokio::spawn(async move {
-        let out = child.wait_with_output().await;
-        let ok = out.as_ref().is_ok_and(|o| o.status.success());
-        if !ok && !given_up.load(std::sync::atomic::Ordering::SeqCst) {
-            failed.notify_one();
-        }
-        out
-    });
-    Ok(Running {
-        digest: req.digest.clone(),
-        control,
-        abandoned,
-        ended,
-    })
-}
-
 impl Running {
-    /// The manifest it imports.
-    pub fn digest(&self) -> &Sha256Digest {
-        &self.digest
+    /// The manifest it imports, once begun.
+    pub fn digest(&self) -> Option<&Sha256Digest> {
+        self.digest.as_ref()
+    }
+
+    /// What the repository holds of the image, as the import read it when
+    /// the pull started; once (none the second time).
+    pub fn holdings(
+        &mut self,
+    ) -> Option<impl std::future::Future<Output = anyhow::Result<Holdings>> + use<>> {
+        let asked = self.holdings.take()?;
+        Some(
+            async move { (asked.await).unwrap_or_else(|_| anyhow::bail!("{PROGRAM} was stopped")) },
+        )
+    }
+
+    /// The image is accepted: send the import the rest of its request, the
+    /// staging layout `layout:tag` with the verified manifest `digest` staged.
+    /// An import that has failed already has closed its end; its own error
+    /// is the pull's ([`crate::store::Destination::import_failed`]).
+    pub async fn begin(&mut self, layout: &Path, tag: &str, digest: &Sha256Digest) {
+        use tokio::io::AsyncWriteExt;
+        self.digest = Some(digest.clone());
+        self.begun.store(true, SeqCst);
+        // One that ended before it began has failed (the task saw it unbegun).
+        if self.ended.is_finished() {
+            self.failed.notify_one();
+        }
+        if let Some(c) = &mut self.control {
+            let _ = c.write_all(&Start::rest(layout, tag, digest)).await;
+        }
     }
 
     /// Its output, once it has exited.
@@ -290,8 +419,7 @@ impl Running {
     /// Returns the import's own error if it had failed before (which is then
     /// why the pull stopped).
     pub async fn abandon(mut self) -> Option<anyhow::Error> {
-        self.abandoned
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.abandoned.store(true, SeqCst);
         let failed_first = self.ended.is_finished();
         drop(self.control.take());
         match self.output().await {
@@ -336,37 +464,81 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_request_crosses_the_command_line() {
+    fn the_request_crosses_the_command_line_then_stdin() {
         let digest = format!("sha256:{}", "a".repeat(64));
+        let digest = Sha256Digest::parse(&digest).unwrap();
+        // A path need not be UTF-8, nor free of newlines.
+        let layout = PathBuf::from(OsString::from_vec(
+            b"/ostree/repo/tmp/h\xff\nx/layout".to_vec(),
+        ));
         for r in [None, Some("exampleos/x86_64/stable".to_owned())] {
-            let req = Request {
+            let start = Start {
                 proxy: "/usr/bin/hostpull".into(),
                 dest: OstreeDest {
                     repo: "/ostree/repo".into(),
                     ostree_ref: r,
                 },
-                layout: "/ostree/repo/tmp/hostpull-staging-1/layout".into(),
-                tag: "latest".into(),
                 image: ImageRef::parse("quay.io/fedora/fcos:stable").unwrap(),
-                digest: Sha256Digest::parse(&digest).unwrap(),
             };
-            let back = Request::parse(req.args()).unwrap();
-            assert_eq!(format!("{back:?}"), format!("{req:?}"));
+            let (rx, mut tx) = std::io::pipe().unwrap();
+            let rest = Start::rest(&layout, "latest", &digest);
+            tx.write_all(&rest).unwrap();
+            tx.write_all(b"done\n").unwrap();
+            let back = Start::parse(start.args())
+                .unwrap()
+                .request(&rx)
+                .unwrap()
+                .unwrap();
+            let want = Request {
+                proxy: start.proxy.clone(),
+                dest: start.dest.clone(),
+                layout: layout.clone(),
+                tag: "latest".into(),
+                image: start.image.clone(),
+                digest: digest.clone(),
+            };
+            assert_eq!(format!("{back:?}"), format!("{want:?}"));
+            // Not a byte more: what follows is the pull's control pipe.
+            let mut after = [0u8; 5];
+            std::io::Read::read_exact(&mut &rx, &mut after).unwrap();
+            assert_eq!(&after, b"done\n");
+            // The pull ended before it began the import: nothing to do.
+            drop(tx);
+            assert!(
+                Start::parse(start.args())
+                    .unwrap()
+                    .request(&rx)
+                    .unwrap()
+                    .is_none()
+            );
+            // Ended inside the request, or not a digest: an error.
+            for cut in [1, rest.len() - 1] {
+                let (rx, mut tx) = std::io::pipe().unwrap();
+                tx.write_all(&rest[..cut]).unwrap();
+                drop(tx);
+                assert!(
+                    Start::parse(start.args()).unwrap().request(&rx).is_err(),
+                    "{cut}"
+                );
+            }
+            let (rx, mut tx) = std::io::pipe().unwrap();
+            tx.write_all(b"/l\0t\0sha256:x\0").unwrap();
+            assert!(Start::parse(start.args()).unwrap().request(&rx).is_err());
         }
+        // A field without its end is refused once it is longer than a path.
+        let (rx, mut tx) = std::io::pipe().unwrap();
+        tx.write_all(&vec![b'x'; FIELD_MAX + 1]).unwrap();
+        let start = Start::parse(["/p", "/r", "quay.io/a:b"].map(OsString::from).to_vec()).unwrap();
+        assert!(start.request(&rx).is_err());
         for bad in [
-            &["/p", "/r", "/l", "t", "quay.io/a", "sha256:x"][..],
-            &["/r", "/l", "t", "quay.io/a:b", &digest],
-            &["/r"],
+            &["/p", "/r", "quay.io/a:b", "ref", "extra"][..],
+            &["/p", "/r", "Not An Image"],
+            &["hostpull", "/r", "quay.io/a:b"],
+            &["/p", "/r"],
             &[],
         ] {
             let args = bad.iter().map(OsString::from).collect();
-            assert!(Request::parse(args).is_err(), "{bad:?}");
+            assert!(Start::parse(args).is_err(), "{bad:?}");
         }
-        let mut args: Vec<OsString> = ["/p", "/r", "/l", "t", "quay.io/a:b", &digest, "ref"]
-            .iter()
-            .map(OsString::from)
-            .collect();
-        args.push("extra".into());
-        assert!(Request::parse(args).is_err());
     }
 }

@@ -83,8 +83,9 @@ pub struct Imported {
 }
 
 /// What to import: the staged layout `layout:tag` (manifest `digest`), into
-/// `dest`, recorded as `image`. `hostpull-ostree-import` gets it on its
-/// command line ([`crate::store::import`]).
+/// `dest`, recorded as `image`. `hostpull-ostree-import` gets the proxy, the
+/// destination and the image on its command line as the pull starts, and the
+/// rest on its stdin ([`crate::store::import::Start`]).
 #[derive(Debug)]
 pub struct Request {
     /// The layout proxy's program: hostpull itself, which does not load
@@ -109,8 +110,8 @@ pub fn target_imgref(image: &ImageRef) -> String {
 }
 
 /// What an ostree repository holds that a pull of one image may leave out:
-/// read by `hostpull-ostree-import` ([`holdings_here`]) as the pull starts,
-/// beside the worker, so that hostpull itself never loads libostree.
+/// read by `hostpull-ostree-import` ([`holdings_here`]) as it starts with the
+/// pull, beside the worker, so that hostpull itself never loads libostree.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Holdings {
     /// The manifest digest the image's image ref records, if it has the image.
