@@ -129,9 +129,9 @@ impl Destination {
             .get_or_try_init(|| async {
                 // Asked once, as the pull started. A failed answer fails the
                 // pull (exit 10, never retried), so it is not asked again.
-                let mut running = import.lock().unwrap_or_else(|p| p.into_inner());
-                let asked = running.as_mut().and_then(|r| r.holdings());
-                drop(running);
+                let asked = (import.lock().unwrap_or_else(|p| p.into_inner()))
+                    .as_mut()
+                    .and_then(|r| r.holdings());
                 let asked = asked.context("what the repository holds could not be read")?;
                 asked.await.map(Box::new)
             })
