@@ -155,8 +155,9 @@ fn text(a: &OsString) -> anyhow::Result<String> {
 }
 
 /// The program's `main`. It answers first what the repository holds, as one
-/// JSON line, then reads the rest of its request from stdin and imports. Returns the exit code: 2 for a wrong command line or
-/// request, 1 for a failure, 0 when the pull ended before the import began.
+/// JSON line, then reads the rest of its request from stdin and imports.
+/// Returns the exit code: 2 for a wrong command line or request, 1 for a
+/// failure, 0 when the pull ended before the import began.
 pub fn main(args: Vec<OsString>) -> i32 {
     let start = match Start::parse(args) {
         Ok(s) => s,
