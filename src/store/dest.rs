@@ -198,16 +198,13 @@ impl Destination {
     pub async fn finish(&self) -> anyhow::Result<Option<Imported>> {
         match self.take_import() {
             Some(running) if running.digest().is_some() => running.finish().await.map(Some),
-            Some(running) => {
-                running.abandon().await;
+            None if matches!(self, Self::Oci(_)) => Ok(None),
+            unbegun => {
+                if let Some(running) = unbegun {
+                    running.abandon().await;
+                }
                 crate::error::fail(Kind::Handoff, "the pull began no import")
             }
-            None => match self {
-                Self::Oci(_) => Ok(None),
-                Self::Ostree { .. } => {
-                    crate::error::fail(Kind::Handoff, "the pull began no import")
-                }
-            },
         }
     }
 
