@@ -132,12 +132,13 @@ sample_domains() { # UNIT OUT
 }
 
 # Prints the samples of sample_domains that no rule allows; fails if there are any.
-# Root's domain runs hostpull and, for the report, `skopeo --version`; the worker's
-# runs the worker agent (the unit's program) and every other skopeo. A process is
-# sampled mid-change now and then: between execve(2)'s new arguments and its new
-# comm (`hostpull skopeo …`, CI caught it once), or exiting or inside execve with
-# no readable arguments (`[hostpull]`, also caught once). So the comm and the
-# arguments are each judged against the domain's programs, apart.
+# Root's domain runs hostpull and, for the report, `skopeo --version` (unless the
+# state directory keeps it); the worker's runs the worker agent (the unit's program)
+# and every other skopeo. A process is sampled mid-change now and then: between
+# execve(2)'s new arguments and its new comm (`hostpull skopeo …`, CI caught it
+# once), or exiting or inside execve with no readable arguments (`[hostpull]`, also
+# caught once). So the comm and the arguments are each judged against the domain's
+# programs, apart.
 stray_domains() { # FILE
     awk '{
         split($1, label, ":"); d = label[3]; comm = $2
@@ -162,6 +163,11 @@ t_pull_mirror() {
     layout_has /var/lib/hostpull/images/mirror v1
     journalctl -b -u hostpull-pull@mirror.service -o json --no-pager | grep -q '"IMAGE"' ||
         fail "no result entry in the journal"
+    # The worker's version, kept for the next pull, in the state directory's type.
+    grep -qx "[0-9:.]* $(skopeo --version | awk '{print $3}')" /var/lib/hostpull/skopeo-version ||
+        fail "the worker's version was not kept: $(cat /var/lib/hostpull/skopeo-version)"
+    [ "$(stat -c %C /var/lib/hostpull/skopeo-version)" = system_u:object_r:hostpull_var_lib_t:s0 ] ||
+        fail "the kept version is labelled $(stat -c %C /var/lib/hostpull/skopeo-version)"
 }
 
 # While a paced pull runs: root's side is hostpull_t, every skopeo hostpull_worker_t.

@@ -121,6 +121,71 @@ fn the_report_names_the_worker_and_its_protocol() {
     assert_ne!(w["protocol"], protocol_of("/usr/bin/skopeo"), "{other}");
 }
 
+/// A service's pull asks the worker's version once per binary: hostpull keeps
+/// it in its state directory (`$STATE_DIRECTORY`) for as long as the binary is
+/// the same, unchanged file, and asks again when it changes. Without a state
+/// directory it asks every time.
+#[test]
+fn the_worker_version_is_asked_once_per_binary() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = scratch();
+    let state = s.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let dir = dir_under_run();
+    let asked = dir.path().join("asked");
+    let wrapper = dir.path().join("skopeo");
+    let write_wrapper = |comment: &str| {
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\n# {comment}\n[ \"$1\" != --version ] || echo >>{}\nexec {} \"$@\"\n",
+                asked.display(),
+                worker_skopeo()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    write_wrapper("first");
+    let dest = format!("oci:{}", s.path().join("l").display());
+    let version = skopeo_version(&worker_skopeo());
+    let times_asked = |with_state: bool| {
+        let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &dest));
+        c.env_remove("HOSTPULL_SKOPEO")
+            .arg("--skopeo")
+            .arg(&wrapper);
+        c.env_remove("STATE_DIRECTORY");
+        if with_state {
+            c.env(
+                "STATE_DIRECTORY",
+                format!("{}:/nonexistent", state.display()),
+            );
+        }
+        assert_eq!(run(&mut c).json()["worker"]["skopeo"], version.as_str());
+        std::fs::read(&asked).map_or(0, |b| b.len())
+    };
+    assert_eq!(times_asked(true), 1);
+    assert_eq!(times_asked(true), 1, "the kept version was not used");
+    let kept = state.join("skopeo-version");
+    let mode = std::fs::metadata(&kept).unwrap().permissions().mode();
+    assert_eq!(mode & 0o022, 0, "{mode:o}");
+    // The binary changes (a package update): its version is asked again.
+    write_wrapper("second");
+    assert_eq!(
+        times_asked(true),
+        2,
+        "a changed binary's version was not asked"
+    );
+    assert_eq!(times_asked(true), 2);
+    // Something else in the file is not a version: asked, and kept again.
+    let text = std::fs::read_to_string(&kept).unwrap();
+    let (key, _) = text.split_once(' ').unwrap();
+    std::fs::write(&kept, format!("{key} \"1.0\";rm\n")).unwrap();
+    assert_eq!(times_asked(true), 3);
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), text);
+    assert_eq!(times_asked(false), 4, "asked without a state directory");
+}
+
 fn semver_at_least(v: &str, min: (u64, u64, u64)) -> bool {
     let p: Vec<u64> = v.split('.').map(|x| x.parse().unwrap()).collect();
     (p[0], p[1], p[2]) >= min

@@ -1,6 +1,7 @@
 //! What skopeo says: its version, and its fatal errors as typed failures.
 
-use std::path::PathBuf;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -103,9 +104,80 @@ fn skopeo_message(text: &str) -> String {
     out
 }
 
+/// The file in hostpull's state directory that remembers the worker's version.
+const VERSION_CACHE: &str = "skopeo-version";
+
 /// `skopeo --version` of the worker's binary, e.g. `1.22.0`: the host's own
-/// program, asked nothing from the network, with a clean environment.
-pub(super) async fn skopeo_version(skopeo: PathBuf) -> Option<String> {
+/// program, asked nothing from the network, with a clean environment. With a
+/// state directory (the service's `$STATE_DIRECTORY`), the answer is kept
+/// there for as long as the binary is the same file, unchanged (its device,
+/// inode, size and times): a timer's pull then starts no process for it.
+pub(super) async fn skopeo_version(skopeo: PathBuf, state: Option<PathBuf>) -> Option<String> {
+    let program = resolve(skopeo);
+    let kept = state.and_then(|d| Some((d.join(VERSION_CACHE), file_key(&program)?)));
+    if let Some(version) = kept.as_ref().and_then(|(cache, key)| cached(cache, key)) {
+        return Some(version);
+    }
+    let version = ask_version(program).await?;
+    if let Some((cache, key)) = kept {
+        remember(&cache, &key, &version);
+    }
+    Some(version)
+}
+
+/// A bare program name found on PATH (the file the version belongs to), as
+/// given otherwise, or when it is not found (spawning it then fails).
+fn resolve(program: PathBuf) -> PathBuf {
+    if program.components().count() != 1 {
+        return program;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(&program))
+        .find(|p| p.is_absolute() && p.is_file())
+        .unwrap_or(program)
+}
+
+/// What identifies a binary's content without reading it.
+fn file_key(program: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(program).ok()?;
+    Some(format!(
+        "{}:{}:{}:{}.{}:{}.{}",
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec()
+    ))
+}
+
+/// The remembered version, if it was remembered for `key`: `KEY VERSION\n`.
+fn cached(cache: &Path, key: &str) -> Option<String> {
+    let mut text = String::new();
+    std::fs::File::open(cache)
+        .ok()?
+        .take(256)
+        .read_to_string(&mut text)
+        .ok()?;
+    let (k, version) = text.strip_suffix('\n')?.split_once(' ')?;
+    (k == key && plausible_version(version)).then(|| version.to_owned())
+}
+
+/// Keep `version` for `key`, replacing the file whole; best effort (a state
+/// directory that cannot be written only means asking again next time).
+fn remember(cache: &Path, key: &str, version: &str) {
+    let tmp = cache.with_extension(format!("tmp-{}", std::process::id()));
+    let written = std::fs::write(&tmp, format!("{key} {version}\n"))
+        .and_then(|()| std::fs::rename(&tmp, cache));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+async fn ask_version(skopeo: PathBuf) -> Option<String> {
     let mut c = tokio::process::Command::new(skopeo);
     c.arg("--version")
         .env_clear()
@@ -121,10 +193,14 @@ pub(super) async fn skopeo_version(skopeo: PathBuf) -> Option<String> {
         .split_whitespace()
         .skip_while(|w| *w != "version")
         .nth(1)?;
-    version
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || ".-+~".contains(c))
-        .then(|| version.to_owned())
+    plausible_version(version).then(|| version.to_owned())
+}
+
+fn plausible_version(version: &str) -> bool {
+    !version.is_empty()
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-+~".contains(c))
 }
 
 #[cfg(test)]
