@@ -23,8 +23,9 @@ SKOPEO=${SKOPEO:-/usr/bin/skopeo}
 HP=$HOSTPULL
 [ -x "$HP" ] || (cd "$ROOT" && cargo build --release --locked >&2)
 mkdir -p "$BENCH_DIR"
-pull() {   # IMAGE DEST
-    HOSTPULL_SKOPEO=$SKOPEO "$HP" pull "$1" --dest "oci:$2" --authfile "$RIG_AUTHFILE" \
+mkdir -p "$BENCH_DIR/state"
+pull() {   # IMAGE DEST; a state directory as the timer's service has (the kept skopeo version)
+    STATE_DIRECTORY=$BENCH_DIR/state HOSTPULL_SKOPEO=$SKOPEO "$HP" pull "$1" --dest "oci:$2" --authfile "$RIG_AUTHFILE" \
         --ca "$RIG_REGISTRY=$RIG_CA" --sandbox systemd --json 2>/dev/null
 }
 # The worker unit's own sandbox for the peer: unit.rs's HARDENING, its address families, the
