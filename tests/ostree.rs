@@ -1031,3 +1031,97 @@ fn host_pass_hostpull_itself_does_not_load_libostree() {
         "{hostpull}"
     );
 }
+
+/// The tag moves between two credentials' tries: the first credential reads
+/// the manifest, then is refused the blobs (the import has begun with that
+/// manifest); by the second try the tag names another image. The import begun
+/// with the first manifest is abandoned and one of the second is started, so
+/// the ref names the image the tag named when the pull succeeded, and nothing
+/// of the abandoned import is left (tests/moving_registry.py).
+#[cfg(feature = "ostree")]
+#[test]
+fn a_tag_that_moves_between_credentials_imports_what_it_names_last() {
+    use base64::Engine as _;
+    use std::process::Stdio;
+    let s = scratch();
+    let rootfs = s.path().join("rootfs");
+    write_tree(&rootfs, &BASE_FILES);
+    let base = encapsulate_tree(s.path(), "base", &rootfs, |_, _| None);
+    let (first, then) = (s.path().join("first"), s.path().join("then"));
+    derive(&base, &first, &[("usr/share/moving/first", "first\n")]);
+    derive(&base, &then, &[("usr/share/moving/then", "then\n")]);
+    let log = s.path().join("requests.log");
+    let ca = Path::new(var("RIG_CA"));
+    let mut registry = KillOnDrop(
+        Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/moving_registry.py"
+            ))
+            .args([&first, &then, &log])
+            .arg("--cert")
+            .arg(ca.with_file_name("server.crt"))
+            .arg("--key")
+            .arg(ca.with_file_name("server.key"))
+            .env("MOVING_AUTH", "lapsed:pw-1 current:pw-2")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting tests/moving_registry.py"),
+    );
+    let port = read_port(&mut registry.0, "tests/moving_registry.py");
+    let secret = |user: &str, pw: &str| {
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pw}"));
+        let path = s.path().join(format!("{user}.json"));
+        let json = format!(r#"{{"auths":{{"127.0.0.1:{port}":{{"auth":"{auth}"}}}}}}"#);
+        write_private(&path, json.as_bytes());
+        path
+    };
+    let (lapsed, current) = (secret("lapsed", "pw-1"), secret("current", "pw-2"));
+    let repo = new_repo(s.path());
+    let image = format!("127.0.0.1:{port}/moving/os:v1");
+    let mut pull = pull_cmd(&image, &format!("ostree:{}:hostpull/os", repo.display()));
+    pull.args(["--cert-dir", var("RIG_CERT_DIR")])
+        .arg("--pull-secret")
+        .arg(&lapsed)
+        .arg("--pull-secret")
+        .arg(&current);
+    let r = run(&mut pull);
+    let out = r.json();
+    assert!(
+        r.stderr.contains("credential 1 of 2 refused"),
+        "{}",
+        r.stderr
+    );
+    let digest_of = |layout: &Path| {
+        let index = std::fs::read_to_string(layout.join("index.json")).unwrap();
+        let index: serde_json::Value = serde_json::from_str(&index).unwrap();
+        index["manifests"][0]["digest"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(out["manifest_digest"], digest_of(&then), "{out}");
+    assert_eq!(out["credentials"][0]["candidate"], 2, "{out}");
+    // The registry: the first user had the tag as the first image and was
+    // refused a blob; the second had it as the other.
+    let requests: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let refused = |user: &str| {
+        requests.iter().any(|q| {
+            q["user"] == user
+                && q["status"] == 401
+                && q["path"].as_str().unwrap().contains("/blobs/")
+        })
+    };
+    assert!(refused("lapsed") && !refused("current"), "{requests:?}");
+    // The ref names the image the tag named last, file for file.
+    let commit = out["ostree"]["commit"].as_str().unwrap();
+    assert_eq!(ostree(&repo, &["rev-parse", "hostpull/os"]).trim(), commit);
+    assert_eq!(
+        ostree(&repo, &["cat", "hostpull/os", "/usr/share/moving/then"]),
+        "then\n"
+    );
+    let listed = ostree(&repo, &["ls", "-R", "hostpull/os", "/usr/share"]);
+    assert!(!listed.contains("/usr/share/moving/first"), "{listed}");
+    assert_eq!(staging_left(&repo), Vec::<String>::new());
+}

@@ -146,7 +146,8 @@ impl Destination {
     /// the fetch, waiting for each blob ([`crate::store::proxy`]). Once per
     /// image: a retry goes on with the running import; a different manifest
     /// (the tag moved between two credentials' tries) abandons it, and a new
-    /// one starts. Nothing for `oci:`.
+    /// one starts (`ostree::a_tag_that_moves_between_credentials_imports_what_it_names_last`).
+    /// Nothing for `oci:`.
     pub async fn begin(
         &self,
         layout: &Layout,
