@@ -17,9 +17,10 @@ import argparse
 import base64
 import json
 import os
-import ssl
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from status_registry import serve_tls
 
 REPO = "moving/os"
 TAG = "v1"
@@ -123,12 +124,7 @@ def main():
         def do_HEAD(self):
             self.do_GET(head=True)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(a.cert, a.key)
-    server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    print(server.server_address[1], flush=True)
-    server.serve_forever()
+    serve_tls(Handler, a.cert, a.key)
 
 
 if __name__ == "__main__":
