@@ -428,14 +428,19 @@ pub(crate) async fn cancelled() -> Kind {
 }
 
 /// Fetch the registry's manifest bytes, check them against a pinned digest, and
-/// pick the platform from an index. The platform's manifest comes from the
-/// destination if it holds it (what the timer finds on most days: the index
-/// names the manifest by digest, and that digest is checked again), else from
-/// the registry.
+/// pick the platform from an index. A manifest named by digest (the pin, or
+/// the index's choice) comes from the destination if it holds those bytes,
+/// else from the registry: what the timer finds on most days, and what makes
+/// a pull pinned to a held image (the machine-config daemon's, once more) ask
+/// no worker at all unless its signatures are to be checked.
 async fn resolve(worker: &Worker, plan: &Plan, dest: &Destination) -> anyhow::Result<Resolved> {
-    let raw = worker.inspect_raw(&plan.image, MANIFEST_MAX).await?;
+    let pin = plan.image.digest.as_ref();
+    let raw = match pin.and_then(|pin| dest.held_manifest(pin, None)) {
+        Some(raw) => raw,
+        None => worker.inspect_raw(&plan.image, MANIFEST_MAX).await?,
+    };
     let digest = digest::sha256(&raw);
-    if let Some(pinned) = &plan.image.digest
+    if let Some(pinned) = pin
         && *pinned != digest
     {
         return fail(
@@ -447,12 +452,7 @@ async fn resolve(worker: &Worker, plan: &Plan, dest: &Destination) -> anyhow::Re
         Parsed::Index(index) => {
             let d = manifest::select(&index, &plan.platform)?;
             tracing::info!("{}: chose {} for {}", plan.image, d.digest, plan.platform);
-            // A held copy that is not those bytes (a layout changed by hand)
-            // is not used: the registry's is.
-            let held = dest
-                .held_manifest(d)
-                .filter(|raw| digest::sha256(raw) == d.digest);
-            let raw = match held {
+            let raw = match dest.held_manifest(&d.digest, Some(d.size)) {
                 Some(raw) => raw,
                 None => {
                     worker

@@ -100,20 +100,7 @@ fn concurrent_pulls_into_one_layout_take_turns() {
 fn a_held_image_from_an_index_fetches_only_the_index() {
     let repo = format!("hostpull/multi-held-{}", std::process::id());
     let image = format!("{}/{repo}:v1", var("RIG_REGISTRY"));
-    let (creds, certs) = (var("RIG_AUTHFILE"), var("RIG_CERT_DIR"));
-    skopeo(&[
-        "copy",
-        "-q",
-        "--all",
-        "--authfile",
-        creds,
-        "--src-cert-dir",
-        certs,
-        "--dest-cert-dir",
-        certs,
-        &format!("docker://{}", var("RIG_IMG_MULTI")),
-        &format!("docker://{image}"),
-    ]);
+    rig_copy(var("RIG_IMG_MULTI"), &image, &["--all"]);
     let s = scratch();
     let dest = oci(&s.path().join("l"), None);
     let mark = registry_log_mark();
@@ -135,6 +122,95 @@ fn a_held_image_from_an_index_fetches_only_the_index() {
     let mark = registry_log_mark();
     let fixed = pulled(&image, &dest);
     assert_eq!(fetched_since(mark, &repo, "manifests"), ["v1", &digest]);
+    assert_eq!(fixed["manifest_digest"], digest);
+    assert_eq!(
+        hostpull::digest::sha256(&std::fs::read(&held).unwrap()).as_str(),
+        digest
+    );
+}
+
+/// A pull pinned to a manifest the layout holds asks the registry nothing:
+/// the pin names those bytes, which root hashes again, so no worker starts
+/// (none of its unit, its `inspect`, its TLS and token). The policy is
+/// enforced all the same: under `reject` it exits 9 and the layout gets no
+/// tag. A layer the layout lacks still comes through the worker's proxy,
+/// which reads the manifest as it opens the image, with no `inspect` before
+/// it. A held copy that is not the pin's bytes is not
+/// used: the registry's is, and the layout gets it back.
+#[test]
+fn a_held_pinned_image_asks_the_registry_nothing() {
+    let repo = format!("hostpull/pinned-held-{}", std::process::id());
+    let by_tag = format!("{}/{repo}:v1", var("RIG_REGISTRY"));
+    rig_copy(var("RIG_IMG_SMALL"), &by_tag, &[]);
+    let digest = registry_digest(&by_tag);
+    let image = format!("{}/{repo}@{digest}", var("RIG_REGISTRY"));
+    let asked_since = |mark: u64| {
+        let log = std::fs::read(var("RIG_REGISTRY_LOG")).unwrap();
+        let text = String::from_utf8_lossy(&log[mark as usize..]).into_owned();
+        text.lines()
+            .filter(|l| l.contains(&format!("/v2/{repo}/")))
+            .count()
+    };
+    let s = scratch();
+    let layout = s.path().join("l");
+    let mark = registry_log_mark();
+    let first = pulled(&image, &oci(&layout, Some("first")));
+    assert_eq!(first["manifest_digest"], digest);
+    assert_eq!(first["layers_fetched"], 3);
+    assert!(fetched_since(mark, &repo, "manifests").contains(&digest));
+
+    let mark = registry_log_mark();
+    let again = pulled(&image, &oci(&layout, Some("again")));
+    assert_eq!(asked_since(mark), 0, "the registry was asked");
+    assert_eq!(again["manifest_digest"], digest);
+    assert_eq!(again["source_digest"], digest);
+    assert_eq!(again["layers_fetched"], 0);
+    assert!(again["worker"]["unit"].is_null(), "{again}");
+    assert!(again["worker"]["startup_ms"].is_null(), "{again}");
+    let tagged = |tag: &str| {
+        let index: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+        index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+            .map(|m| m["digest"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(tagged("again").as_deref(), Some(digest.as_str()));
+
+    let policy = s.path().join("policy.json");
+    std::fs::write(&policy, r#"{"default":[{"type":"reject"}]}"#).unwrap();
+    let mark = registry_log_mark();
+    let mut c = with_rig_creds(pull_cmd(&image, &oci(&layout, Some("rejected"))));
+    c.arg("--policy").arg(&policy);
+    run(&mut c).assert_failure(9);
+    assert_eq!(asked_since(mark), 0, "the registry was asked");
+    assert_eq!(tagged("rejected"), None);
+
+    let blob = |d: &str| {
+        layout
+            .join("blobs/sha256")
+            .join(d.strip_prefix("sha256:").unwrap())
+    };
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(blob(&digest)).unwrap()).unwrap();
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap().to_owned();
+    std::fs::remove_file(blob(&layer)).unwrap();
+    let mark = registry_log_mark();
+    let refilled = pulled(&image, &oci(&layout, Some("refilled")));
+    assert_eq!(refilled["layers_fetched"], 1);
+    // Once, as the proxy opens the image: no `inspect` before it.
+    assert_eq!(fetched_since(mark, &repo, "manifests"), [digest.as_str()]);
+    assert_eq!(fetched_since(mark, &repo, "blobs"), [layer.as_str()]);
+
+    let held = blob(&digest);
+    let mut bytes = std::fs::read(&held).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&held, &bytes).unwrap();
+    let mark = registry_log_mark();
+    let fixed = pulled(&image, &oci(&layout, Some("fixed")));
+    assert_eq!(fetched_since(mark, &repo, "manifests"), [digest.as_str()]);
     assert_eq!(fixed["manifest_digest"], digest);
     assert_eq!(
         hostpull::digest::sha256(&std::fs::read(&held).unwrap()).as_str(),
@@ -211,24 +287,8 @@ fn pull_by_digest() {
 #[test]
 fn docker_schema2_image_is_stored_as_oci() {
     // Push the small image again as Docker schema2 under its own name.
-    let src = var("RIG_IMG_SMALL");
     let dst = format!("{}/hostpull/small-v2s2:v1", var("RIG_REGISTRY"));
-    let auth = var("RIG_AUTHFILE");
-    let certs = var("RIG_CERT_DIR");
-    skopeo(&[
-        "copy",
-        "-q",
-        "--format",
-        "v2s2",
-        "--authfile",
-        auth,
-        "--src-cert-dir",
-        certs,
-        "--dest-cert-dir",
-        certs,
-        &format!("docker://{src}"),
-        &format!("docker://{dst}"),
-    ]);
+    rig_copy(var("RIG_IMG_SMALL"), &dst, &["--format", "v2s2"]);
     let s = scratch();
     let dest = s.path().join("layout");
     let r = pulled(&dst, &oci(&dest, None));

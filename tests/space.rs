@@ -65,20 +65,7 @@ impl Drop for Tmpfs {
 pub(crate) fn own_copy(name: &str) -> (String, String) {
     let repo = format!("hostpull/space-{name}-{}", std::process::id());
     let image = format!("{}/{repo}:v1", var("RIG_REGISTRY"));
-    skopeo(&[
-        "copy",
-        "-q",
-        "--src-authfile",
-        var("RIG_AUTHFILE"),
-        "--src-cert-dir",
-        var("RIG_CERT_DIR"),
-        "--dest-authfile",
-        var("RIG_AUTHFILE"),
-        "--dest-cert-dir",
-        var("RIG_CERT_DIR"),
-        &format!("docker://{}", var("RIG_IMG_SMALL")),
-        &format!("docker://{image}"),
-    ]);
+    rig_copy(var("RIG_IMG_SMALL"), &image, &[]);
     (image, repo)
 }
 

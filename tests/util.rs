@@ -302,6 +302,18 @@ pub fn skopeo(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Copy the rig's image `src` to `dst` in the same registry, with skopeo's
+/// `options` (`--all`, `--format v2s2`): a repository of a test's own, whose
+/// lines in the registry's log are that test's.
+pub fn rig_copy(src: &str, dst: &str, options: &[&str]) {
+    let (creds, certs) = (var("RIG_AUTHFILE"), var("RIG_CERT_DIR"));
+    let (src, dst) = (format!("docker://{src}"), format!("docker://{dst}"));
+    let mut args = vec!["copy", "-q", "--authfile", creds];
+    args.extend(["--src-cert-dir", certs, "--dest-cert-dir", certs]);
+    args.extend(options);
+    skopeo(&[&args[..], &[src.as_str(), dst.as_str()]].concat());
+}
+
 /// `skopeo inspect --raw` of a registry image, as root sees the registry.
 pub fn registry_raw(image: &str) -> Value {
     let raw = skopeo(&[

@@ -11,7 +11,7 @@ use anyhow::Context;
 
 use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind};
-use crate::manifest::{Descriptor, Manifest};
+use crate::manifest::Manifest;
 use crate::plan::imgref::{ImageRef, Target};
 use crate::store::Layout;
 use crate::store::import::{Running, Start};
@@ -95,21 +95,24 @@ impl Destination {
         matches!(self, Self::Ostree { .. })
     }
 
-    /// The manifest `d` (chosen from an index) if an `oci:` layout holds it:
-    /// a regular file of its size under its digest, which only verified bytes
-    /// ever are (the caller hashes it all the same). Reads only; never for
-    /// `ostree:`, whose repository keeps no manifest as served.
-    pub fn held_manifest(&self, d: &Descriptor) -> Option<Vec<u8>> {
+    /// The manifest `digest` if an `oci:` layout holds it: a regular file
+    /// under its digest, of `size` where that is known (an index names it),
+    /// at most [`MANIFEST_MAX`](crate::manifest::MANIFEST_MAX) bytes, that
+    /// hashes to it. A copy that does not (a layout changed by hand) is not
+    /// used: the registry's is, and the layout gets it back. Reads only; never
+    /// for `ostree:`, whose repository keeps no manifest as served.
+    pub fn held_manifest(&self, digest: &Sha256Digest, size: Option<u64>) -> Option<Vec<u8>> {
         let Self::Oci(dir) = self else { return None };
-        if d.size > crate::manifest::MANIFEST_MAX {
-            return None;
-        }
-        let path = dir.join("blobs/sha256").join(d.digest.hex());
+        let path = dir.join("blobs/sha256").join(digest.hex());
         let meta = std::fs::symlink_metadata(&path).ok()?;
-        if !meta.is_file() || meta.len() != d.size {
+        let len = meta.len();
+        if !meta.is_file() || len > crate::manifest::MANIFEST_MAX || size.is_some_and(|s| s != len)
+        {
             return None;
         }
-        std::fs::read(&path).ok()
+        std::fs::read(&path)
+            .ok()
+            .filter(|raw| crate::digest::sha256(raw) == *digest)
     }
 
     /// The blobs of the verified image that the destination has already, so
