@@ -25,7 +25,7 @@ HP=$HOSTPULL
 mkdir -p "$BENCH_DIR"
 mkdir -p "$BENCH_DIR/state"
 pull() {   # IMAGE DEST; a state directory as the timer's service has (the kept skopeo version)
-    STATE_DIRECTORY=$BENCH_DIR/state HOSTPULL_SKOPEO=$SKOPEO "$HP" pull "$1" --dest "oci:$2" --authfile "$RIG_AUTHFILE" \
+    STATE_DIRECTORY=$BENCH_DIR/state HOSTPULL_SKOPEO=$SKOPEO "$HP" pull "$1" --dest "oci:$2:v1" --authfile "$RIG_AUTHFILE" \
         --ca "$RIG_REGISTRY=$RIG_CA" --sandbox systemd --json 2>/dev/null
 }
 # The worker unit's own sandbox for the peer: unit.rs's HARDENING, its address families, the
@@ -56,10 +56,15 @@ ms() { local t0; t0=$(date +%s%N); "$@" >/dev/null; echo $(( ($(date +%s%N) - t0
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 version=$($SKOPEO --version | cut -d' ' -f3)
 # small:v1 is one manifest; multi:v1 an index, whose platform's manifest is a second inspect
-# for hostpull (the peer reads the index alone).
-for name in small multi; do
-    var=RIG_IMG_${name^^}
-    image=docker://${!var} dest=$BENCH_DIR/held-$name
+# for hostpull (the peer reads the index alone); pinned is small:v1 by its digest (the
+# machine-config daemon's pull), which hostpull reads from the layout that holds it.
+for name in small multi pinned; do
+    case $name in
+        pinned) image=docker://${RIG_IMG_SMALL%:*}@$("$SKOPEO" inspect --format '{{.Digest}}' \
+                    --authfile "$RIG_AUTHFILE" --cert-dir "$RIG_CERT_DIR" "docker://$RIG_IMG_SMALL") ;;
+        *) var=RIG_IMG_${name^^}; image=docker://${!var} ;;
+    esac
+    dest=$BENCH_DIR/held-$name
     rm -rf "$dest"
     pull "$image" "$dest" >/dev/null   # the layout holds the image from here on
     peer "$image"
@@ -70,9 +75,10 @@ for name in small multi; do
         printf '%s\t%s\n' "$(ms pull "$image" "$dest")" "$(ms peer "$image")" >>"$tsv"
     done
     unit=$(pull "$image" "$dest" | sed -n 's/.*"unit":"hostpull-worker-[^"]*-\([0-9]*\)\.service".*/\1/p')
+    units=$((${unit:--1} + 1))   # no unit: none started
     a=$(cut -f1 "$tsv" | median)
     b=$(cut -f2 "$tsv" | median)
-    echo "P6 $version $name:v1, load $load, $RUNS runs: hostpull (image held) ${a} ms," \
+    echo "P6 $version $name, load $load, $RUNS runs: hostpull (image held) ${a} ms," \
          "skopeo inspect --raw in a unit ${b} ms, ratio $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f", a/b}');" \
-         "worker units started: $((unit + 1))"
+         "worker units started: $units"
 done
