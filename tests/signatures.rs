@@ -316,6 +316,45 @@ fn sigstore_signed() {
     }
 }
 
+/// A pinned image that the layout holds is verified again on every pull: the
+/// manifest comes from the layout, the signatures from the registry, through
+/// a worker that asks for nothing else. A key that did not sign it rejects it
+/// (exit 9), and the layout gets no tag for it.
+#[test]
+fn a_held_pinned_image_is_verified_again() {
+    let s = scratch();
+    let rd = registries_d(s.path(), &file_lookaside(), true);
+    let image = var("RIG_IMG_COSIGNED");
+    let digest = registry_digest(image);
+    let pinned = format!("{}@{digest}", image.rsplit_once(':').unwrap().0);
+    let out = s.path().join("out");
+    let pull_as = |key: &str, tag: &str| {
+        let d = s.path().join(tag);
+        std::fs::create_dir(&d).unwrap();
+        let mut c = with_rig_creds(pull_cmd(&pinned, &format!("oci:{}:{tag}", out.display())));
+        c.arg("--policy").arg(policy(&d, sigstore_key(key)));
+        run(c.arg("--registries.d").arg(&rd))
+    };
+    let first = pull_as("cosign.pub", "first").json();
+    assert_eq!(first["layers_fetched"], 3, "{first}");
+    let again = pull_as("cosign.pub", "again").json();
+    assert_eq!(again["layers_fetched"], 0, "{again}");
+    let by = format!("sigstore {}", sig_file("cosign.pub"));
+    assert_eq!(again["signature"]["verified_by"], json!([by]), "{again}");
+    let r = pull_as("other-cosign.pub", "other");
+    r.assert_failure(9);
+    assert!(
+        r.stderr.contains("not signed by a key the policy trusts"),
+        "{}",
+        r.stderr
+    );
+    let index = std::fs::read_to_string(out.join("index.json")).unwrap();
+    assert!(
+        index.contains("\"again\"") && !index.contains("\"other\""),
+        "{index}"
+    );
+}
+
 pub(crate) fn sig_file(name: &str) -> String {
     format!("{}/{name}", var("RIG_SIG_DIR"))
 }
