@@ -135,8 +135,9 @@ fn a_held_image_from_an_index_fetches_only_the_index() {
 /// enforced all the same: under `reject` it exits 9 and the layout gets no
 /// tag. A layer the layout lacks still comes through the worker's proxy,
 /// which reads the manifest as it opens the image, with no `inspect` before
-/// it. A held copy that is not the pin's bytes is not
-/// used: the registry's is, and the layout gets it back.
+/// it. A held copy that is not the pin's bytes, or not a regular file (a
+/// link to them, a FIFO, which is not waited on), is not used: the
+/// registry's is, and the layout gets it back.
 #[test]
 fn a_held_pinned_image_asks_the_registry_nothing() {
     let repo = format!("hostpull/pinned-held-{}", std::process::id());
@@ -204,18 +205,38 @@ fn a_held_pinned_image_asks_the_registry_nothing() {
     assert_eq!(fetched_since(mark, &repo, "manifests"), [digest.as_str()]);
     assert_eq!(fetched_since(mark, &repo, "blobs"), [layer.as_str()]);
 
-    let held = blob(&digest);
-    let mut bytes = std::fs::read(&held).unwrap();
-    bytes[0] ^= 1;
-    std::fs::write(&held, &bytes).unwrap();
-    let mark = registry_log_mark();
-    let fixed = pulled(&image, &oci(&layout, Some("fixed")));
-    assert_eq!(fetched_since(mark, &repo, "manifests"), [digest.as_str()]);
-    assert_eq!(fixed["manifest_digest"], digest);
-    assert_eq!(
-        hostpull::digest::sha256(&std::fs::read(&held).unwrap()).as_str(),
-        digest
-    );
+    let (held, copy) = (blob(&digest), s.path().join("copy"));
+    for how in ["changed", "link", "fifo"] {
+        match how {
+            "changed" => {
+                let mut bytes = std::fs::read(&held).unwrap();
+                bytes[0] ^= 1;
+                std::fs::write(&held, &bytes).unwrap();
+            }
+            "link" => {
+                std::fs::rename(&held, &copy).unwrap();
+                std::os::unix::fs::symlink(&copy, &held).unwrap();
+            }
+            _ => {
+                std::fs::remove_file(&held).unwrap();
+                let mkfifo = Command::new("mkfifo").arg(&held).status().unwrap();
+                assert!(mkfifo.success());
+            }
+        }
+        let mark = registry_log_mark();
+        let fixed = pulled(&image, &oci(&layout, Some(how)));
+        assert_eq!(
+            fetched_since(mark, &repo, "manifests"),
+            [digest.as_str()],
+            "{how}"
+        );
+        assert_eq!(fixed["manifest_digest"], digest);
+        assert!(std::fs::symlink_metadata(&held).unwrap().is_file(), "{how}");
+        assert_eq!(
+            hostpull::digest::sha256(&std::fs::read(&held).unwrap()).as_str(),
+            digest
+        );
+    }
 }
 
 #[test]

@@ -96,23 +96,29 @@ impl Destination {
     }
 
     /// The manifest `digest` if an `oci:` layout holds it: a regular file
-    /// under its digest, of `size` where that is known (an index names it),
+    /// under its digest (opened without following a link, and without
+    /// waiting on a FIFO), of `size` where that is known (an index names it),
     /// at most [`MANIFEST_MAX`](crate::manifest::MANIFEST_MAX) bytes, that
     /// hashes to it. A copy that does not (a layout changed by hand) is not
     /// used: the registry's is, and the layout gets it back. Reads only; never
     /// for `ostree:`, whose repository keeps no manifest as served.
     pub fn held_manifest(&self, digest: &Sha256Digest, size: Option<u64>) -> Option<Vec<u8>> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
         let Self::Oci(dir) = self else { return None };
-        let path = dir.join("blobs/sha256").join(digest.hex());
-        let meta = std::fs::symlink_metadata(&path).ok()?;
-        let len = meta.len();
-        if !meta.is_file() || len > crate::manifest::MANIFEST_MAX || size.is_some_and(|s| s != len)
-        {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(dir.join("blobs/sha256").join(digest.hex()))
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        let max = crate::manifest::MANIFEST_MAX;
+        if !meta.is_file() || meta.len() > max || size.is_some_and(|s| s != meta.len()) {
             return None;
         }
-        std::fs::read(&path)
-            .ok()
-            .filter(|raw| crate::digest::sha256(raw) == *digest)
+        let mut raw = Vec::new();
+        file.take(max + 1).read_to_end(&mut raw).ok()?;
+        (crate::digest::sha256(&raw) == *digest).then_some(raw)
     }
 
     /// The blobs of the verified image that the destination has already, so
