@@ -23,6 +23,7 @@
 //! | `handoff` | rpm-ostree and bootc, after a verified pull |
 //! | `progress`, `report` | progress events and bars; the final report |
 //! | [`error`] | failure kinds and their exit codes |
+//! | [`secret`] | a secret's type, which never prints itself |
 
 pub mod cli;
 pub mod config;
@@ -39,6 +40,7 @@ pub(crate) mod progress;
 pub(crate) mod rate;
 pub(crate) mod report;
 pub(crate) mod sandbox;
+pub mod secret;
 pub(crate) mod signature;
 pub(crate) mod store;
 pub(crate) mod verify;

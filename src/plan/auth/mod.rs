@@ -22,12 +22,11 @@ use crate::error::{Failure, Kind, fail, quoted};
 use crate::plan::host::{Host, PluginCall};
 
 mod keyring;
-mod secret;
 use crate::plan::imgref::ImageRef;
+pub use crate::secret::Secret;
 pub use keyring::{Keyring, urls_match};
 #[cfg(test)]
 use keyring::{glob, glob_steps, is_default_registry};
-pub use secret::Secret;
 
 /// The host's own credential files, tried in this order when no source is
 /// given (or always, after the given ones, unless `--no-default-creds`).
@@ -143,7 +142,9 @@ fn go_decode(engine: &base64::engine::GeneralPurpose, s: &str) -> Option<Vec<u8>
 
 /// `user:password`, re-encoded the one way skopeo reads it.
 fn user_colon_password(decoded: &[u8]) -> Option<Secret> {
-    decoded.contains(&b':').then(|| Secret(B64.encode(decoded)))
+    decoded
+        .contains(&b':')
+        .then(|| Secret::from(B64.encode(decoded)))
 }
 
 impl Entry {
@@ -572,7 +573,7 @@ pub fn attempt(all: &[HostCredentials], n: usize) -> Vec<Chosen> {
 
 /// `user:password` as auth.json's `auth` holds it.
 pub fn basic(user: &str, password: &str) -> Secret {
-    Secret(B64.encode(format!("{user}:{password}")))
+    Secret::from(B64.encode(format!("{user}:{password}")))
 }
 
 /// The worker's authfile: exact keys for exactly the chosen hosts.
@@ -886,7 +887,7 @@ mod tests {
             let got = serde_json::from_str::<Entry>(input)
                 .ok()
                 .and_then(|e| e.kubelet_auth().ok().flatten());
-            assert_eq!(got, want.map(|w| Secret(B64.encode(w))), "{input}");
+            assert_eq!(got, want.map(|w| Secret::from(B64.encode(w))), "{input}");
         }
         // containers/image: padded only; no `:` is no credential, not an error.
         let containers = |a: &str| {
@@ -898,7 +899,7 @@ mod tests {
         };
         assert_eq!(
             containers("Zm9vOmJhcg=="),
-            Ok(Some(Secret(B64.encode("foo:bar"))))
+            Ok(Some(Secret::from(B64.encode("foo:bar"))))
         );
         assert_eq!(containers("cGFudHM="), Ok(None));
         assert!(containers("Zm9vOmJhcg").is_err());

@@ -8,7 +8,7 @@ use serde::Deserialize;
 /// line or error can show it; [`Secret::expose`] is the one way to the value.
 #[derive(Clone, PartialEq, Eq, Hash, Default, serde::Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct Secret(pub(super) String);
+pub struct Secret(String);
 
 impl Secret {
     /// The secret value, for the one place that must write it (the worker's
