@@ -46,7 +46,15 @@ const PULL_KEYS: &[&str] = &[
 /// The keys of `[cluster]`: how the worker reaches in-cluster registries, set
 /// once for all pulls (`--dns`, `--dns-search`, `--add-host` and `--ca` add to
 /// these).
-const CLUSTER_KEYS: &[&str] = &["dns", "dns-search", "add-host", "ca"];
+const CLUSTER_KEYS: &[&str] = &[
+    "dns",
+    "dns-search",
+    "add-host",
+    "ca",
+    "http-proxy",
+    "https-proxy",
+    "no-proxy",
+];
 
 /// A drop-in's tables and their keys. A key in another table than its own is
 /// unknown there.
@@ -73,6 +81,9 @@ const PROFILE_KEYS: &[&str] = &[
     "require-signature",
     "max-rate",
     "allow-metered",
+    "http-proxy",
+    "https-proxy",
+    "no-proxy",
 ];
 
 /// Parse one drop-in: the keys of its tables, as [`Options`]. Unknown keys are
@@ -543,14 +554,16 @@ add-host = ["reg.svc:10.0.0.5"]
     fn profile_key_set() {
         let expected = "expected one of `image`, `dest`, `platform`, `authfile`, \
             `pull-secret`, `registry-token`, `cert-dir`, `ca`, `policy`, `registries.d`, \
-            `require-signature`, `max-rate`, `allow-metered`";
+            `require-signature`, `max-rate`, `allow-metered`, `http-proxy`, `https-proxy`, \
+            `no-proxy`";
         let base = "image = \"a.io/os:1\"\ndest = \"oci:/x\"\n";
         let cases: &[(&str, Result<Options, String>)] = &[
             (
                 "require-signature = true\nca = [\"h=/f\"]\nregistry-token = [\"h=/t\"]\n\
                  pull-secret = [\"/s\"]\nauthfile = [\"/a\"]\ncert-dir = \"/c\"\n\
                  platform = \"linux/arm64\"\npolicy = \"/p\"\n\"registries.d\" = \"/r\"\n\
-                 max-rate = \"1M\"\nallow-metered = true",
+                 max-rate = \"1M\"\nallow-metered = true\nhttps-proxy = \"http://p:3128\"\n\
+                 no-proxy = [\".corp\"]",
                 Ok(Options {
                     image: Some("a.io/os:1".into()),
                     dest: Some("oci:/x".into()),
@@ -565,6 +578,8 @@ add-host = ["reg.svc:10.0.0.5"]
                     registries_d: Some("/r".into()),
                     max_rate: Some("1M".into()),
                     allow_metered: true,
+                    https_proxy: Some("http://p:3128".into()),
+                    no_proxy: vec![".corp".into()],
                     ..Default::default()
                 }),
             ),
@@ -701,6 +716,9 @@ add-host = ["reg.svc:10.0.0.5"]
             dns: vec!["dns".into()],
             dns_search: vec!["search".into()],
             add_hosts: vec!["h:1.2.3.4".into()],
+            http_proxy: Some("hp".into()),
+            https_proxy: Some("hsp".into()),
+            no_proxy: vec!["np".into()],
             policy: Some("/p".into()),
             registries_d: Some("/rd".into()),
             require_signature: true,
@@ -751,7 +769,8 @@ add-host = ["reg.svc:10.0.0.5"]
             "invalid pull profile /etc/hostpull/pulls.d/typo.toml: authfiles: unknown key, \
              expected one of `image`, `dest`, `platform`, `authfile`, `pull-secret`, \
              `registry-token`, `cert-dir`, `ca`, `policy`, `registries.d`, \
-             `require-signature`, `max-rate`, `allow-metered`"
+             `require-signature`, `max-rate`, `allow-metered`, `http-proxy`, \
+             `https-proxy`, `no-proxy`"
         );
     }
 

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::secret::Secret;
+
 /// How the worker is isolated.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
@@ -151,6 +153,20 @@ pub struct Options {
     #[arg(long = "add-host", value_name = "NAME:IP")]
     #[serde(rename = "add-host", default)]
     pub add_hosts: Vec<String>,
+    /// The proxy for `http` registries (`http-proxy` of `[cluster]` and of a
+    /// profile; never the command line, where a password would show):
+    /// with any of these three keys set, the files decide the proxy and
+    /// hostpull's environment (`HTTP_PROXY`, …) is not read.
+    #[arg(skip)]
+    pub http_proxy: Option<Secret>,
+    /// The proxy for `https` registries (`https-proxy`), as `HTTPS_PROXY`.
+    #[arg(skip)]
+    pub https_proxy: Option<Secret>,
+    /// Hosts, domains and networks reached without the proxy (`no-proxy`),
+    /// as `NO_PROXY`'s comma list.
+    #[arg(skip)]
+    #[serde(default)]
+    pub no_proxy: Vec<String>,
     /// containers-policy.json(5) to enforce [default: /etc/containers/policy.json]
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
@@ -208,6 +224,9 @@ impl Options {
             dns,
             dns_search,
             add_hosts,
+            http_proxy,
+            https_proxy,
+            no_proxy,
             policy,
             registries_d,
             require_signature,
@@ -241,6 +260,9 @@ impl Options {
         self.dns.overlay(dns);
         self.dns_search.overlay(dns_search);
         self.add_hosts.overlay(add_hosts);
+        self.http_proxy.overlay(http_proxy);
+        self.https_proxy.overlay(https_proxy);
+        self.no_proxy.overlay(no_proxy);
         self.policy.overlay(policy);
         self.registries_d.overlay(registries_d);
         self.require_signature.overlay(require_signature);

@@ -20,6 +20,7 @@ pub mod imgref;
 pub mod nesting;
 pub mod policy;
 pub mod provider;
+pub mod proxy;
 pub mod registries;
 pub mod space;
 mod summary;
@@ -148,6 +149,7 @@ struct WorkerParts {
     trust: trust::Trust,
     dns: dns::Dns,
     route: registries::Route,
+    proxy: proxy::Proxy,
 }
 
 fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
@@ -191,7 +193,9 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
         trust,
         dns,
         route,
+        proxy: proxy::decide(&req.options, host)?,
     };
+    worker::check_proxy(&parts.proxy, mode)?;
     let dest = match dest {
         Some(target) => Some(DestPlan {
             space: space::rule(host, &target)?,
@@ -228,6 +232,7 @@ fn worker(
         trust,
         dns,
         route,
+        proxy,
     } = parts;
     Ok(WorkerSpec {
         isolation: mode,
@@ -242,6 +247,7 @@ fn worker(
         trust,
         dns,
         registries_conf: registries::worker_conf(&route)?,
+        proxy,
         selinux_context: host.selinux_enabled().then(|| {
             req.options
                 .selinux_context

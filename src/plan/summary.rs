@@ -97,6 +97,12 @@ pub struct HostSummary {
     pub tls_verify: bool,
     /// registries.conf `insecure`: no TLS verification, plain HTTP allowed.
     pub insecure: bool,
+    /// The proxy its requests go through (`user:***` for a password), or
+    /// none: direct.
+    pub proxy: Option<String>,
+    /// Why it goes direct although a proxy is set (`NO_PROXY`, loopback);
+    /// none when no proxy is set or it goes through one.
+    pub direct_because: Option<&'static str>,
 }
 
 impl Plan {
@@ -177,6 +183,8 @@ impl Plan {
                         .map(|(c, _)| c.display().to_string()),
                     tls_verify: w.tls_verify && !insecure,
                     insecure,
+                    proxy: w.proxy.for_url("https", host).map(ToString::to_string),
+                    direct_because: w.proxy.direct_because("https", host),
                 }
             })
             .collect()
@@ -277,6 +285,11 @@ impl Summary {
             );
             if let Some(c) = &h.client_cert {
                 t += &format!("  client cert {c}\n");
+            }
+            match (&h.proxy, h.direct_because) {
+                (Some(p), _) => t += &format!("  proxy       {p}\n"),
+                (None, Some(why)) => t += &format!("  proxy       none, direct ({why})\n"),
+                (None, None) => {}
             }
         }
         t

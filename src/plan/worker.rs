@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use crate::options::SandboxMode;
 use crate::plan::auth::Chosen;
 use crate::plan::dns::Dns;
+use crate::plan::proxy::Proxy;
 use crate::plan::trust::Trust;
 
 /// Everything the worker may use for one pull.
@@ -33,6 +34,8 @@ pub struct WorkerSpec {
     pub dns: Dns,
     /// The worker's registries.conf: this image's table only.
     pub registries_conf: String,
+    /// The HTTP(S) proxy it goes through, and which hosts go direct.
+    pub proxy: Proxy,
 }
 
 #[cfg(test)]
@@ -49,6 +52,7 @@ impl WorkerSpec {
             trust: Trust::default(),
             dns: Dns::default(),
             registries_conf: String::new(),
+            proxy: Proxy::default(),
         }
     }
 }
@@ -167,6 +171,24 @@ pub fn ip_denied(ip: IpAddr) -> bool {
         })
 }
 
+/// Refuse a proxy at an address that a worker unit may not reach
+/// ([`IP_DENY`]): it would fail only once the unit ran, and obscurely.
+pub fn check_proxy(proxy: &Proxy, isolation: Isolation) -> anyhow::Result<()> {
+    for url in proxy.http.iter().chain(&proxy.https) {
+        let host = crate::plan::proxy::split_host_port(&url.authority).0;
+        let ip = host.trim_start_matches('[').trim_end_matches(']').parse();
+        if isolation == Isolation::Systemd && ip.is_ok_and(ip_denied) {
+            return crate::error::fail(
+                crate::error::Kind::Usage,
+                format!(
+                    "the proxy {url} is at a link-local or cloud metadata address, which the worker unit may not reach (IPAddressDeny=)"
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +212,32 @@ mod tests {
             ("::1", false),
         ] {
             assert_eq!(ip_denied(ip.parse().unwrap()), want, "{ip}");
+        }
+    }
+
+    /// A unit may not reach a proxy at a denied address; a plain child may.
+    #[test]
+    fn proxies_at_denied_addresses() {
+        use crate::plan::proxy::{ProxySettings, ProxySource};
+        let proxy = |url: &str| {
+            let given = ProxySettings {
+                https: Some(url.into()),
+                ..ProxySettings::default()
+            };
+            Proxy::parse(&given, ProxySource::Environment).unwrap()
+        };
+        for (url, refused) in [
+            ("http://169.254.169.254:3128", true),
+            ("http://u:p@[fe80::1]:3128", true),
+            ("http://10.0.0.1:3128", false),
+            ("http://proxy:3128", false),
+        ] {
+            let e = check_proxy(&proxy(url), Isolation::Systemd);
+            assert_eq!(e.is_err(), refused, "{url}");
+            if let Err(e) = e {
+                assert!(!e.to_string().contains(":p@"), "{e}");
+            }
+            assert!(check_proxy(&proxy(url), Isolation::None).is_ok());
         }
     }
 
