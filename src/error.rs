@@ -96,6 +96,10 @@ pub struct Failure {
     pub detail: Option<String>,
     /// Whether the pull tries again after it.
     pub retry: Retry,
+    /// The worker's HTTP(S) proxy failed it (refused its credentials, or could
+    /// not be reached), not the registry: [`crate::sandbox::naming_proxy`]
+    /// names the proxy, and no other registry credential is tried.
+    pub via_proxy: bool,
 }
 
 impl Failure {
@@ -106,7 +110,14 @@ impl Failure {
             message: message.into(),
             detail: None,
             retry: Retry::Never,
+            via_proxy: false,
         }
+    }
+
+    /// The registry refused the credential: the pull tries the next one. A
+    /// proxy that refuses its own refuses whichever is sent.
+    pub fn registry_refused(&self) -> bool {
+        self.kind == Kind::Auth && !self.via_proxy
     }
 
     /// The same failure, retried as `retry` says.

@@ -15,7 +15,7 @@ use crate::plan::imgref::{ImageRef, Target};
 use crate::plan::{DestPlan, Plan};
 use crate::progress::{BlobState, Progress};
 use crate::report::{CredentialReport, Report};
-use crate::sandbox::Worker;
+use crate::sandbox::{Worker, naming_proxy};
 use crate::signature::Verdict;
 use crate::store::{Destination, Layout};
 use crate::verify;
@@ -124,7 +124,8 @@ pub async fn pull_into(
             () = dest.import_failed() => Err(Failure::new(Kind::Handoff, "the import failed").into()),
         };
         let report = worker.finish().await;
-        let refused = matches!(&result, Err(e) if failure(e).is_some_and(|f| f.kind == Kind::Auth));
+        let refused =
+            matches!(&result, Err(e) if failure(e).is_some_and(Failure::registry_refused));
         if refused && n + 1 < tries {
             tracing::warn!("credential {} of {tries} refused, trying the next", n + 1);
             n += 1;
@@ -138,7 +139,7 @@ pub async fn pull_into(
             r => (r, report),
         };
     };
-    let (resolved, fetched, signature) = result?;
+    let (resolved, fetched, signature) = result.map_err(|e| naming_proxy(e, &plan.worker.proxy))?;
     let total = resolved.manifest.layers.len();
     let fetched_layers = fetched
         .iter()

@@ -18,6 +18,12 @@
 //!   unit ends as it would have with skopeo alone. When root closes it before asking
 //!   for the proxy, the agent exits 0; once the proxy runs, it is closed.
 //!
+//! With [`PROXY_ENV_OPTION`] FILE before SKOPEO, every skopeo it starts gets
+//! the proxy settings of FILE (`HTTPS_PROXY=…` lines, root-only, a credential
+//! of the unit) in its environment, and nothing else of them: they may hold
+//! the proxy's password, which neither argv nor the unit's properties
+//! (`systemctl show`, readable by any local user) may.
+//!
 //! So one unit serves the whole pull: the manifests, the signatures' images
 //! and the blobs, where each used to be a unit of its own (about 80 ms each).
 
@@ -35,6 +41,10 @@ use serde::{Deserialize, Serialize};
 pub const VERB: &str = "__worker-agent";
 /// The agent's first line on the side channel.
 pub const HELLO: &str = "hostpull-worker-agent 1";
+/// The option before SKOPEO that names the proxy settings' file.
+pub const PROXY_ENV_OPTION: &str = "--proxy-env";
+/// The most of the proxy settings' file the agent reads.
+const PROXY_ENV_MAX: u64 = 64 << 10;
 /// The most of a command's stderr the agent passes on.
 pub const STDERR_MAX: u64 = 64 << 10;
 /// The longest line either side sends.
@@ -74,12 +84,27 @@ pub struct Reply {
 /// The agent's `main`: `args` are what follows [`VERB`]. Returns the exit
 /// code, unless it became the proxy.
 pub fn main(args: Vec<OsString>) -> i32 {
-    let mut args = args.into_iter();
+    let mut args = args.into_iter().peekable();
+    let mut env = Vec::new();
+    if args.next_if(|a| a == PROXY_ENV_OPTION).is_some() {
+        match args.next().map(|f| read_proxy_env(&PathBuf::from(f))) {
+            Some(Ok(vars)) => env = vars,
+            Some(Err(e)) => {
+                eprintln!("error: {VERB}: reading the proxy settings: {e}");
+                return 8;
+            }
+            None => {
+                eprintln!("error: {VERB}: {PROXY_ENV_OPTION} needs a file");
+                return 2;
+            }
+        }
+    }
     let Some(skopeo) = args.next().map(PathBuf::from) else {
         eprintln!("error: {VERB}: no worker program");
         return 2;
     };
     let proxy_args: Vec<OsString> = args.collect();
+    let skopeo = Program { path: skopeo, env };
     let Some(side) = side_channel() else {
         eprintln!("error: {VERB}: stdout is not hostpull's side channel");
         return 2;
@@ -118,14 +143,45 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
     // The side channel goes with the exec: fd 1 becomes /dev/null, as the
     // proxy crate gives skopeo, and the other descriptors are close-on-exec.
-    let e = Command::new(&skopeo)
+    let e = skopeo
+        .command()
         .args(proxy_args)
         .stdin(Stdio::inherit())
         .stdout(null)
         .stderr(Stdio::inherit())
         .exec();
-    eprintln!("error: {VERB}: starting {}: {e}", skopeo.display());
+    eprintln!("error: {VERB}: starting {}: {e}", skopeo.path.display());
     8
+}
+
+/// The program the agent runs (skopeo), and what its environment gets
+/// besides the unit's.
+#[derive(Debug, Clone)]
+struct Program {
+    path: PathBuf,
+    /// The proxy settings: `HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`.
+    env: Vec<(String, String)>,
+}
+
+impl Program {
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.path);
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
+        c
+    }
+}
+
+/// The proxy settings of `file`, as [`crate::plan::proxy::Proxy::env_file`]
+/// wrote them.
+fn read_proxy_env(file: &std::path::Path) -> std::io::Result<Vec<(String, String)>> {
+    let mut text = String::new();
+    std::fs::File::open(file)?
+        .take(PROXY_ENV_MAX)
+        .read_to_string(&mut text)?;
+    Ok(crate::plan::proxy::read_env_file(&text)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect())
 }
 
 /// Stdout, the side channel, if it is a socket, as root hands it over.
@@ -146,7 +202,7 @@ fn side_channel() -> Option<UnixStream> {
 /// when it asks for the proxy.
 fn serve(
     side: UnixStream,
-    skopeo: &std::path::Path,
+    skopeo: &Program,
     null: &std::fs::File,
     proxy: &std::sync::mpsc::Sender<()>,
 ) {
@@ -222,8 +278,8 @@ impl Ran {
 /// Run skopeo with `args` to its end, `null` as its stdin, keeping at most
 /// `limit` + 1 bytes of stdout (past that it is killed) and [`STDERR_MAX`] of
 /// stderr.
-fn run(skopeo: &std::path::Path, args: &[String], limit: u64, null: &std::fs::File) -> Ran {
-    let mut c = Command::new(skopeo);
+fn run(skopeo: &Program, args: &[String], limit: u64, null: &std::fs::File) -> Ran {
+    let mut c = skopeo.command();
     let stdin = match null.try_clone() {
         Ok(f) => Stdio::from(f),
         Err(e) => return Ran::not(format!("duplicating /dev/null: {e}")),
@@ -237,7 +293,7 @@ fn run(skopeo: &std::path::Path, args: &[String], limit: u64, null: &std::fs::Fi
     super::pdeathsig(&mut c, rustix::process::Signal::KILL);
     let mut child = match c.spawn() {
         Ok(c) => c,
-        Err(e) => return Ran::not(format!("starting {}: {e}", skopeo.display())),
+        Err(e) => return Ran::not(format!("starting {}: {e}", skopeo.path.display())),
     };
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         let _ = child.kill();
@@ -328,7 +384,10 @@ mod tests {
     /// stops it (no exit code), and its stderr is kept either way.
     #[test]
     fn run_keeps_output_within_the_limit() {
-        let sh = std::path::Path::new("/bin/sh");
+        let sh = &Program {
+            path: "/bin/sh".into(),
+            env: vec![("HTTPS_PROXY".into(), "http://p:3128".into())],
+        };
         let null = std::fs::File::open("/dev/null").unwrap();
         let args = |s: &str| vec!["-c".to_owned(), s.to_owned()];
         let r = run(sh, &args("printf abc; printf oops >&2; exit 3"), 3, &null);
@@ -347,7 +406,14 @@ mod tests {
             (r.code, r.signal, &r.stdout[..]),
             (None, Some(9), &b"ab"[..])
         );
-        let r = run(std::path::Path::new("/nonexistent"), &[], 3, &null);
+        // The proxy settings reach the command's environment.
+        let r = run(sh, &args("printf %s \"$HTTPS_PROXY\""), 64, &null);
+        assert_eq!(&r.stdout[..], b"http://p:3128");
+        let none = Program {
+            path: "/nonexistent".into(),
+            env: Vec::new(),
+        };
+        let r = run(&none, &[], 3, &null);
         assert_eq!(r.code, None);
         assert!(String::from_utf8_lossy(&r.stderr).contains("/nonexistent"));
     }

@@ -4,6 +4,11 @@
 
 use crate::error::{Kind, one_line};
 
+/// Go's words for a 407 from the proxy, lower-cased: a segment of its own.
+pub const PROXY_407: &str = "proxy authentication required";
+/// Go's words before the error of a connection to the proxy.
+pub const PROXY_CONNECT: &str = "proxyconnect tcp";
+
 /// Classify a worker's (skopeo's) error text by facts that neither a registry
 /// nor whoever names a repository can choose: the registry's error *code*
 /// (containers/image prints the distribution error code's fixed name, then the
@@ -65,8 +70,9 @@ fn cause(segments: &[&str]) -> String {
         return format!("registry error code {lower}");
     }
     match lower.as_str() {
-        // Go's TLS and x509 errors say what failed after their package's name.
-        "x509" | "tls" | "remote error" => segments.join(": "),
+        // Go's TLS and x509 errors say what failed after their package's name;
+        // so does its connection to a proxy.
+        "x509" | "tls" | "remote error" | PROXY_CONNECT => segments.join(": "),
         "net/http" => format!("{seg}: {next}"),
         _ => seg.to_owned(),
     }
@@ -142,6 +148,10 @@ fn classify_segment(seg: &str, next: &str) -> Option<Kind> {
     // (`ErrTooManyRequests`, after its own retries).
     match lower.as_str() {
         "unable to retrieve auth token" | "invalid username/password" => return Some(Kind::Auth),
+        // Go's net/http: the proxy answered CONNECT with a 407, or could not
+        // be reached (`proxyconnect tcp: dial tcp …: connection refused`).
+        PROXY_407 => return Some(Kind::Auth),
+        PROXY_CONNECT => return Some(Kind::Network),
         "too many requests to registry" => return Some(Kind::Network),
         _ => {}
     }

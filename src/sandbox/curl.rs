@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{CA_BUNDLE, Output, Worker, transient_if_network};
+use super::{CA_BUNDLE, Output, Worker, prepare, transient_if_network};
 use crate::error::{Failure, Kind, fail};
 
 impl Worker {
@@ -26,6 +26,21 @@ impl Worker {
             .arg("--max-filesize")
             .arg(limit.to_string())
             .args(["--write-out", "%{stderr}\nHTTP %{http_code}\n"]);
+        // The proxy this pull's rules choose for the URL, in a root-only
+        // credential (it may hold a password), or none: never curl's own
+        // reading of an environment.
+        let (scheme, rest) = url.split_once("://").unwrap_or_default();
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        let staged = prepare::curl_proxy(scheme);
+        match self
+            .spec
+            .proxy
+            .for_url(scheme, authority)
+            .and(self.proxy_file_for(&staged, launch.unit.as_deref()))
+        {
+            Some(conf) => launch.cmd.arg("--config").arg(conf),
+            None => launch.cmd.args(["--noproxy", "*"]),
+        };
         if let Some(bundle) = self.ca_bundle_for(url, launch.unit.as_deref()) {
             launch.cmd.arg("--cacert").arg(bundle);
         }

@@ -34,7 +34,7 @@ use crate::plan::worker::{Isolation, WorkerSpec};
 use children::Children;
 use monitor::{Observed, Systemd};
 pub use session::{BlobData, BlobPipe, open_blob, proxy_failure};
-pub use skopeo::worker_failure;
+pub use skopeo::{naming_proxy, worker_failure};
 use skopeo::{skopeo_version, transient_if_network};
 use staging::Staging;
 

@@ -24,6 +24,7 @@ pub(super) fn systemd(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<un
     }
     let staged = staging.write(REGISTRIES_CONF, spec.registries_conf.as_bytes())?;
     mounts.credentials.push((REGISTRIES_CONF.into(), staged));
+    mounts.credentials.extend(stage_proxy(spec, staging)?);
     // --registries-conf does not stop skopeo from reading the host's
     // drop-ins: hide them behind an empty directory.
     let host_dropins = Path::new("/etc/containers/registries.conf.d");
@@ -109,6 +110,7 @@ pub(super) fn plain(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<Mode
         Some(staging.write(AUTHFILE, &auth::minimal_authfile(&spec.credentials))?)
     };
     let registries = staging.write(REGISTRIES_CONF, spec.registries_conf.as_bytes())?;
+    stage_proxy(spec, staging)?;
     // Without mounts, trust can only be given as one --cert-dir; the
     // plan allows that only for the image's own host.
     let mut host_cert_dir = None;
@@ -130,6 +132,57 @@ pub(super) fn plain(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<Mode
         registries,
         children: Default::default(),
     })
+}
+
+/// Stage the proxy settings, which may hold a password, root-only as the
+/// authfile is: the worker agent's environment file ([`PROXY_ENV`]) and
+/// curl's `--config` per scheme ([`curl_proxy`]). Their names and paths.
+fn stage_proxy(
+    spec: &WorkerSpec,
+    staging: &Staging,
+) -> anyhow::Result<Vec<(String, std::path::PathBuf)>> {
+    let mut staged = Vec::new();
+    if let Some(env) = spec.proxy.env_file() {
+        staged.push((PROXY_ENV.into(), staging.write(PROXY_ENV, env.as_bytes())?));
+    }
+    for scheme in ["http", "https"] {
+        if let Some(conf) = spec.proxy.curl_config(scheme) {
+            let name = curl_proxy(scheme);
+            staged.push((name.clone(), staging.write(&name, conf.as_bytes())?));
+        }
+    }
+    Ok(staged)
+}
+
+/// The proxy settings' name among the worker's credentials: the agent's
+/// environment file (`plan::proxy::Proxy::env_file`).
+pub(super) const PROXY_ENV: &str = "proxy.env";
+
+impl super::Worker {
+    /// A staged file of the proxy settings, `name`, as a worker running as
+    /// `unit` sees it (its credentials directory), if it was staged.
+    pub(super) fn proxy_file_for(
+        &self,
+        name: &str,
+        unit: Option<&str>,
+    ) -> Option<std::path::PathBuf> {
+        let staged = match unit {
+            Some(u) => unit::credentials_dir(u).join(name),
+            None => self.staging.as_ref()?.path().join(name),
+        };
+        let wanted = match name {
+            PROXY_ENV => self.spec.proxy.env_file().is_some(),
+            _ => ["http", "https"]
+                .iter()
+                .any(|s| curl_proxy(s) == name && self.spec.proxy.curl_config(s).is_some()),
+        };
+        wanted.then_some(staged)
+    }
+}
+
+/// The name of curl's proxy configuration for `scheme` URLs.
+pub(super) fn curl_proxy(scheme: &str) -> String {
+    format!("curl-proxy-{scheme}.conf")
 }
 
 /// The files of a `--cert-dir` that skopeo reads: CA certificates and client

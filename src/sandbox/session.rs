@@ -15,6 +15,7 @@ use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
 use super::agent::{self, Reply, Request};
+use super::prepare::PROXY_ENV;
 use super::{Launch, Output, STOP_TIMEOUT, Worker, worker_failure};
 use crate::error::{Failure, Kind, fail};
 use crate::manifest::{Descriptor, MANIFEST_MAX};
@@ -72,7 +73,11 @@ impl Worker {
     ) -> anyhow::Result<(ImageProxyConfig, Option<String>)> {
         let exe = std::env::current_exe().context("finding hostpull's own program")?;
         let Launch { mut cmd, unit, .. } = self.launch_program(&exe, Some(&self.spec.skopeo))?;
-        cmd.arg(agent::VERB).arg(&self.spec.skopeo);
+        cmd.arg(agent::VERB);
+        if let Some(env) = self.proxy_file_for(PROXY_ENV, unit.as_deref()) {
+            cmd.arg(agent::PROXY_ENV_OPTION).arg(env);
+        }
+        cmd.arg(&self.spec.skopeo);
         cmd.args(self.registries_args(unit.as_deref()));
         stdout_from(&mut cmd, side);
         // The crate spells these options itself; they mean what client_args says.

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use super::classify::classify_with_cause;
+use super::classify::{PROXY_407, PROXY_CONNECT, classify_with_cause};
 use crate::error::{Failure, Kind, Retry};
+use crate::plan::proxy::{Proxy, ProxySource};
 
 /// A failure reported by skopeo, classified by its text, with the raw text kept
 /// as the second line.
@@ -31,6 +32,20 @@ pub fn worker_failure(doing: &str, text: &str) -> Failure {
             .with_retry(Retry::Never);
     }
     let (kind, cause) = classify_with_cause(&message);
+    let lower = cause.as_deref().unwrap_or_default().to_ascii_lowercase();
+    let proxy = match lower.as_str() {
+        PROXY_407 => Some("the proxy refused its credentials (HTTP 407)"),
+        c if c.starts_with(PROXY_CONNECT) => Some("the proxy could not be reached"),
+        _ => None,
+    };
+    if let Some(what) = proxy {
+        let cause = cause.filter(|_| lower != PROXY_407);
+        let mut f = Failure::new(kind, because(format!("{what} while {doing}"), cause))
+            .with_detail(message)
+            .with_retry(transient_if_network(kind));
+        f.via_proxy = true;
+        return f;
+    }
     let what = match kind {
         Kind::Auth => "authentication refused",
         Kind::NotFound => "image not found",
@@ -66,6 +81,24 @@ fn because(what: String, cause: Option<String>) -> String {
         Some(c) => format!("{what}: {c}"),
         None => what,
     }
+}
+
+/// `e`, with the worker's proxy named (`user:***`) and where it was set, if
+/// the proxy failed it ([`Failure::via_proxy`]).
+pub fn naming_proxy(mut e: anyhow::Error, proxy: &Proxy) -> anyhow::Error {
+    let named = [("HTTPS_PROXY", &proxy.https), ("HTTP_PROXY", &proxy.http)]
+        .into_iter()
+        .find_map(|(name, url)| Some((name, url.as_ref()?)));
+    if let (Some(f), Some((name, url))) = (e.downcast_mut::<Failure>(), named)
+        && f.via_proxy
+    {
+        let from = match proxy.source {
+            Some(ProxySource::Config) => name.to_ascii_lowercase().replace('_', "-"),
+            _ => name.to_owned(),
+        };
+        f.message = format!("{} (proxy {url}, from {from})", f.message);
+    }
+    e
 }
 
 /// A network error, by skopeo's or curl's account, may pass: try again.
