@@ -35,13 +35,17 @@ RIG_USER=hostpull
 # A name only a worker's own /etc/hosts or DNS resolves (tests: --add-host, --dns);
 # the server certificate carries it, as an in-cluster registry's would.
 CLUSTER_NAME=image-registry.openshift-image-registry.svc
+# A name only the test's proxy resolves (squid's hosts_file, tests/proxy.rs): a pull
+# that does not go through the proxy cannot reach it.
+PROXIED_NAME=registry.corp.test
 REGISTRY_BIN=/usr/bin/docker-registry
 # bsdutils: script(1), the pty of tests/tty.rs and tests/sysd.sh (Essential, listed to be sure)
 PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 python3-jsonschema dnsmasq-base bsdutils
           gnupg gpgv
           python3-dbus python3-gi                       # tests/stand-ins/networkmanager.py
           ostree libostree-dev libzstd-dev pkg-config    # ostree: the `ostree` feature and its tests
-          make bzip2 man-db selinux-policy-dev rpm rpmlint) # make install, contrib/packaging/check.sh
+          make bzip2 man-db selinux-policy-dev rpm rpmlint # make install, contrib/packaging/check.sh
+          squid)                                         # tests/proxy.rs: a real HTTP(S) proxy
 TESTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/sign.sh
 source "$TESTS/sign.sh"
@@ -77,7 +81,15 @@ cmd_install() {
         note "installing ${missing[*]}"
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
+        # squid's postinst starts it as a service (port 3128) where PID 1 is not
+        # systemd: a policy-rc.d that refuses, for the install only, keeps it
+        # stopped. The tests run their own squid in the foreground.
+        local policy=/usr/sbin/policy-rc.d ours=
+        if [ ! -e $policy ]; then
+            printf '#!/bin/sh\nexit 101\n' >$policy && chmod 755 $policy && ours=1
+        fi
         apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        [ -z "$ours" ] || rm -f $policy
     fi
     bash "$TESTS/skopeo-versions.sh" "$RIG_WORKERS_PREFIX" >/dev/null
 }
@@ -167,6 +179,7 @@ cmd_up() {
         env_line RIG_DIR "$RIG_DIR"
         env_line RIG_REGISTRY "$REGISTRY"
         env_line RIG_CLUSTER_NAME "$CLUSTER_NAME"
+        env_line RIG_PROXIED_NAME "$PROXIED_NAME"
         env_line RIG_MTLS_REGISTRY "127.0.0.1:$mtls_port"
         env_line RIG_MIRROR_REGISTRY "127.0.0.1:$mirror_port"
         env_line RIG_MIRROR_AUTHFILE "$RIG_DIR/mirror-auth.json"

@@ -61,7 +61,11 @@ fn sane(key: &str, value: &str) -> Result<(), String> {
             port(p)
         }
         "RIG_USER" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_lowercase()) => Ok(()),
-        "RIG_CLUSTER_NAME" if value.split('.').count() > 2 && !value.contains(' ') => Ok(()),
+        "RIG_CLUSTER_NAME" | "RIG_PROXIED_NAME"
+            if value.split('.').count() > 2 && !value.contains(' ') =>
+        {
+            Ok(())
+        }
         "RIG_SIGNER_FPR" if value.len() == 40 && value.bytes().all(|b| b.is_ascii_hexdigit()) => {
             Ok(())
         }
@@ -103,9 +107,8 @@ fn sane(key: &str, value: &str) -> Result<(), String> {
             Ok(true) if value.starts_with('/') => Ok(()),
             _ => Err("no such absolute path".into()),
         },
-        "RIG_USER" | "RIG_CLUSTER_NAME" | "RIG_SIGNER_FPR" | "RIG_BUNDLED_DIGEST" => {
-            Err("malformed".into())
-        }
+        "RIG_USER" | "RIG_CLUSTER_NAME" | "RIG_PROXIED_NAME" | "RIG_SIGNER_FPR"
+        | "RIG_BUNDLED_DIGEST" => Err("malformed".into()),
         _ => Err("no rule in tests/rig_env.rs for this variable: add one".into()),
     }
 }

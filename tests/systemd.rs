@@ -733,6 +733,17 @@ fn the_installed_pull_service_pulls_its_profile() {
         show("hostpull-pull@demo.service", "SuccessExitStatus"),
         "12"
     );
+    // The node's proxy settings, as OpenShift writes them, then hostpull's
+    // own; neither needs to exist (this host has neither, and it pulled).
+    let files = show("hostpull-pull@demo.service", "EnvironmentFiles");
+    assert_eq!(
+        files.lines().collect::<Vec<_>>(),
+        [
+            "/etc/mco/proxy.env (ignore_errors=yes)",
+            "/etc/hostpull/proxy.env (ignore_errors=yes)"
+        ],
+        "{files}"
+    );
     // It was the installed unit, linked from the scratch PREFIX.
     for (unit, file) in [
         ("hostpull-pull@demo.service", "hostpull-pull@.service"),
@@ -1017,4 +1028,31 @@ fn a_timer_pull_defers_on_a_metered_link() {
             assert_eq!(r.code, 0, "a profile's allow-metered: {}", r.stderr);
         }
     }
+}
+
+/// `NO_PROXY` sends a host direct, as each worker's Go reads it, and
+/// `--add-host` still resolves it there: the proxied name, which only the
+/// proxy knows, reached without it. Without `NO_PROXY` the same pull goes
+/// through the proxy.
+#[test]
+fn no_proxy_sends_a_host_direct_where_add_host_resolves_it() {
+    use crate::proxy::{Squid, proxied_pull};
+    let dir = scratch();
+    let squid = Squid::start(dir.path());
+    let pull = |no_proxy: Option<&str>| {
+        let mut c = proxied_pull(dir.path());
+        c.env("HTTPS_PROXY", squid.url(&squid.password))
+            .args(["--sandbox", "systemd", "--add-host"])
+            .arg(format!("{}:127.0.0.1", var("RIG_PROXIED_NAME")));
+        if let Some(n) = no_proxy {
+            c.env("NO_PROXY", n);
+        }
+        let r = run(&mut c);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let _ = std::fs::remove_dir_all(dir.path().join("out"));
+    };
+    pull(Some("example.com, .corp.test:443, corp.test"));
+    assert_eq!(squid.tunnels(), 0, "{:?}", squid.log());
+    pull(Some("example.com, .corp.test:443"));
+    assert!(squid.tunnels() >= 1, "{:?}", squid.log());
 }

@@ -12,6 +12,7 @@ mod manuals;
 mod messages;
 mod mirrors;
 mod ostree;
+mod proxy;
 mod pull;
 mod rate;
 mod referrers;

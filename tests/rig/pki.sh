@@ -1,5 +1,5 @@
 # tests/rig/pki.sh - the rig's certificates and credentials, new on every `up`; sourced
-# by tests/rig.sh, which defines RIG_DIR, RIG_USER and CLUSTER_NAME.
+# by tests/rig.sh, which defines RIG_DIR, RIG_USER, CLUSTER_NAME and PROXIED_NAME.
 
 # make_certs PORT: a CA, the server certificate of every registry of the rig, and a
 # client CA with a client certificate for the mTLS registry.
@@ -11,8 +11,9 @@ make_certs() {
     openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
         -subj "/CN=localhost" -keyout "$d/server.key" -out "$d/server.csr" 2>/dev/null
     # 127.0.0.2 stands for a CDN at another address that a registry redirects
-    # blob GETs to (tests/hostile_registry.py's redirect-addr).
-    printf '%s\n' "subjectAltName=IP:127.0.0.1,IP:127.0.0.2,DNS:localhost,DNS:$CLUSTER_NAME" "basicConstraints=CA:FALSE" \
+    # blob GETs to (tests/hostile_registry.py's redirect-addr); $PROXIED_NAME, for
+    # a registry that only the proxy can resolve (tests/proxy.rs).
+    printf '%s\n' "subjectAltName=IP:127.0.0.1,IP:127.0.0.2,DNS:localhost,DNS:$CLUSTER_NAME,DNS:$PROXIED_NAME" "basicConstraints=CA:FALSE" \
         "keyUsage=digitalSignature" "extendedKeyUsage=serverAuth" >"$d/server.ext"
     openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
         -days 7 -extfile "$d/server.ext" -out "$d/server.crt" 2>/dev/null
