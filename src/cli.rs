@@ -30,8 +30,19 @@ fn after_help() -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    out + "\n" + JSON_HELP
+    out + "\n" + PROXY_HELP + "\n\n" + JSON_HELP
 }
+
+/// How the worker goes through a proxy, in `--help` and the man pages.
+const PROXY_HELP: &str = "BEHIND A PROXY:
+The worker goes through HTTPS_PROXY (HTTP_PROXY for plain http registries)
+except to the hosts of NO_PROXY, as skopeo reads them (or their lower-case
+forms, from hostpull's environment; hostpull-pull@.service reads
+/etc/mco/proxy.env and /etc/hostpull/proxy.env). The keys https-proxy,
+http-proxy and no-proxy of hostpull.d's [cluster] or of a profile, if set,
+decide instead. A password in a proxy URL is passed to the worker as its
+unit's credential, never in argv or the unit's properties; hostpull plan shows
+per host which proxy it uses, as user:***.";
 
 /// What `--json` prints, at the end of `--help`.
 const JSON_HELP: &str = "With --json, pull prints one object on stdout: image, manifest_digest,
