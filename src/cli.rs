@@ -11,7 +11,7 @@ use crate::plan;
 use crate::progress::{Progress, Screen};
 
 /// `--help`'s (and the man page's) epilogue: the exit codes, as
-/// [`error::EXIT_CODES`] has them, then what `--json` prints.
+/// [`error::EXIT_CODES`] has them, what `--json` prints, and the proxy.
 fn after_help() -> String {
     let mut out = String::from("EXIT STATUS:\n");
     for (code, text) in error::EXIT_CODES {
@@ -30,7 +30,7 @@ fn after_help() -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    out + "\n" + PROXY_HELP + "\n\n" + JSON_HELP
+    out + "\n" + JSON_HELP + "\n\n" + PROXY_HELP
 }
 
 /// How the worker goes through a proxy, in `--help` and the man pages.
@@ -41,8 +41,8 @@ forms, from hostpull's environment; hostpull-pull@.service reads
 /etc/mco/proxy.env and /etc/hostpull/proxy.env). The keys https-proxy,
 http-proxy and no-proxy of hostpull.d's [cluster] or of a profile, if set,
 decide instead. A password in a proxy URL is passed to the worker as its
-unit's credential, never in argv or the unit's properties; hostpull plan shows
-per host which proxy it uses, as user:***.";
+unit's credential, never in argv or the unit's properties; hostpull plan
+shows per host which proxy it uses, as user:***.";
 
 /// What `--json` prints, at the end of `--help`.
 const JSON_HELP: &str = "With --json, pull prints one object on stdout: image, manifest_digest,
