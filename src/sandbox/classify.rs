@@ -276,6 +276,8 @@ mod tests {
         let b = "failed to invoke method GetBlob: fetching blob";
         let cases: Vec<(String, Kind)> = vec![
             (format!("{m}: unauthorized: authentication required"), Auth),
+            (format!("{m}: Get \"https://h/v2/\": Proxy Authentication Required"), Auth),
+            (format!("{m}: Get \"https://h/v2/\": proxyconnect tcp: dial tcp 10.0.0.1:3128: i/o timeout"), Network),
             (format!("{m}: denied: connection reset eof certificate"), Auth),
             (format!("{m}: manifest unknown: connection reset eof certificate"), NotFound),
             (format!("{m}: name unknown: repository name not known to registry"), NotFound),
@@ -372,6 +374,16 @@ mod tests {
             (
                 "pinging container registry 127.0.0.1:1: Get \"https://127.0.0.1:1/v2/\": dial tcp 127.0.0.1:1: connect: connection refused".to_owned(),
                 Some("connection refused"),
+            ),
+            // Through a proxy (skopeo 1.9.3 to 1.22 alike): its 407, and a
+            // proxy that is down, said as Go said it, the address included.
+            (
+                "pinging container registry r.corp:5000: Get \"https://r.corp:5000/v2/\": Proxy Authentication Required".to_owned(),
+                Some("Proxy Authentication Required"),
+            ),
+            (
+                "pinging container registry r.corp:5000: Get \"https://r.corp:5000/v2/\": proxyconnect tcp: dial tcp 127.0.0.1:9: connect: connection refused".to_owned(),
+                Some("proxyconnect tcp: dial tcp 127.0.0.1:9: connect: connection refused"),
             ),
             (
                 format!("{m}: received unexpected HTTP status: 503 Service Unavailable"),
