@@ -558,6 +558,7 @@ mod tests {
             Handoff,
             NoSpace,
             Deferred,
+            Platform,
             Interrupted,
             Terminated,
         ];
@@ -565,7 +566,8 @@ mod tests {
         for k in kinds {
             match k {
                 Internal | Usage | Auth | NotFound | Tls | Network | Verify | Worker
-                | Signature | Handoff | NoSpace | Deferred | Interrupted | Terminated => {}
+                | Signature | Handoff | NoSpace | Deferred | Platform | Interrupted
+                | Terminated => {}
             }
         }
         let codes: Vec<i32> = error::EXIT_CODES.iter().map(|(c, _)| *c).collect();
