@@ -155,6 +155,7 @@ impl PullOpts {
             options,
             dry_run: false,
             absolute_dest: false,
+            cluster_cas: 0,
         }
     }
 }
@@ -206,6 +207,7 @@ fn plan_blocking(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
         .map(|name| crate::config::load_profile(root, name))
         .transpose()?;
     let dropins = crate::config::load(root)?;
+    req.cluster_cas = dropins.cas.len();
     // Lowest precedence first: the command line wins over the profile, which
     // wins over the drop-ins.
     let cli = std::mem::take(&mut req.options);
