@@ -346,6 +346,7 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
         }
         plan_for(&o, Verb::Rebase).await?
     };
+    crate::handoff::check(opts.consumer)?;
     let Some(plan::imgref::Target::Oci { dir, tag }) = plan.dest.as_ref().map(|d| &d.target) else {
         return error::fail(
             Kind::Usage,
