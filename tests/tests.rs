@@ -17,6 +17,7 @@ mod rate;
 mod referrers;
 mod rig_env;
 mod robust;
+mod scripts;
 mod signatures;
 mod space;
 mod systemd;
