@@ -24,7 +24,9 @@ shift || true
 [[ $MINUTES =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: MINUTES must be a whole number >= 1" >&2; exit 2; }
 FUZZ=$ROOT/fuzz
 HOST=$(rustc -vV | sed -n 's/^host: //p')
-BIN=$FUZZ/target/$HOST/release/fuzz
+# shellcheck source=tests/cargo-target.sh
+. "$ROOT/tests/cargo-target.sh"
+BIN=$(cargo_target_dir "$FUZZ")/$HOST/release/fuzz   # CARGO_TARGET_DIR too
 
 # --target: RUSTFLAGS then reach only the fuzzed code, not build scripts or proc macros.
 export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \

@@ -8,6 +8,9 @@
 # rig (tests/rig.sh up; RIG_DIR) and systemd (booted with tests/sysd.sh if PID 1 is not).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tests/cargo-target.sh
+. "$ROOT/tests/cargo-target.sh"
+TARGET=$(cargo_target_dir "$ROOT")
 export RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig} BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
 die() { echo "bench: $*" >&2; exit 1; }
 # shellcheck source=bench/lib.sh
@@ -15,7 +18,7 @@ die() { echo "bench: $*" >&2; exit 1; }
 RUNS=9
 [ "${1:-}" = -n ] && RUNS=$2
 [ -f "$RIG_DIR/env" ] || die "no rig at $RIG_DIR: bash tests/rig.sh up"
-HOSTPULL=${HOSTPULL:-$ROOT/target/release/hostpull}   # HOSTPULL=: another build, for an A/B
+HOSTPULL=${HOSTPULL:-$TARGET/release/hostpull}   # HOSTPULL=: another build, for an A/B
 bench_systemd_for bash "$0" "$@"   # shares HOSTPULL's directory with that systemd
 # shellcheck disable=SC1091
 . "$RIG_DIR/env"

@@ -40,6 +40,9 @@ done
 case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tests/cargo-target.sh
+. "$ROOT/tests/cargo-target.sh"
+TARGET=$(cargo_target_dir "$ROOT")
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
 rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
@@ -50,9 +53,9 @@ BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
 FIX=$BENCH_DIR/ostree-peer
 for n in ostree jq tar gzip /usr/bin/time; do command -v $n >/dev/null || die "$n missing"; done
 
-HOSTPULL=${HOSTPULL:-$ROOT/target/release/hostpull}
-PEER=${PEER:-$ROOT/target/release/examples/ostree-peer}
-ENCAPSULATE=${ENCAPSULATE:-$ROOT/target/release/examples/ostree-encapsulate}
+HOSTPULL=${HOSTPULL:-$TARGET/release/hostpull}
+PEER=${PEER:-$TARGET/release/examples/ostree-peer}
+ENCAPSULATE=${ENCAPSULATE:-$TARGET/release/examples/ostree-encapsulate}
 IMPORTER=$(dirname "$HOSTPULL")/hostpull-ostree-import   # beside it, as src/store/import.rs finds it
 if [ ! -x "$HOSTPULL" ] || [ ! -x "$IMPORTER" ] || [ ! -x "$PEER" ] || [ ! -x "$ENCAPSULATE" ]; then
     echo "bench: building hostpull, its import, the peer and the fixture maker (release, --features ostree)" >&2

@@ -32,6 +32,9 @@ done
 case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tests/cargo-target.sh
+. "$ROOT/tests/cargo-target.sh"
+TARGET=$(cargo_target_dir "$ROOT")
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
 rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
@@ -42,8 +45,8 @@ FIX=$BENCH_DIR/ostree
 IMAGE=$REGISTRY/hostpull/ostree-bench
 for n in ostree jq tar gzip; do command -v $n >/dev/null || die "$n missing"; done
 
-HOSTPULL=${HOSTPULL:-$ROOT/target/release/hostpull}
-ENCAPSULATE=${ENCAPSULATE:-$ROOT/target/release/examples/ostree-encapsulate}
+HOSTPULL=${HOSTPULL:-$TARGET/release/hostpull}
+ENCAPSULATE=${ENCAPSULATE:-$TARGET/release/examples/ostree-encapsulate}
 if [ ! -x "$HOSTPULL" ] || [ ! -x "$ENCAPSULATE" ]; then
     echo "bench: building hostpull and the fixture maker (release, --features ostree)" >&2
     (cd "$ROOT" && cargo build --release --features ostree --bin hostpull --example ostree-encapsulate)

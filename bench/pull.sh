@@ -32,6 +32,9 @@ done
 case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tests/cargo-target.sh
+. "$ROOT/tests/cargo-target.sh"
+TARGET=$(cargo_target_dir "$ROOT")
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
 rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
@@ -40,7 +43,7 @@ IMAGE=${IMAGE:-$(rig RIG_IMG_BIG)}
 [ -n "$IMAGE" ] || die "no RIG_IMG_BIG in $RIG_DIR/env (rig brought up with RIG_BIG=0?); name an IMAGE"
 IMAGE=${IMAGE#docker://}
 
-HOSTPULL=${HOSTPULL:-$ROOT/target/release/hostpull}
+HOSTPULL=${HOSTPULL:-$TARGET/release/hostpull}
 if [ ! -x "$HOSTPULL" ]; then
     echo "bench: building $HOSTPULL" >&2
     (cd "$ROOT" && cargo build --release)

@@ -36,6 +36,9 @@ case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 case $IMG in big|paced) ;; *) die "--image wants big or paced" ;; esac
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tests/cargo-target.sh
+. "$ROOT/tests/cargo-target.sh"
+TARGET=$(cargo_target_dir "$ROOT")
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
 rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
@@ -43,7 +46,7 @@ REGISTRY=$(rig RIG_REGISTRY) AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR)
 IMAGE=$(rig "RIG_IMG_${IMG^^}")
 [ -n "$IMAGE" ] || die "no RIG_IMG_${IMG^^} in $RIG_DIR/env (rig brought up with RIG_BIG=0, or before it had $IMG?)"
 
-HOSTPULL=${HOSTPULL:-$ROOT/target/release/hostpull}
+HOSTPULL=${HOSTPULL:-$TARGET/release/hostpull}
 if [ ! -x "$HOSTPULL" ]; then
     echo "bench: building $HOSTPULL" >&2
     (cd "$ROOT" && cargo build --release)

@@ -27,12 +27,15 @@
 set -euo pipefail
 die() { echo "bench: $*" >&2; exit 1; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tests/cargo-target.sh
+. "$ROOT/tests/cargo-target.sh"
+TARGET=$(cargo_target_dir "$ROOT")
 RUNS=5
 [ "${1:-}" = -n ] && RUNS=${2:?}
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "-n wants a positive number"
 export RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig} BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
 [ -f "$RIG_DIR/env" ] || die "no rig at $RIG_DIR: bash tests/rig.sh up"
-HOSTPULL=${HOSTPULL:-$ROOT/target/release/hostpull}
+HOSTPULL=${HOSTPULL:-$TARGET/release/hostpull}
 [ -x "$HOSTPULL" ] || (cd "$ROOT" && cargo build --release --locked >&2)
 command -v /usr/bin/time >/dev/null || die "GNU time missing: apt-get install -y time"
 mkdir -p "$BENCH_DIR"

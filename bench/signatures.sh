@@ -24,10 +24,13 @@ done
 case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tests/cargo-target.sh
+. "$ROOT/tests/cargo-target.sh"
+TARGET=$(cargo_target_dir "$ROOT")
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
 rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
-HOSTPULL=${HOSTPULL:-$ROOT/target/release/hostpull}
+HOSTPULL=${HOSTPULL:-$TARGET/release/hostpull}
 [ -x "$HOSTPULL" ] || (cd "$ROOT" && cargo build --release)
 BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
 mkdir -p "$BENCH_DIR"

@@ -48,6 +48,9 @@ want P2 && ONLY=$ONLY,P1
 want P4 && ONLY=$ONLY,P1,P5
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tests/cargo-target.sh
+. "$ROOT/tests/cargo-target.sh"
+TARGET=$(cargo_target_dir "$ROOT")
 export BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
 export RIG_DIR=${RIG_DIR:-$BENCH_DIR/rig}
 # shellcheck source=bench/lib.sh
@@ -66,7 +69,7 @@ if [ -z "${BENCH_IN_SYSD:-}" ]; then
             [ $i = 5 ] && die "cargo build --release failed"
             note "cargo build --release failed, retrying"; sleep 10
         done
-        cp "$ROOT/target/release/hostpull" "$BENCH_DIR/bin/hostpull.tmp"
+        cp "$TARGET/release/hostpull" "$BENCH_DIR/bin/hostpull.tmp"
         mv "$BENCH_DIR/bin/hostpull.tmp" "$BENCH_DIR/bin/hostpull"
         export HOSTPULL=$BENCH_DIR/bin/hostpull
     fi

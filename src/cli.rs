@@ -166,6 +166,7 @@ impl PullOpts {
             options,
             dry_run: false,
             absolute_dest: false,
+            cluster_cas: 0,
         }
     }
 }
@@ -217,6 +218,7 @@ fn plan_blocking(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
         .map(|name| crate::config::load_profile(root, name))
         .transpose()?;
     let dropins = crate::config::load(root)?;
+    req.cluster_cas = dropins.cas.len();
     // Lowest precedence first: the command line wins over the profile, which
     // wins over the drop-ins.
     let cli = std::mem::take(&mut req.options);
@@ -355,6 +357,7 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
         }
         plan_for(&o, Verb::Rebase).await?
     };
+    crate::handoff::check(opts.consumer)?;
     let Some(plan::imgref::Target::Oci { dir, tag }) = plan.dest.as_ref().map(|d| &d.target) else {
         return error::fail(
             Kind::Usage,
@@ -569,6 +572,7 @@ mod tests {
             Handoff,
             NoSpace,
             Deferred,
+            Platform,
             Interrupted,
             Terminated,
         ];
@@ -576,7 +580,8 @@ mod tests {
         for k in kinds {
             match k {
                 Internal | Usage | Auth | NotFound | Tls | Network | Verify | Worker
-                | Signature | Handoff | NoSpace | Deferred | Interrupted | Terminated => {}
+                | Signature | Handoff | NoSpace | Deferred | Platform | Interrupted
+                | Terminated => {}
             }
         }
         let codes: Vec<i32> = error::EXIT_CODES.iter().map(|(c, _)| *c).collect();

@@ -36,6 +36,8 @@ pub enum Kind {
     NoSpace = 11,
     /// Deferred: a pull that waits out metered links found one.
     Deferred = 12,
+    /// The image is for another platform than the one asked for (or this host's).
+    Platform = 13,
     /// Stopped by SIGINT (128 + 2).
     Interrupted = 130,
     /// Stopped by SIGTERM (128 + 15).
@@ -60,6 +62,7 @@ pub const EXIT_CODES: &[(i32, &str)] = &[
     (10, "`rebase`: the consumer (rpm-ostree, bootc) failed after a good pull; with `--dest ostree:`, the import into the repository failed (e.g. not an ostree-encapsulated image: the fetch stops then)"),
     (11, "not enough space on the destination's filesystem: what the destination lacks, less what an ostree repository keeps free (`min-free-space-*`), does not fit, checked before the first blob is fetched (or a write ran out of space); nothing is published"),
     (12, "deferred: `--defer-if-metered` (the installed timer's unit) and NetworkManager says the connection is metered, without `--allow-metered`; nothing was fetched"),
+    (13, "the image is for another platform (os/architecture/variant of its config) than the one asked for, or this host's"),
     (130, "stopped by SIGINT"),
     (143, "stopped by SIGTERM"),
 ];

@@ -10,16 +10,16 @@ use anyhow::Context;
 
 use crate::digest::{self, Sha256Digest};
 use crate::error::{Failure, Kind, Retry, fail, failure};
-use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
+use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed, Platform};
 use crate::plan::imgref::{ImageRef, Target};
 use crate::plan::{DestPlan, Plan};
-use crate::progress::{BlobState, Progress};
+use crate::progress::Progress;
 use crate::report::{CredentialReport, Report};
 use crate::sandbox::{Worker, naming_proxy};
 use crate::signature::Verdict;
 use crate::store::{Destination, Layout};
 use crate::verify;
-use transfer::{Flow, transfer};
+use transfer::{Flow, Tally, transfer};
 
 /// A manifest that root has hashed and checked, ready to fetch.
 #[derive(Debug)]
@@ -34,6 +34,8 @@ struct Resolved {
     digest: Sha256Digest,
     raw: Vec<u8>,
     manifest: manifest::Manifest,
+    /// The platform its config declares, once checked ([`check_config`]).
+    declared: Option<Platform>,
 }
 
 impl Resolved {
@@ -62,6 +64,7 @@ impl Resolved {
             digest: digest::sha256(&raw),
             raw,
             manifest,
+            declared: None,
         })
     }
 }
@@ -149,7 +152,11 @@ pub async fn pull_into(
         image: plan.image.to_string(),
         manifest_digest: resolved.digest,
         source_digest: resolved.source_digest,
-        platform: plan.platform.to_string(),
+        platform: resolved
+            .declared
+            .as_ref()
+            .unwrap_or(&plan.platform)
+            .to_string(),
         dest: target.path().display().to_string(),
         tag: target.tag().to_owned(),
         layers_total: total,
@@ -314,7 +321,7 @@ async fn try_pull(
                     return Err(e);
                 }
             },
-            Stage::Ready(ready) => {
+            Stage::Ready(mut ready) => {
                 let r = &ready.resolved;
                 let fetched = fetch_into(
                     worker,
@@ -324,7 +331,10 @@ async fn try_pull(
                     progress,
                 );
                 match fetched.await {
-                    Ok(()) => return Ok(ready),
+                    Ok(declared) => {
+                        ready.resolved.declared = declared;
+                        return Ok(ready);
+                    }
                     Err(e) => {
                         *stage = Stage::Ready(ready);
                         return Err(e);
@@ -470,14 +480,17 @@ async fn resolve(worker: &Worker, plan: &Plan, dest: &Destination) -> anyhow::Re
 }
 
 /// Fetch what the layout lacks of `missing` (the blobs it lacked when the pull
-/// began), then publish: manifest blob, then the tag.
+/// began), then publish: manifest blob, then the tag. The config comes first,
+/// and the platform it declares is checked ([`check_config`]) before any layer
+/// is asked for; one the layout has already is checked before anything comes.
+/// Gives the platform it declares.
 async fn fetch_into(
     worker: &Worker,
     plan: &Plan,
     (r, layout, tag): (&Resolved, &Arc<Layout>, &str),
     missing: &[Descriptor],
     progress: &Progress,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<Platform>> {
     let mut todo: Vec<Descriptor> = Vec::new();
     for d in missing {
         if !layout.has_blob(d)? {
@@ -498,24 +511,51 @@ async fn fetch_into(
     };
     progress.steps("fetching blobs", 1, 3);
     progress.blobs(&tally.states(|_| 0), false);
+    // Neither here nor to come: an ostree destination has this very image.
+    let config = &r.manifest.config;
+    let mut declared = None;
+    if !tally.todo.iter().any(|d| d.digest == config.digest) && layout.has_blob(config)? {
+        declared = check_config(layout, config, &plan.platform)?;
+    }
     if !tally.todo.is_empty() {
         let image = plan.image.with_digest(&r.source_digest);
-        fetch_blobs(worker, plan, &image, layout, &tally, progress).await?;
+        let fetched = fetch_blobs(worker, plan, &image, layout, &tally, progress).await?;
+        declared = declared.or(fetched);
     }
     progress.blobs(&tally.states(|_| u64::MAX), true);
-    // The consumer will parse the config: it must be able to. (It is not in
-    // the layout only when an ostree destination has this very image already.)
-    if layout.has_blob(&r.manifest.config)? {
-        let config = layout.read_blob(&r.manifest.config.digest)?;
-        manifest::check_config(&config)
-            .with_context(|| format!("checking image config {}", r.manifest.config.digest))?;
-    }
     progress.steps("publishing", 2, 3);
     layout.write_blob("manifest", &r.digest, &r.raw)?;
-    layout.set_tag(tag, manifest::OCI_MANIFEST, &r.digest, r.raw.len() as u64)
+    layout.set_tag(tag, manifest::OCI_MANIFEST, &r.digest, r.raw.len() as u64)?;
+    Ok(declared)
 }
 
-/// One proxy session for all missing blobs of one image.
+/// The image config the layout holds, verified: the consumer will parse it,
+/// so it must be able to (exit 7), and the platform it declares must be one
+/// `want` takes (exit 13), as an index entry's must. A config that names no
+/// OS or architecture is taken with a warning, as skopeo and podman take it
+/// (`None`); else gives the platform it declares.
+#[fn_error_context::context("checking image config {}", config.digest)]
+pub(crate) fn check_config(
+    layout: &Layout,
+    config: &Descriptor,
+    want: &Platform,
+) -> anyhow::Result<Option<Platform>> {
+    let bytes = layout.read_blob(&config.digest)?;
+    verify::check_bytes("config", &bytes, &config.digest, config.size)?;
+    let declared = manifest::check_config(&bytes)?;
+    if declared.os.is_empty() || declared.architecture.is_empty() {
+        tracing::warn!(
+            "image config {} names no OS or architecture: its platform is not checked",
+            config.digest
+        );
+        return Ok(None);
+    }
+    manifest::check_platform(&declared, want)?;
+    Ok(Some(declared))
+}
+
+/// One proxy session for all missing blobs of one image; gives the platform
+/// the config declares, if it came ([`check_config`]).
 async fn fetch_blobs(
     worker: &Worker,
     plan: &Plan,
@@ -523,13 +563,13 @@ async fn fetch_blobs(
     layout: &Arc<Layout>,
     tally: &Tally<'_>,
     progress: &Progress,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<Platform>> {
     let todo = &tally.todo;
     let stall = plan.retry.stall;
     let flow = Flow::new(todo.len(), plan.max_rate);
     let session = worker.proxy_session();
     let session = session.run(image, async |proxy, img| {
-        transfer(proxy, img, layout, tally, &flow).await
+        transfer(proxy, img, (layout, &plan.platform), tally, &flow).await
     });
     tokio::select! {
         r = session => r,
@@ -558,62 +598,9 @@ async fn report_bytes(
     }
 }
 
-/// The blobs of the image as progress shows them: those not `missing` when
-/// the pull began are reused, those missing but not in `todo` came with an
-/// earlier attempt, and those in `todo` are as far as they have been read.
-#[derive(Debug)]
-struct Tally<'a> {
-    /// The image's config: the one blob that is no layer.
-    config: &'a Sha256Digest,
-    blobs: Vec<&'a Descriptor>,
-    missing: &'a [Descriptor],
-    todo: Vec<Descriptor>,
-}
-
-impl Tally<'_> {
-    /// What a blob is, for messages and progress.
-    fn what(&self, d: &Descriptor) -> &'static str {
-        if d.digest == *self.config {
-            "config"
-        } else {
-            "layer"
-        }
-    }
-
-    /// `read(i)`: the bytes of `todo[i]` read so far.
-    fn states(&self, read: impl Fn(usize) -> u64) -> Vec<BlobState> {
-        self.blobs
-            .iter()
-            .map(|d| BlobState {
-                digest: d.digest.clone(),
-                what: self.what(d),
-                bytes: match self.todo.iter().position(|t| t.digest == d.digest) {
-                    Some(i) => read(i).min(d.size),
-                    None => d.size,
-                },
-                total: d.size,
-                cached: !self.missing.iter().any(|m| m.digest == d.digest),
-            })
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn desc(media_type: &str, c: char, size: u64) -> Descriptor {
-        Descriptor {
-            media_type: media_type.into(),
-            digest: Sha256Digest::parse(&format!("sha256:{}", c.to_string().repeat(64))).unwrap(),
-            size,
-            urls: vec![],
-            platform: None,
-            annotations: Default::default(),
-        }
-    }
-
-    const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 
     #[test]
     fn backoff_doubles_to_a_cap_with_jitter() {
@@ -634,34 +621,5 @@ mod tests {
             let d = backoff(attempt).as_millis();
             assert!((500..45_000).contains(&d), "{attempt}: {d}");
         }
-    }
-
-    #[test]
-    fn tally_shows_reused_earlier_and_partial_blobs() {
-        // A Docker image's config: its media type does not say "config".
-        let config = desc("application/vnd.docker.container.image.v1+json", 'c', 100);
-        let earlier = desc(LAYER, 'e', 10);
-        let partial = desc(LAYER, 'b', 10);
-        let over = desc(LAYER, 'd', 10);
-        let missing = [earlier.clone(), partial.clone(), over.clone()];
-        let tally = Tally {
-            config: &config.digest,
-            blobs: vec![&config, &earlier, &partial, &over],
-            missing: &missing,
-            todo: vec![partial.clone(), over.clone()],
-        };
-        let got: Vec<_> = tally
-            .states(|i| [4, 99][i])
-            .into_iter()
-            .map(|b| (b.what, b.bytes, b.total, b.cached))
-            .collect();
-        // (what, bytes, total, cached)
-        let want = [
-            ("config", 100, 100, true),
-            ("layer", 10, 10, false),
-            ("layer", 4, 10, false),
-            ("layer", 10, 10, false),
-        ];
-        assert_eq!(got, want);
     }
 }

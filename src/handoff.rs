@@ -21,7 +21,7 @@ pub fn command(consumer: Consumer, dir: &Path, tag: &str, reboot: bool) -> Comma
     let mut c;
     match consumer {
         Consumer::RpmOstree => {
-            c = Command::new("rpm-ostree");
+            c = Command::new(consumer.program());
             c.arg("rebase").arg(format!(
                 "ostree-unverified-image:oci:{}:{tag}",
                 dir.display()
@@ -31,7 +31,7 @@ pub fn command(consumer: Consumer, dir: &Path, tag: &str, reboot: bool) -> Comma
             }
         }
         Consumer::Bootc => {
-            c = Command::new("bootc");
+            c = Command::new(consumer.program());
             c.args(["switch", "--transport", "oci"])
                 .arg(format!("{}:{tag}", dir.display()));
             if reboot {
@@ -40,6 +40,35 @@ pub fn command(consumer: Consumer, dir: &Path, tag: &str, reboot: bool) -> Comma
         }
     }
     c
+}
+
+impl Consumer {
+    /// Its program, looked up on `PATH`.
+    fn program(self) -> &'static str {
+        match self {
+            Self::RpmOstree => "rpm-ostree",
+            Self::Bootc => "bootc",
+        }
+    }
+}
+
+/// Before anything is fetched: the consumer is there to take the image, an
+/// executable file on `PATH`, or the host's setup is wrong (exit 2, naming it).
+pub fn check(consumer: Consumer) -> anyhow::Result<()> {
+    let program = consumer.program();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let runnable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if std::env::split_paths(&path).any(|d| runnable(&d.join(program))) {
+        return Ok(());
+    }
+    let path = path.to_string_lossy();
+    crate::error::fail(
+        Kind::Usage,
+        format!("rebase: the consumer {program} is not on PATH ({path}); --consumer chooses it"),
+    )
 }
 
 /// Run the consumer; its own stderr goes to ours. A failure is exit 10 and

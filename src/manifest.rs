@@ -236,7 +236,11 @@ fn sizes<'a>(ds: impl IntoIterator<Item = &'a Descriptor>) -> anyhow::Result<()>
 /// deeper than serde_json's 128 levels, no key repeated (in any case, where Go
 /// reads a struct), and readable as an OCI image configuration (what ostree-ext,
 /// and so rpm-ostree and bootc, parse it as). Anything else is exit 7.
-pub fn check_config(bytes: &[u8]) -> anyhow::Result<()> {
+///
+/// Gives the platform it declares: `os`, `architecture` (either may be empty:
+/// the keys are required, not their values) and `variant` (an empty one is
+/// none).
+pub fn check_config(bytes: &[u8]) -> anyhow::Result<Platform> {
     let malformed = |why: &dyn fmt::Display| {
         crate::error::Failure::new(Kind::Verify, format!("malformed image config: {why}"))
     };
@@ -247,7 +251,9 @@ pub fn check_config(bytes: &[u8]) -> anyhow::Result<()> {
     strict(&tree, Shape::Config, "config").map_err(|e| malformed(&e))?;
     serde_json::from_slice::<oci_spec::image::ImageConfiguration>(bytes)
         .map_err(|e| malformed(&e))?;
-    Ok(())
+    let mut declared: Platform = serde_json::from_slice(bytes).map_err(|e| malformed(&e))?;
+    declared.variant.take_if(|v| v.is_empty());
+    Ok(declared)
 }
 
 /// Rewrite a verified Docker schema2 manifest as an OCI manifest, as `skopeo
@@ -367,6 +373,49 @@ impl Platform {
     }
 }
 
+/// The variants the newer CPUs of an architecture run too, newest first, as
+/// containers/image's `compatibility` lists them: an `arm/v7` host runs v6
+/// and v5 images.
+const OLDER_VARIANTS: &[(&str, &[&str])] = &[("arm", &["v7", "v6", "v5"]), ("arm64", &["v8"])];
+/// The variant every CPU of an architecture runs (containers/image's
+/// `baseVariants`): arm64's `v8`, which an image may name or leave out.
+const BASE_VARIANTS: &[(&str, &str)] = &[("arm64", "v8")];
+
+impl Platform {
+    /// Where an image of `image`'s platform stands among those `self` takes,
+    /// best first (`None`: not taken). OS and architecture must be the same;
+    /// variants come in containers/image's `WantedPlatforms` order: a variant
+    /// asked for, then the older ones its CPUs run ([`OLDER_VARIANTS`]), then an
+    /// image that names none; with none asked for, one that names none, then
+    /// the architecture's base variant ([`BASE_VARIANTS`]), and last any
+    /// (where an index's only entries for it all name one).
+    pub fn rank(&self, image: &Platform) -> Option<usize> {
+        if image.os != self.os || image.architecture != self.architecture {
+            return None;
+        }
+        let arch = self.architecture.as_str();
+        let mut order: Vec<&str> = match self.variant.as_deref() {
+            Some(v) => (OLDER_VARIANTS.iter())
+                .find(|(a, _)| *a == arch)
+                .and_then(|(_, l)| l.iter().position(|o| *o == v).map(|i| l[i..].to_vec()))
+                .unwrap_or_else(|| vec![v]),
+            None => vec![],
+        };
+        order.push("");
+        if self.variant.is_none() {
+            order.extend(
+                BASE_VARIANTS
+                    .iter()
+                    .filter(|(a, _)| *a == arch)
+                    .map(|(_, b)| *b),
+            );
+        }
+        let theirs = image.variant.as_deref().unwrap_or("");
+        let last = self.variant.is_none().then_some(order.len());
+        order.iter().position(|o| *o == theirs).or(last)
+    }
+}
+
 impl fmt::Display for Platform {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.os, self.architecture)?;
@@ -378,24 +427,13 @@ impl fmt::Display for Platform {
 }
 
 /// Choose the manifest for `want` from an index, as `skopeo copy` without `--all`
-/// does: OS and architecture must match; a requested variant must match; without
-/// one, an entry without a variant (or arm64's implicit `v8`) is preferred.
+/// does: the entry [`Platform::rank`] puts first, the earliest of equals.
 pub fn select<'a>(index: &'a Index, want: &Platform) -> anyhow::Result<&'a Descriptor> {
-    let candidates = index.manifests.iter().filter(|d| {
-        d.platform
-            .as_ref()
-            .is_some_and(|p| p.os == want.os && p.architecture == want.architecture)
-    });
-    let variant = |d: &Descriptor| d.platform.as_ref().and_then(|p| p.variant.clone());
-    let chosen = match &want.variant {
-        Some(v) => candidates.clone().find(|d| variant(d).as_ref() == Some(v)),
-        None => candidates
-            .clone()
-            .find(|d| matches!(variant(d).as_deref(), None | Some("v8")))
-            .or_else(|| candidates.clone().next()),
-    };
-    match chosen {
-        Some(d) => Ok(d),
+    let ranked = (index.manifests.iter())
+        .filter_map(|d| Some((want.rank(d.platform.as_ref()?)?, d)))
+        .min_by_key(|(rank, _)| *rank);
+    match ranked {
+        Some((_, d)) => Ok(d),
         None => {
             let have: Vec<String> = index
                 .manifests
@@ -410,6 +448,18 @@ pub fn select<'a>(index: &'a Index, want: &Platform) -> anyhow::Result<&'a Descr
                 ),
             )
         }
+    }
+}
+
+/// Refuse (exit 13) an image whose config declares `image`, a platform
+/// `want` does not take ([`Platform::rank`]), the same rule as an index entry's.
+pub fn check_platform(image: &Platform, want: &Platform) -> anyhow::Result<()> {
+    match want.rank(image) {
+        Some(_) => Ok(()),
+        None => fail(
+            Kind::Platform,
+            format!("the image is for {image} (its config says so), not for {want}"),
+        ),
     }
 }
 
@@ -459,12 +509,59 @@ mod tests {
             ("windows/amd64", Some('e')),
             ("linux/s390x", None),
             ("linux/arm/v5", None),
+            ("linux/arm/v7", Some('a')),
         ];
         for (want, got) in cases {
             let r = select(&i, &Platform::parse(want).unwrap());
             match got {
                 Some(c) => assert_eq!(r.unwrap().digest.as_str(), d(c), "{want}"),
                 None => assert_eq!(crate::error::exit_code(&r.unwrap_err()), 4, "{want}"),
+            }
+        }
+    }
+
+    #[test]
+    fn platform_variants_rank_as_containers_image_wants_them() {
+        // arm64 with no variant is v8, asked for or served.
+        let i = index(&[("linux", "arm64", None), ("linux", "arm64", Some("v9"))]);
+        let got = select(&i, &Platform::parse("linux/arm64/v8").unwrap());
+        assert_eq!(got.unwrap().digest.as_str(), d('a'));
+        let i = index(&[("linux", "arm", Some("v5")), ("linux", "arm", Some("v6"))]);
+        let got = select(&i, &Platform::parse("linux/arm/v7").unwrap());
+        assert_eq!(got.unwrap().digest.as_str(), d('b'), "the newest a v7 runs");
+        // (asked for, what the image's config declares, taken)
+        let cases = [
+            ("linux/amd64", "linux/amd64", true),
+            ("linux/s390x", "linux/amd64", false),
+            ("windows/amd64", "linux/amd64", false),
+            ("linux/arm64", "linux/arm64/v8", true),
+            ("linux/arm64/v8", "linux/arm64", true),
+            ("linux/arm64/v8", "linux/arm64/v9", false),
+            ("linux/arm/v7", "linux/arm/v6", true),
+            ("linux/arm/v7", "linux/arm", true),
+            ("linux/arm/v6", "linux/arm/v7", false),
+            // amd64's levels have no such order in containers/image.
+            ("linux/amd64/v3", "linux/amd64/v2", false),
+            ("linux/amd64/v2", "linux/amd64/v3", false),
+            ("linux/amd64/v3", "linux/amd64", true),
+            // None asked for: any, as the choice from an index falls back to.
+            ("linux/amd64", "linux/amd64/v3", true),
+            ("linux/arm", "linux/arm/v7", true),
+        ];
+        for (want, image, taken) in cases {
+            let (want, image) = (
+                Platform::parse(want).unwrap(),
+                Platform::parse(image).unwrap(),
+            );
+            match check_platform(&image, &want) {
+                Ok(()) => assert!(taken, "{want} took {image}"),
+                Err(e) => {
+                    assert!(!taken, "{want} refused {image}");
+                    assert_eq!(crate::error::exit_code(&e), 13);
+                    let msg = format!("{e}");
+                    assert!(msg.contains(&format!("for {image} ")), "{msg}");
+                    assert!(msg.ends_with(&format!("not for {want}")), "{msg}");
+                }
             }
         }
     }
@@ -616,7 +713,26 @@ mod tests {
     #[test]
     fn config_checks() {
         let ok = br#"{"architecture":"amd64","os":"linux","config":{"Labels":{"a":"1","A":"2"}},"rootfs":{"type":"layers","diff_ids":[]}}"#;
-        check_config(ok).unwrap();
+        assert_eq!(check_config(ok).unwrap().to_string(), "linux/amd64");
+        for (config, declared) in [
+            (
+                r#"{"architecture":"arm64","os":"linux","variant":"v8","rootfs":{"type":"layers","diff_ids":[]}}"#,
+                "linux/arm64/v8",
+            ),
+            (
+                r#"{"architecture":"arm64","os":"linux","variant":"","rootfs":{"type":"layers","diff_ids":[]}}"#,
+                "linux/arm64",
+            ),
+            (
+                r#"{"architecture":"","os":"","rootfs":{"type":"layers","diff_ids":[]}}"#,
+                "/",
+            ),
+        ] {
+            assert_eq!(
+                check_config(config.as_bytes()).unwrap().to_string(),
+                declared
+            );
+        }
         let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
         let mut bad_utf8 = ok.to_vec();
         let at = bad_utf8.iter().position(|&c| c == b'1').unwrap();

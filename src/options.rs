@@ -99,7 +99,8 @@ pub struct Options {
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
           action = clap::ArgAction::Set)]
     pub tls_verify: Option<bool>,
-    /// OS/ARCH[/VARIANT] to choose from a multi-platform image; defaults to this host's
+    /// OS/ARCH[/VARIANT] the image must be for (chosen from a multi-platform image, checked
+    /// against its config; exit 13 if not); defaults to this host's
     #[arg(long)]
     pub platform: Option<String>,
     /// How to isolate the network-facing worker [default: auto]

@@ -17,7 +17,8 @@ pub struct Report {
     /// The digest of the manifest the registry served; it differs from
     /// `manifest_digest` only for a Docker schema2 image, stored in OCI form.
     pub source_digest: Sha256Digest,
-    /// The platform chosen, `OS/ARCH[/VARIANT]`.
+    /// The platform the image's config declares (the one asked for, where it
+    /// names none), `OS/ARCH[/VARIANT]`.
     pub platform: String,
     /// The layout directory, or the ostree repository.
     pub dest: String,

@@ -17,6 +17,9 @@ SANDBOX=${SANDBOX:-systemd}
 
 bash tests/rig.sh install
 cargo build --locked --release
+# shellcheck source=tests/cargo-target.sh
+. tests/cargo-target.sh
+hostpull=$(cargo_target_dir)/release/hostpull   # CARGO_TARGET_DIR too
 cleanup() { bash tests/rig.sh down; }
 trap cleanup EXIT
 bash tests/rig.sh up
@@ -25,7 +28,7 @@ bash tests/rig.sh up
 
 dest=$RIG_DIR/demo-layout
 rm -rf "$dest"
-pull=(target/release/hostpull pull "docker://$RIG_IMG_SMALL" --dest "oci:$dest"
+pull=("$hostpull" pull "docker://$RIG_IMG_SMALL" --dest "oci:$dest"
       --authfile "$RIG_AUTHFILE" --cert-dir "$RIG_CERT_DIR" --sandbox "$SANDBOX" --json)
 echo "+ ${pull[*]}" >&2
 if [ "$SANDBOX" = systemd ] && [ "$(cat /proc/1/comm)" != systemd ]; then

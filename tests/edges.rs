@@ -444,3 +444,63 @@ fn host_setup_errors_are_usage_errors_naming_them() {
         assert!(elapsed < Duration::from_secs(1), "{options:?}: {elapsed:?}");
     }
 }
+
+/// Trust files before the network (issue 45): a `--ca` file or a certs.d
+/// client certificate with no certificate in it is exit 2 from `plan` and
+/// `pull` at once, naming it. A `--ca` for a host the pull does not use is a
+/// warning naming it; a `[cluster]` one (for the cluster's hosts) is not.
+#[test]
+fn trust_files_without_a_certificate_and_unused_cas() {
+    let s = scratch();
+    let (bare, root) = (s.path().join("bare"), s.path().join("certs-d"));
+    let empty = s.path().join("empty.crt");
+    std::fs::write(&empty, "").unwrap();
+    let certs_d = root.join("etc/containers/certs.d/127.0.0.1:1");
+    std::fs::create_dir_all(&certs_d).unwrap();
+    let key_only =
+        "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n";
+    std::fs::write(certs_d.join("client.cert"), key_only).unwrap();
+    std::fs::write(certs_d.join("client.key"), key_only).unwrap();
+    let ca = format!("127.0.0.1:1={}", empty.display());
+    let dest = format!("oci:{}", s.path().join("d").display());
+    let cases = [
+        (&bare, vec!["--ca", &ca], empty.clone()),
+        (&root, vec![], certs_d.join("client.cert")),
+    ];
+    for (root, more, named) in &cases {
+        for verb in ["plan", "pull"] {
+            let mut c = quiet(&[verb, UNREACHABLE, "--sandbox", "none", "--dest", &dest]);
+            c.args(more).arg("--config-root").arg(config_root(root));
+            let t = Instant::now();
+            let r = run(&mut c);
+            r.assert_failure(2);
+            let want = format!("{}: no certificate in it", named.display());
+            assert!(r.stderr.contains(&want), "{verb}: {}", r.stderr);
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{verb}: after the network"
+            );
+        }
+    }
+    let warned = "this pull does not use other.example:5000, only 127.0.0.1:1";
+    let plan = |root: &Path, ca_host: &str| {
+        let ca = format!("{ca_host}={}", var("RIG_CA"));
+        let r = run(&mut plan_in(root, UNREACHABLE, &["--ca", &ca]));
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stderr
+    };
+    let said = plan(&bare, "other.example:5000");
+    assert!(said.contains(" WARN ") && said.contains(warned), "{said}");
+    assert!(!plan(&bare, "127.0.0.1:1").contains(warned));
+    let cluster = s.path().join("cluster");
+    std::fs::create_dir_all(cluster.join("etc/hostpull")).unwrap();
+    std::fs::write(
+        cluster.join("etc/hostpull/config.toml"),
+        format!(
+            "[cluster]\nca = [\"other.example:5000={}\"]\n",
+            var("RIG_CA")
+        ),
+    )
+    .unwrap();
+    assert!(!plan(&cluster, "127.0.0.1:1").contains(warned));
+}

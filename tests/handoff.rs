@@ -93,6 +93,40 @@ fn rebase_hands_the_layout_to_rpm_ostree_and_bootc() {
     );
 }
 
+/// A consumer that is not on PATH (or not executable there) is the host's
+/// setup: exit 2 naming it, before the registry is asked for anything.
+#[test]
+fn rebase_without_its_consumer_fetches_nothing() {
+    let s = searchable_scratch();
+    let name = "hostpull/rebase-no-consumer";
+    let image = format!("{}/{name}:v1", var("RIG_REGISTRY"));
+    rig_copy(var("RIG_IMG_SMALL"), &image, &[]);
+    let not_executable = s.path().join("bin");
+    std::fs::create_dir(&not_executable).unwrap();
+    std::fs::write(not_executable.join("bootc"), "#!/bin/sh\n").unwrap();
+    let path = format!(
+        "{}:{}",
+        not_executable.display(),
+        std::env::var("PATH").unwrap()
+    );
+    let layout = s.path().join("layout");
+    for consumer in ["rpm-ostree", "bootc"] {
+        let mark = registry_log_mark();
+        let mut c = with_rig_creds(hostpull(&["rebase", "--consumer", consumer, &image]));
+        c.args(["--sandbox", &sandbox()])
+            .arg("--layout")
+            .arg(&layout);
+        let r = run(c.env("PATH", &path));
+        r.assert_failure(2);
+        let want = format!("the consumer {consumer} is not on PATH");
+        assert!(r.stderr.contains(&want), "{}", r.stderr);
+        for kind in ["manifests", "blobs"] {
+            assert_eq!(fetched_since(mark, name, kind), Vec::<String>::new());
+        }
+        assert!(!layout.exists());
+    }
+}
+
 /// The stand-in's readability check can fail: a layout below a directory only
 /// root may search is refused by it.
 #[test]

@@ -735,6 +735,32 @@ fn a_rejected_image_writes_nothing_into_the_repository() {
     assert_eq!(staging_left(&repo), Vec::<String>::new());
 }
 
+/// An image for another platform than the one asked for is refused once its
+/// config came, before any layer (exit 13); the import that began with it
+/// leaves no ref and no staging.
+#[cfg(feature = "ostree")]
+#[test]
+fn an_image_for_another_platform_imports_nothing() {
+    let s = scratch();
+    let (image, _) = encapsulated_image(s.path());
+    let config = registry_raw(&image)["config"]["digest"].clone();
+    let repo = new_repo(s.path());
+    let mark = registry_log_mark();
+    let mut c = with_rig_creds(pull_cmd(&image, &format!("ostree:{}:os", repo.display())));
+    c.args(["--platform", "linux/s390x"]);
+    let r = run(&mut c);
+    r.assert_failure(13);
+    assert!(r.stderr.contains("not for linux/s390x"), "{}", r.stderr);
+    let name = image
+        .strip_prefix(&format!("{}/", var("RIG_REGISTRY")))
+        .and_then(|n| n.rsplit_once(':'))
+        .unwrap()
+        .0;
+    assert_eq!(fetched_since(mark, name, "blobs"), [config]);
+    assert_eq!(ostree(&repo, &["refs"]), "");
+    assert_eq!(staging_left(&repo), Vec::<String>::new());
+}
+
 /// The import reads the staging layout through hostpull itself
 /// (src/store/proxy.rs): no skopeo of its own, so no second hash and no unit.
 /// The stand-in skopeo (tests/probe-import.sh) is skopeo only where the

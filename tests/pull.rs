@@ -280,6 +280,53 @@ fn platform_is_chosen_from_the_index() {
     assert!(!s.path().join("none").exists());
 }
 
+/// A single-platform image is for the platform its config declares: another
+/// one asked for (or this host's) is refused from the verified config before
+/// any layer comes (exit 13), from a layout that holds the config or the whole
+/// image too, and nothing is published. `--json` reports the config's platform.
+#[test]
+fn platform_of_a_single_image_is_its_config() {
+    let name = "hostpull/platform-single";
+    let image = format!("{}/{name}:v1", var("RIG_REGISTRY"));
+    rig_copy(var("RIG_IMG_SMALL"), &image, &[]);
+    let config = registry_raw(&image)["config"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let s = scratch();
+    let dest = s.path().join("layout");
+    let on_s390x = |image: &str, tag| {
+        let mut c = with_rig_creds(pull_cmd(image, &oci(&dest, tag)));
+        c.args(["--platform", "linux/s390x"]);
+        let r = run(&mut c);
+        r.assert_failure(13);
+        let why = "the image is for linux/amd64 (its config says so), not for linux/s390x";
+        assert!(
+            r.stderr.contains(&format!("{config}: {why}")),
+            "{}",
+            r.stderr
+        );
+    };
+    let mark = registry_log_mark();
+    on_s390x(&image, None);
+    assert_eq!(fetched_since(mark, name, "blobs"), [config.as_str()]);
+    assert!(!dest.exists(), "nothing published, nothing left");
+    // A variant amd64 has no order for, the image naming none: taken, and
+    // reported as the config says.
+    let mut c = with_rig_creds(pull_cmd(&image, &oci(&dest, None)));
+    c.args(["--platform", "linux/amd64/v3"]);
+    assert_eq!(run(&mut c).json()["platform"], "linux/amd64");
+    // The layout holds the config: checked from there, nothing comes.
+    let mark = registry_log_mark();
+    on_s390x(&image, Some("other"));
+    assert_eq!(fetched_since(mark, name, "blobs"), Vec::<String>::new());
+    // Held whole and pinned: no worker, the same refusal, the layout as it was.
+    let before = snapshot(&dest);
+    let pinned = format!("{}/{name}@{}", var("RIG_REGISTRY"), registry_digest(&image));
+    on_s390x(&pinned, Some("pinned"));
+    assert_eq!(snapshot(&dest), before);
+}
+
 #[test]
 fn pull_by_digest() {
     let image = var("RIG_IMG_SMALL");

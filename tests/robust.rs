@@ -34,7 +34,7 @@ fn unreadable_trust_files_are_usage_errors_naming_them() {
         let root = config_root(s.path().join(format!("root{i}")));
         let certs_d = root.join("etc/containers/certs.d/127.0.0.1:1");
         std::fs::create_dir_all(&certs_d).unwrap();
-        std::fs::write(certs_d.join("client.cert"), "x").unwrap();
+        std::fs::copy(var("RIG_CA"), certs_d.join("client.cert")).unwrap();
         if name != "client.key" {
             std::fs::write(certs_d.join("client.key"), "x").unwrap();
         }

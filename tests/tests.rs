@@ -18,6 +18,7 @@ mod rate;
 mod referrers;
 mod rig_env;
 mod robust;
+mod scripts;
 mod signatures;
 mod space;
 mod systemd;

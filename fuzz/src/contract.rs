@@ -173,9 +173,14 @@ pub fn manifest_go_target(data: &[u8]) {
 pub fn config_target(data: &[u8]) {
     match manifest::check_config(data) {
         Err(e) => expect_code("check_config", &e, &[7]),
-        Ok(()) => {
+        Ok(declared) => {
             let v: serde_json::Value = serde_json::from_slice(data).expect("accepted, not JSON");
             assert!(v.is_object(), "accepted a config that is not an object");
+            // The platform checked is the one a reader of the JSON finds.
+            assert_eq!(v["os"], declared.os.as_str(), "os");
+            assert_eq!(v["architecture"], declared.architecture.as_str(), "arch");
+            let variant = v["variant"].as_str().filter(|v| !v.is_empty());
+            assert_eq!(variant, declared.variant.as_deref(), "variant");
         }
     }
 }

@@ -11,9 +11,10 @@ use anyhow::Context;
 use containers_image_proxy::{Error as ProxyError, ImageProxy, OpenedImage};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::Tally;
+use crate::digest::Sha256Digest;
 use crate::error::{Kind, failure};
-use crate::manifest::Descriptor;
+use crate::manifest::{Descriptor, Platform};
+use crate::progress::BlobState;
 use crate::sandbox::{BlobData, BlobPipe, open_blob, proxy_failure};
 use crate::store::{BlobSink, Layout};
 
@@ -142,18 +143,26 @@ impl Flow {
 /// read, hashed and written by a reader of its own ([`Reader::spawn`]: a
 /// thread for a `GetRawBlob` pipe, a runtime task otherwise), so that the
 /// hashing of several blobs spreads over the cores.
+///
+/// The config, first in `todo` when it is missing, comes alone: the platform
+/// it declares is checked ([`super::check_config`]) before any layer is asked
+/// for, and given back.
 pub(super) async fn transfer(
     proxy: &ImageProxy,
     img: &OpenedImage,
-    layout: &Arc<Layout>,
+    (layout, want): (&Arc<Layout>, &Platform),
     tally: &Tally<'_>,
     flow: &Flow,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<Platform>> {
     let mut pending = tally.todo.iter().enumerate();
     let mut window = VecDeque::new();
+    let mut declared = None;
     let result = async {
         loop {
-            while window.len() < flow.in_flight() {
+            let config_open = |w: &VecDeque<(_, &Descriptor, _, _)>| {
+                w.iter().any(|(_, d, _, _)| tally.what(d) == "config")
+            };
+            while window.len() < flow.in_flight() && !config_open(&window) {
                 let Some((i, d)) = pending.next() else { break };
                 let what = tally.what(d);
                 let doing = format!("fetching {what} {}", d.digest);
@@ -175,9 +184,9 @@ pub(super) async fn transfer(
                     i,
                 };
                 let reading = Reader::spawn(data, job);
-                window.push_back((doing, finish, reading));
+                window.push_back((doing, d, finish, reading));
             }
-            let Some((doing, finish, mut reading)) = window.pop_front() else {
+            let Some((doing, d, finish, mut reading)) = window.pop_front() else {
                 break;
             };
             let theirs = finish.await;
@@ -185,17 +194,20 @@ pub(super) async fn transfer(
                 Err(Consumed::Early(anyhow::anyhow!("blob reader failed: {e}")))
             });
             merge_errors(&doing, ours, theirs)?;
+            if tally.what(d) == "config" {
+                declared = super::check_config(layout, d, want)?;
+            }
         }
         Ok(())
     }
     .await;
     // On an error, stop the other readers: that closes their pipes, so skopeo
     // stops writing, and drops their temp files.
-    for (_, _, mut reading) in window {
+    for (_, _, _, mut reading) in window {
         reading.stop();
         let _ = (&mut reading.task).await;
     }
-    result
+    result.map(|()| declared)
 }
 
 /// A blob reader: a task of the runtime, or a thread reading the pipe
@@ -415,6 +427,46 @@ fn drain(pipe: std::fs::File, job: Job, stop: &Stop) -> Result<(), Consumed> {
     }
 }
 
+/// The blobs of the image as progress shows them: those not `missing` when
+/// the pull began are reused, those missing but not in `todo` came with an
+/// earlier attempt, and those in `todo` are as far as they have been read.
+#[derive(Debug)]
+pub(super) struct Tally<'a> {
+    /// The image's config: the one blob that is no layer.
+    pub(super) config: &'a Sha256Digest,
+    pub(super) blobs: Vec<&'a Descriptor>,
+    pub(super) missing: &'a [Descriptor],
+    pub(super) todo: Vec<Descriptor>,
+}
+
+impl Tally<'_> {
+    /// What a blob is, for messages and progress.
+    pub(super) fn what(&self, d: &Descriptor) -> &'static str {
+        if d.digest == *self.config {
+            "config"
+        } else {
+            "layer"
+        }
+    }
+
+    /// `read(i)`: the bytes of `todo[i]` read so far.
+    pub(super) fn states(&self, read: impl Fn(usize) -> u64) -> Vec<BlobState> {
+        self.blobs
+            .iter()
+            .map(|d| BlobState {
+                digest: d.digest.clone(),
+                what: self.what(d),
+                bytes: match self.todo.iter().position(|t| t.digest == d.digest) {
+                    Some(i) => read(i).min(d.size),
+                    None => d.size,
+                },
+                total: d.size,
+                cached: !self.missing.iter().any(|m| m.digest == d.digest),
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -522,5 +574,47 @@ mod tests {
             shown(merge_errors("fetching x", Ok(()), Err(vague()))),
             (8, "worker failed while fetching x".to_owned())
         );
+    }
+
+    fn desc(media_type: &str, c: char, size: u64) -> Descriptor {
+        Descriptor {
+            media_type: media_type.into(),
+            digest: Sha256Digest::parse(&format!("sha256:{}", c.to_string().repeat(64))).unwrap(),
+            size,
+            urls: vec![],
+            platform: None,
+            annotations: Default::default(),
+        }
+    }
+
+    const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+    #[test]
+    fn tally_shows_reused_earlier_and_partial_blobs() {
+        // A Docker image's config: its media type does not say "config".
+        let config = desc("application/vnd.docker.container.image.v1+json", 'c', 100);
+        let earlier = desc(LAYER, 'e', 10);
+        let partial = desc(LAYER, 'b', 10);
+        let over = desc(LAYER, 'd', 10);
+        let missing = [earlier.clone(), partial.clone(), over.clone()];
+        let tally = Tally {
+            config: &config.digest,
+            blobs: vec![&config, &earlier, &partial, &over],
+            missing: &missing,
+            todo: vec![partial.clone(), over.clone()],
+        };
+        let got: Vec<_> = tally
+            .states(|i| [4, 99][i])
+            .into_iter()
+            .map(|b| (b.what, b.bytes, b.total, b.cached))
+            .collect();
+        // (what, bytes, total, cached)
+        let want = [
+            ("config", 100, 100, true),
+            ("layer", 10, 10, false),
+            ("layer", 4, 10, false),
+            ("layer", 10, 10, false),
+        ];
+        assert_eq!(got, want);
     }
 }

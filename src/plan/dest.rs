@@ -178,6 +178,7 @@ mod tests {
             },
             dry_run,
             absolute_dest: false,
+            cluster_cas: 0,
         }
     }
 

@@ -126,6 +126,11 @@ pub struct Request {
     /// `hostpull rebase`: an `oci:` directory is made absolute (below
     /// [`Host::current_dir`]), as the consumer it is handed to runs elsewhere.
     pub absolute_dest: bool,
+    /// How many of `options.cas`, the first, the drop-ins' `[cluster]` table
+    /// gave: CAs for the cluster's hosts, which most pulls do not use. A CA
+    /// given for this pull (`--ca`, a profile's `ca`) whose host it does not
+    /// use is warned about.
+    pub cluster_cas: usize,
 }
 
 /// The environment variable naming one more authfile, read after the
@@ -309,6 +314,13 @@ fn policy_and_trust(
     }
     let policy = signature_policy(req, host, image)?;
     let hosts = trust_hosts(sources, &policy);
+    for (h, file) in cas.iter().skip(req.cluster_cas) {
+        if !hosts.contains(h) {
+            let file = file.display();
+            let uses = hosts.join(", ");
+            tracing::warn!("--ca {h}={file}: this pull does not use {h}, only {uses}");
+        }
+    }
     if let Some(dir) = &req.options.cert_dir {
         return Ok((policy, trust::Trust::CertDir(dir.clone())));
     }
@@ -570,6 +582,9 @@ mod tests {
     use imgref::OstreeDest;
     use testing::MemHost;
 
+    /// A CA certificate, for the trust files the planner reads.
+    const PEM: &str = include_str!("../signature/testdata/fulcio_v1.crt.pem");
+
     const ACCEPT_ANYTHING: &str = r#"{"default":[{"type":"insecureAcceptAnything"}]}"#;
 
     /// A machine with nothing below its root and a policy that accepts
@@ -618,7 +633,7 @@ mod tests {
 
     #[test]
     fn trust_and_dns_rules() {
-        let h = host().file("/td/ca.crt", "pem");
+        let h = host().file("/td/ca.crt", PEM);
         let mut r = req("reg.svc:5000/a:v1", "oci:/d");
         r.options.cas = vec![
             "reg.svc:5000=/td/ca.crt".to_owned(),
@@ -1086,7 +1101,7 @@ mod tests {
                     )
                     .file("etc/containers/registries.conf.d/60-x.d/a", "")
                     .file("etc/containers/registries.conf.d/README", "[[[")
-                    .file("etc/containers/certs.d/m2.io/ca.crt", "pem"),
+                    .file("etc/containers/certs.d/m2.io/ca.crt", PEM),
                 |r| r.options.no_default_creds = true,
                 vec![
                     (
@@ -1102,10 +1117,10 @@ mod tests {
                 "certs.d: containers' directory wins over docker's; a client cert \
                  with its key",
                 base()
-                    .file("etc/containers/certs.d/m1.io/ca.crt", "pem")
-                    .file("etc/docker/certs.d/m1.io/other.crt", "pem")
-                    .file("etc/docker/certs.d/h.io/ca.crt", "pem")
-                    .file("etc/docker/certs.d/h.io/client.cert", "pem")
+                    .file("etc/containers/certs.d/m1.io/ca.crt", PEM)
+                    .file("etc/docker/certs.d/m1.io/other.crt", PEM)
+                    .file("etc/docker/certs.d/h.io/ca.crt", PEM)
+                    .file("etc/docker/certs.d/h.io/client.cert", PEM)
                     .file("etc/docker/certs.d/h.io/client.key", "pem"),
                 |r| r.options.no_default_creds = true,
                 vec![

@@ -78,15 +78,45 @@ pub fn parse_ca(host_fs: &dyn Host, arg: &str) -> anyhow::Result<(String, PathBu
             format!("invalid --ca: not HOST[:PORT]: {}", quoted(host)),
         );
     }
-    check_file(host_fs, Path::new(file)).with_context(|| format!("--ca {arg}"))?;
+    check_certificate(host_fs, Path::new(file)).with_context(|| format!("--ca {arg}"))?;
     Ok((host.to_owned(), file.into()))
+}
+
+/// [`check_file`], and the file holds a certificate: a PEM `CERTIFICATE`
+/// block that parses, as Go's `AppendCertsFromPEM` needs one. skopeo skips a
+/// CA file without any, and the TLS failure that follows names no file.
+fn check_certificate(host: &dyn Host, path: &Path) -> anyhow::Result<()> {
+    use x509_cert::der::DecodePem;
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let bytes = check_file(host, path)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let parses = |block: &str| x509_cert::Certificate::from_pem(block).is_ok();
+    let mut rest = text.as_ref();
+    while let Some(at) = rest.find(BEGIN) {
+        let Some(end) = rest[at..].find(END).map(|e| at + e + END.len()) else {
+            break;
+        };
+        if parses(&rest[at..end]) {
+            return Ok(());
+        }
+        rest = &rest[end..];
+    }
+    fail(
+        Kind::Usage,
+        format!(
+            "{}: no certificate in it (a PEM CERTIFICATE block)",
+            path.display()
+        ),
+    )
 }
 
 /// Check that a trust file (a CA, a client certificate or key) can be read,
 /// or fail with a usage error naming it: a directory, a dangling link or a
 /// file that cannot be read is configuration to fix. Anything but a regular
-/// file is refused before it is read (reading a FIFO would block).
-fn check_file(host: &dyn Host, path: &Path) -> anyhow::Result<()> {
+/// file is refused before it is read (reading a FIFO would block). Gives its
+/// bytes.
+fn check_file(host: &dyn Host, path: &Path) -> anyhow::Result<Vec<u8>> {
     match host.kind(path) {
         Ok(FileKind::File) => {}
         Ok(_) => {
@@ -98,7 +128,7 @@ fn check_file(host: &dyn Host, path: &Path) -> anyhow::Result<()> {
         Err(e) => return fail(Kind::Usage, format!("reading {}: {e}", path.display())),
     }
     match host.read(path) {
-        Ok(_) => Ok(()),
+        Ok(bytes) => Ok(bytes),
         Err(e) => fail(Kind::Usage, format!("reading {}: {e}", path.display())),
     }
 }
@@ -140,7 +170,7 @@ pub fn resolve(
             // holds or names the file that is wrong.
             for n in &names {
                 if n.ends_with(".crt") {
-                    check_file(host_fs, &dir.join(n))?;
+                    check_certificate(host_fs, &dir.join(n))?;
                     t.cas.push(dir.join(n));
                 } else if let Some(base) = n.strip_suffix(".cert") {
                     let key = format!("{base}.key");
@@ -148,7 +178,7 @@ pub fn resolve(
                         return fail(Kind::Usage, format!("{}: {n} has no {key}", dir.display()));
                     }
                     if t.client.is_none() {
-                        check_file(host_fs, &dir.join(n))?;
+                        check_certificate(host_fs, &dir.join(n))?;
                         check_file(host_fs, &dir.join(&key))?;
                         t.client = Some((dir.join(n), dir.join(key)));
                     }
@@ -170,11 +200,13 @@ mod tests {
         crate::host::System::open(root).unwrap()
     }
 
+    const CERT: &str = include_str!("../signature/testdata/fulcio_v1.crt.pem");
+
     #[test]
     fn ca_flags() {
         let td = tempfile::tempdir().unwrap();
         let f = td.path().join("ca.crt");
-        std::fs::write(&f, "pem").unwrap();
+        std::fs::write(&f, CERT).unwrap();
         let ok = parse_ca(&sys(td.path()), &format!("reg.svc:5000={}", f.display())).unwrap();
         assert_eq!(ok, ("reg.svc:5000".to_owned(), f.clone()));
         for bad in [
@@ -197,7 +229,7 @@ mod tests {
         let w = |p: &str| {
             let p = root.join(p);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(&p, "x").unwrap();
+            std::fs::write(&p, CERT).unwrap();
             p
         };
         let flag_ca = w("flags/svc-ca.crt");
@@ -260,7 +292,7 @@ mod tests {
             let dir = td.path().join("etc/containers/certs.d/r.example:5000");
             std::fs::create_dir_all(&dir).unwrap();
             for n in ["client.cert", "client.key"] {
-                std::fs::write(dir.join(n), "x").unwrap();
+                std::fs::write(dir.join(n), CERT).unwrap();
             }
             let bad = dir.join(name);
             let _ = std::fs::remove_file(&bad);
@@ -277,6 +309,50 @@ mod tests {
                 .unwrap_err();
                 assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
                 assert!(format!("{e:#}").contains(bad.to_str().unwrap()), "{e:#}");
+            }
+        }
+    }
+
+    /// A CA or client certificate file without a certificate in it is a usage
+    /// error naming it, at plan time (skopeo would skip it, and the TLS
+    /// failure would name nothing); one is enough, among anything else.
+    #[test]
+    fn trust_files_without_a_certificate_are_usage_errors_naming_them() {
+        let garbled = CERT.replacen("MII", "AAA", 1);
+        let key =
+            "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n";
+        // (contents, has a certificate)
+        let cases = [
+            (String::new(), false),
+            ("not pem\n".to_owned(), false),
+            (key.to_owned(), false),
+            (garbled.clone(), false),
+            (format!("# a bundle\n{key}{garbled}\n{CERT}"), true),
+            (CERT.to_owned(), true),
+        ];
+        for (text, ok) in cases {
+            for name in ["ca.crt", "client.cert"] {
+                let td = tempfile::tempdir().unwrap();
+                let dir = td.path().join("etc/containers/certs.d/r.example");
+                std::fs::create_dir_all(&dir).unwrap();
+                for n in ["ca.crt", "client.cert", "client.key"] {
+                    std::fs::write(dir.join(n), CERT).unwrap();
+                }
+                std::fs::write(dir.join(name), &text).unwrap();
+                let r = resolve(&sys(td.path()), &["r.example".to_owned()], &[]);
+                let bad = dir.join(name);
+                let flag = parse_ca(&sys(td.path()), &format!("r.example={}", bad.display()));
+                for r in [r.map(drop), flag.map(drop)] {
+                    match r {
+                        Ok(()) => assert!(ok, "{name}: {text:?}"),
+                        Err(e) => {
+                            assert!(!ok, "{name}: {text:?}: {e:#}");
+                            assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
+                            let want = format!("{}: no certificate in it", bad.display());
+                            assert!(format!("{e:#}").contains(&want), "{e:#}");
+                        }
+                    }
+                }
             }
         }
     }
