@@ -66,6 +66,15 @@ const IPV6_HOST: &str = "the registry is an IPv6 address, which no skopeo can pu
     (its reference grammar has none, skopeo#631): name it with --add-host NAME:IP and pull \
     NAME[:PORT]/PATH, with a certificate for NAME";
 
+/// Why `domain` names no registry that skopeo can pull from, if it does not.
+fn unusable_domain(domain: &str) -> Option<&'static str> {
+    // No skopeo's reference grammar has an IPv6 address (skopeo#631).
+    match domain.starts_with('[') {
+        true => Some(IPV6_HOST),
+        false => (!valid_domain(domain)).then_some("invalid registry host"),
+    }
+}
+
 /// Whether a reference (without its transport) starts with `USER[:PASSWORD]@`,
 /// as a URL's userinfo: an `@` before any `/`, with a path after it, or after
 /// a `USER:PASSWORD` when what follows is no sha256 digest. The docker
@@ -154,13 +163,8 @@ impl ImageRef {
         } else {
             path
         };
-        // Every skopeo's reference grammar (containers/image's docker/reference)
-        // has no IPv6 address: the worker would refuse it (skopeo#631).
-        if domain.starts_with('[') {
-            return bad(IPV6_HOST);
-        }
-        if !valid_domain(&domain) {
-            return bad("invalid registry host");
+        if let Some(why) = unusable_domain(&domain) {
+            return bad(why);
         }
         if path.is_empty() || !path.split('/').all(valid_path_component) {
             return bad(
