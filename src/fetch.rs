@@ -14,7 +14,7 @@ use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed};
 use crate::plan::imgref::{ImageRef, Target};
 use crate::plan::{DestPlan, Plan};
 use crate::progress::{BlobState, Progress};
-use crate::report::{CredentialReport, Report};
+use crate::report::{CredentialReport, Report, next_credentials, on_host};
 use crate::sandbox::Worker;
 use crate::signature::Verdict;
 use crate::store::{Destination, Layout};
@@ -125,8 +125,8 @@ pub async fn pull_into(
         };
         let report = worker.finish().await;
         let refused = matches!(&result, Err(e) if failure(e).is_some_and(|f| f.kind == Kind::Auth));
-        if refused && n + 1 < tries {
-            tracing::warn!("credential {} of {tries} refused, trying the next", n + 1);
+        if let (true, Err(e)) = (refused && n + 1 < tries, &result) {
+            tracing::warn!("{}", next_credentials(e, &plan.credentials, n));
             n += 1;
             continue;
         }
@@ -138,7 +138,7 @@ pub async fn pull_into(
             r => (r, report),
         };
     };
-    let (resolved, fetched, signature) = result?;
+    let (resolved, fetched, signature) = result.map_err(|e| on_host(e, &plan.sources))?;
     let total = resolved.manifest.layers.len();
     let fetched_layers = fetched
         .iter()
@@ -202,8 +202,8 @@ async fn pull_with(
     progress: &Progress,
 ) -> anyhow::Result<(Resolved, Vec<Descriptor>, Verdict)> {
     let mut stage = Stage::Start;
-    // The last attempt's error: its first line, and its detail.
-    let last_error = std::sync::Mutex::new(None::<(String, Option<String>)>);
+    // The last attempt's error: its first line, and its failure's detail and host.
+    let last_error = std::sync::Mutex::new(None::<Failure>);
     let retrying = async {
         let mut stalls = 0;
         let mut attempt = 0;
@@ -213,8 +213,7 @@ async fn pull_with(
                 Ok(ready) => return Ok(ready),
                 Err(e) => e,
             };
-            let detail = failure(&e).and_then(|f| f.detail.clone());
-            *last_error.lock().unwrap() = Some((crate::error::one_line(&format!("{e:#}")), detail));
+            *last_error.lock().unwrap() = Some(Failure::restating(&e, Kind::Network));
             let retry = failure(&e).map_or(Retry::Never, |f| f.retry);
             stalls += u32::from(retry == Retry::Stalled);
             if retry == Retry::Never || attempt >= MAX_ATTEMPTS || stalls >= MAX_STALLS {
@@ -239,11 +238,10 @@ async fn pull_with(
                 plan.retry.timeout.as_secs()
             );
             let f = match last_error.into_inner().unwrap() {
-                Some((last, detail)) => Failure::new(
-                    Kind::Network,
-                    format!("{timeout}; the last attempt: {last}"),
-                )
-                .with_detail(detail.unwrap_or_default()),
+                Some(last) => Failure {
+                    message: format!("{timeout}; the last attempt: {}", last.message),
+                    ..last
+                },
                 None => Failure::new(Kind::Network, timeout),
             };
             return Err(f.into());

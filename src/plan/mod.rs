@@ -242,6 +242,7 @@ fn worker(
         trust,
         dns,
         registries_conf: registries::worker_conf(&route)?,
+        sources: route.hosts().into_iter().map(|r| r.domain).collect(),
         selinux_context: host.selinux_enabled().then(|| {
             req.options
                 .selinux_context

@@ -33,6 +33,9 @@ pub struct WorkerSpec {
     pub dns: Dns,
     /// The worker's registries.conf: this image's table only.
     pub registries_conf: String,
+    /// The hosts the image may come from, in the order skopeo tries them (the
+    /// mirrors, then the primary): how root tells which answered what.
+    pub sources: Vec<String>,
 }
 
 #[cfg(test)]
@@ -49,6 +52,7 @@ impl WorkerSpec {
             trust: Trust::default(),
             dns: Dns::default(),
             registries_conf: String::new(),
+            sources: vec!["r.io".into()],
         }
     }
 }
