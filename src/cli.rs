@@ -54,7 +54,9 @@ one used per host, among its candidates),
 worker {sandbox, unit, uid, memory_peak_bytes, startup_ms, skopeo,
 protocol, blobs_via}; with --dest
 ostree:, dest is the repository and ostree {repo, commit, refs} tells the
-imported commit and the refs pointing at it.";
+imported commit and the refs pointing at it. A failure prints
+error {exit_code, kind, message, host} instead
+(docs/failure-v0.schema.json).";
 
 /// The command line: one verb and its options.
 #[derive(Debug, Parser)]
@@ -278,10 +280,29 @@ fn to_stderr(line: &str) {
     let _ = writeln!(err, "{line}");
 }
 
+/// Whether stdout has had its one `--json` object: a failure after it (a
+/// rebase's hand-off) then prints no second one.
+static PRINTED_JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     let mut bytes = serde_json::to_vec(value)?;
     bytes.push(b'\n');
+    PRINTED_JSON.store(true, std::sync::atomic::Ordering::Relaxed);
     to_stdout(&bytes)
+}
+
+/// What `--json` prints for a failure (docs/failure-v0.schema.json): its
+/// exit code and that code's name, the `error:` line's text (`message`), and
+/// the registry host whose answer it was, or null.
+fn failure_json(e: &anyhow::Error, message: &str) -> serde_json::Value {
+    let f = error::failure(e);
+    let kind = f.map_or(Kind::Internal, |f| f.kind);
+    serde_json::json!({"error": {
+        "exit_code": kind.exit_code(),
+        "kind": kind.name(),
+        "message": message,
+        "host": f.and_then(|f| f.host.as_deref()),
+    }})
 }
 
 async fn run_pull(opts: &PullOpts, screen: &Screen) -> anyhow::Result<()> {
@@ -532,9 +553,24 @@ pub fn run_main() -> i32 {
     });
     // Dropping the runtime would wait for a blocked read of a stopped worker.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    let json = match &cli.cmd {
+        Cmd::Pull(o) | Cmd::Plan(o) => o.json,
+        Cmd::Rebase(o) => o.pull.json,
+        Cmd::Prune(o) => o.json,
+        Cmd::Man { .. } | Cmd::Completions { .. } => false,
+    };
     match r {
         Ok(()) => 0,
-        Err(e) => report_error(&e),
+        Err(e) => {
+            let code = report_error(&e);
+            let printed = PRINTED_JSON.load(std::sync::atomic::Ordering::Relaxed);
+            if json && code != 0 && !printed {
+                let message = error::one_line(&format!("{e:#}"));
+                // A stdout that cannot take it changes nothing: stderr said it.
+                let _ = print_json(&failure_json(&e, &message));
+            }
+            code
+        }
     }
 }
 
@@ -584,11 +620,39 @@ mod tests {
                 | Terminated => {}
             }
         }
+        // Each has a name of its own, as docs/failure-v0.schema.json allows it.
+        let names: std::collections::BTreeSet<&str> = kinds.iter().map(|k| k.name()).collect();
+        assert_eq!(names.len(), kinds.len());
+        for n in names {
+            assert!(
+                !n.is_empty() && n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{n}"
+            );
+        }
         let codes: Vec<i32> = error::EXIT_CODES.iter().map(|(c, _)| *c).collect();
         let want: Vec<i32> = std::iter::once(0)
             .chain(kinds.map(Kind::exit_code))
             .collect();
         assert_eq!(codes, want);
+    }
+
+    /// A failure's object names its code, kind and host.
+    #[test]
+    fn cli_failure_json_names_the_kind() {
+        use Kind::*;
+        let e = anyhow::Error::from(
+            error::Failure::new(Auth, "authentication refused").with_host("r.io:5000"),
+        )
+        .context("pulling");
+        let want = serde_json::json!({"error": {"exit_code": 3, "kind": "auth",
+            "message": "m", "host": "r.io:5000"}});
+        assert_eq!(failure_json(&e, "m"), want);
+        let e = anyhow::anyhow!("boom");
+        assert_eq!(failure_json(&e, "m")["error"]["kind"], "internal");
+        assert_eq!(
+            failure_json(&e, "m")["error"]["host"],
+            serde_json::Value::Null
+        );
     }
 
     /// README's "Exit codes" table is the table, row for row.

@@ -72,6 +72,28 @@ impl Kind {
     pub fn exit_code(self) -> i32 {
         self as i32
     }
+
+    /// The kind's name, as `--json` gives it with a failure
+    /// (docs/failure-v0.schema.json): a public contract, as the code is.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Internal => "internal",
+            Kind::Usage => "usage",
+            Kind::Auth => "auth",
+            Kind::NotFound => "not_found",
+            Kind::Tls => "tls",
+            Kind::Network => "network",
+            Kind::Verify => "verify",
+            Kind::Worker => "worker",
+            Kind::Signature => "signature",
+            Kind::Handoff => "handoff",
+            Kind::NoSpace => "no_space",
+            Kind::Deferred => "deferred",
+            Kind::Platform => "platform",
+            Kind::Interrupted => "interrupted",
+            Kind::Terminated => "terminated",
+        }
+    }
 }
 
 /// Whether a pull that failed so may succeed when tried again, decided where
@@ -103,6 +125,8 @@ pub struct Failure {
     /// not be reached), not the registry: [`crate::sandbox::naming_proxy`]
     /// names the proxy, and no other registry credential is tried.
     pub via_proxy: bool,
+    /// The registry host (`HOST[:PORT]`) whose answer it is, if one's is.
+    pub host: Option<String>,
 }
 
 impl Failure {
@@ -114,6 +138,7 @@ impl Failure {
             detail: None,
             retry: Retry::Never,
             via_proxy: false,
+            host: None,
         }
     }
 
@@ -121,6 +146,23 @@ impl Failure {
     /// proxy that refuses its own refuses whichever is sent.
     pub fn registry_refused(&self) -> bool {
         self.kind == Kind::Auth && !self.via_proxy
+    }
+
+    /// A failure of `kind` that says `e` in one line, with the detail and
+    /// host of the failure in it.
+    pub fn restating(e: &anyhow::Error, kind: Kind) -> Self {
+        let of = failure(e);
+        Self {
+            detail: of.and_then(|f| f.detail.clone()),
+            host: of.and_then(|f| f.host.clone()),
+            ..Self::new(kind, one_line(&format!("{e:#}")))
+        }
+    }
+
+    /// The same failure, as `host`'s answer.
+    pub fn with_host(mut self, host: impl Into<String>) -> Self {
+        self.host = Some(host.into());
+        self
     }
 
     /// The same failure, retried as `retry` says.

@@ -14,7 +14,7 @@ use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed, Platform};
 use crate::plan::imgref::{ImageRef, Target};
 use crate::plan::{DestPlan, Plan};
 use crate::progress::Progress;
-use crate::report::{CredentialReport, Report};
+use crate::report::{CredentialReport, Report, next_credentials, on_host};
 use crate::sandbox::{Worker, naming_proxy};
 use crate::signature::Verdict;
 use crate::store::{Destination, Layout};
@@ -129,8 +129,8 @@ pub async fn pull_into(
         let report = worker.finish().await;
         let refused =
             matches!(&result, Err(e) if failure(e).is_some_and(Failure::registry_refused));
-        if refused && n + 1 < tries {
-            tracing::warn!("credential {} of {tries} refused, trying the next", n + 1);
+        if let (true, Err(e)) = (refused && n + 1 < tries, &result) {
+            tracing::warn!("{}", next_credentials(e, &plan.credentials, n));
             n += 1;
             continue;
         }
@@ -142,7 +142,8 @@ pub async fn pull_into(
             r => (r, report),
         };
     };
-    let (resolved, fetched, signature) = result.map_err(|e| naming_proxy(e, &plan.worker.proxy))?;
+    let named = |e| naming_proxy(on_host(e, &plan.sources), &plan.worker.proxy);
+    let (resolved, fetched, signature) = result.map_err(named)?;
     let total = resolved.manifest.layers.len();
     let fetched_layers = fetched
         .iter()
@@ -210,8 +211,8 @@ async fn pull_with(
     progress: &Progress,
 ) -> anyhow::Result<(Resolved, Vec<Descriptor>, Verdict)> {
     let mut stage = Stage::Start;
-    // The last attempt's error: its first line, and its detail.
-    let last_error = std::sync::Mutex::new(None::<(String, Option<String>)>);
+    // The last attempt's error: its first line, and its failure's detail and host.
+    let last_error = std::sync::Mutex::new(None::<Failure>);
     let retrying = async {
         let mut stalls = 0;
         let mut attempt = 0;
@@ -221,8 +222,7 @@ async fn pull_with(
                 Ok(ready) => return Ok(ready),
                 Err(e) => e,
             };
-            let detail = failure(&e).and_then(|f| f.detail.clone());
-            *last_error.lock().unwrap() = Some((crate::error::one_line(&format!("{e:#}")), detail));
+            *last_error.lock().unwrap() = Some(Failure::restating(&e, Kind::Network));
             let retry = failure(&e).map_or(Retry::Never, |f| f.retry);
             stalls += u32::from(retry == Retry::Stalled);
             if retry == Retry::Never || attempt >= MAX_ATTEMPTS || stalls >= MAX_STALLS {
@@ -247,11 +247,10 @@ async fn pull_with(
                 plan.retry.timeout.as_secs()
             );
             let f = match last_error.into_inner().unwrap() {
-                Some((last, detail)) => Failure::new(
-                    Kind::Network,
-                    format!("{timeout}; the last attempt: {last}"),
-                )
-                .with_detail(detail.unwrap_or_default()),
+                Some(last) => Failure {
+                    message: format!("{timeout}; the last attempt: {}", last.message),
+                    ..last
+                },
                 None => Failure::new(Kind::Network, timeout),
             };
             return Err(f.into());

@@ -1,9 +1,13 @@
 //! What a finished pull reports: the JSON object of `--json`, the one-line
-//! summary, and what they say about credentials and the worker.
+//! summary, and what they say about credentials and the worker; and what a
+//! failed one says: whose answer it was, and which credentials come next.
 
 use serde::Serialize;
 
 use crate::digest::Sha256Digest;
+use crate::error::{Failure, Kind};
+use crate::plan::auth::HostCredentials;
+use crate::plan::imgref::ImageRef;
 use crate::sandbox::WorkerReport;
 
 /// The final report of a pull: `--json` on stdout, the summary on stderr,
@@ -100,4 +104,40 @@ impl Report {
             self.elapsed_ms as f64 / 1000.0
         )
     }
+}
+
+/// A failed pull's error as its one source's answer (`--json`'s `host`) when
+/// the pull had one source and the failure is a registry's answer that names
+/// no host yet: a blob's, a timeout's. With mirrors, only the manifest's
+/// failure can tell which source answered (`sandbox::skopeo::sources`).
+pub fn on_host(mut e: anyhow::Error, sources: &[ImageRef]) -> anyhow::Error {
+    use Kind::*;
+    if let ([only], Some(f)) = (sources, e.downcast_mut::<Failure>())
+        && f.host.is_none()
+        && matches!(f.kind, Auth | NotFound | Tls | Network | Verify)
+    {
+        f.host = Some(only.domain.clone());
+    }
+    e
+}
+
+/// The warning before try `n + 1`, after try `n` was refused with `e`: the
+/// refusal as its error says it (which host refused which credential), then
+/// the credentials that change, by host, source and key.
+pub fn next_credentials(e: &anyhow::Error, all: &[HostCredentials], n: usize) -> String {
+    let refused = crate::error::failure(e).map_or_else(|| e.to_string(), |f| f.message.clone());
+    let next: Vec<String> = all
+        .iter()
+        .filter(|h| h.for_try(n + 1).0 != h.for_try(n).0)
+        .map(|h| {
+            let c = h.for_try(n + 1).1;
+            format!("{}: {} (key {})", c.host, c.source, c.key)
+        })
+        .collect();
+    let tries = crate::plan::auth::attempts(all);
+    format!(
+        "{refused}; trying credentials {} of {tries}: {}",
+        n + 2,
+        next.join(", ")
+    )
 }

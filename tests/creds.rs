@@ -97,8 +97,13 @@ fn every_kind_of_source_works() {
             .unwrap()
             .ends_with("etc/ostree/auth.json")
     );
-    // --no-default-creds: no credential, so the registry refuses.
-    run(&mut pull_with(s.path(), "none", &["--no-default-creds"])).assert_failure(3);
+    // --no-default-creds: no credential, so the registry refuses, and the
+    // error says there was none (not that one was refused).
+    let r = run(&mut pull_with(s.path(), "none", &["--no-default-creds"]));
+    r.assert_failure(3);
+    let none = format!("no credential for {reg}, which asks for one");
+    assert!(r.stderr.contains(&none), "{}", r.stderr);
+    assert!(!r.stderr.contains("refused the credential"), "{}", r.stderr);
 }
 
 /// The worker's authfile holds the image's registry and nothing else, though
@@ -162,7 +167,14 @@ fn a_refused_credential_moves_on_to_the_next() {
         &format!(r#"{{"auths":{{"{reg}":{{"auth":"{}"}}}}}}"#, rig_auth()),
     );
     let args = ["--pull-secret", &stale, "--pull-secret", &good];
-    let r = run(&mut pull_with(s.path(), "rotated", &args)).json();
+    let out = run(&mut pull_with(s.path(), "rotated", &args));
+    let r = out.json();
+    // The warning names the refused credential and the next, by source and key.
+    let warning = out.stderr.lines().find(|l| l.contains(" WARN ")).unwrap();
+    let refused = format!("{reg} refused the credential from {stale} (key {reg}): ");
+    let next = format!("; trying credentials 2 of 2: {reg}: {good} (key {reg})");
+    assert!(warning.contains(&refused), "{warning}");
+    assert!(warning.ends_with(&next), "{warning}");
     assert_eq!(r["credentials"].as_array().unwrap().len(), 1, "{r}");
     let used = &r["credentials"][0];
     assert_eq!(used["source"], good.as_str(), "{r}");
@@ -214,6 +226,18 @@ fn a_refused_credential_moves_on_to_the_next() {
         "{}",
         r.stderr
     );
+    // The last one refused, by source and key; --json's failure object says
+    // the same, and whose answer it was.
+    let last = format!("{reg} refused the credential from {again} (key {reg})");
+    assert!(r.stderr.contains(&last), "{}", r.stderr);
+    let e = r.failure();
+    assert_eq!(
+        (&e["kind"], &e["host"]),
+        (&"auth".into(), &reg.into()),
+        "{e}"
+    );
+    assert_valid("failure-v0.schema.json", &r.stdout);
+    assert!(!r.stdout.contains("older") && !r.stdout.contains("rotated-away"));
 }
 
 #[test]

@@ -117,6 +117,67 @@ fn a_dead_mirror_falls_back_to_the_primary() {
     .json();
 }
 
+/// Which host answered what (issue 45). A mirror that refuses its credential
+/// is a warning, naming it and that credential's source and key, before the
+/// primary serves the pull. With the primary down too, the primary's answer
+/// decides (exit 6: containers/image wraps the primary's error, and notes the
+/// mirrors'), and the error and `--json`'s failure object name each host.
+#[test]
+fn a_refusing_mirror_is_named_in_the_warning_and_the_failure() {
+    let s = scratch();
+    let (reg, mirror) = (var("RIG_REGISTRY"), var("RIG_MIRROR_REGISTRY"));
+    let rig = std::fs::read_to_string(var("RIG_AUTHFILE")).unwrap();
+    let mut auths: serde_json::Value = serde_json::from_str(&rig).unwrap();
+    // mirror:wrong
+    auths["auths"][mirror] = serde_json::json!({"auth": "bWlycm9yOndyb25n"});
+    let auth = s.path().join("bad-mirror.json");
+    write_private(&auth, auths.to_string().as_bytes());
+    let auth = auth.display().to_string();
+    let refused = format!("mirror {mirror} refused the credential from {auth} (key {mirror}): ");
+    let conf_m = conf(s.path(), "m.conf", mirror, "");
+    let r = run(&mut pull(
+        s.path(),
+        var("RIG_IMG_SMALL"),
+        "l",
+        &auth,
+        &conf_m,
+    ));
+    r.json();
+    let warning = r.stderr.lines().find(|l| l.contains(" WARN "));
+    let came = format!("; the image came from {reg}");
+    assert!(
+        warning.is_some_and(|w| w.contains(&refused) && w.ends_with(&came)),
+        "{}",
+        r.stderr
+    );
+
+    // The primary down: a port nobody listens on.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    let conf_d = s.path().join("d.conf");
+    std::fs::write(
+        &conf_d,
+        format!("[[registry]]\nprefix = \"{dead}\"\nlocation = \"{dead}\"\n[[registry.mirror]]\nlocation = \"{mirror}\"\n"),
+    )
+    .unwrap();
+    let image = format!("{dead}/hostpull/small:v1");
+    let mut c = pull(s.path(), &image, "d", &auth, &conf_d.display().to_string());
+    let r = run(c.args(["--timeout", "3"]));
+    r.assert_failure(6);
+    let error = r.stderr.lines().find(|l| l.starts_with("error: ")).unwrap();
+    let both = format!(": {dead}: connection refused; {refused}");
+    assert!(error.contains(&both), "{error}");
+    let e = r.failure();
+    assert_eq!(
+        (&e["kind"], &e["host"]),
+        (&"network".into(), &dead.into()),
+        "{e}"
+    );
+    assert_valid("failure-v0.schema.json", &r.stdout);
+}
+
 #[test]
 fn a_digest_only_mirror_serves_only_pulls_by_digest() {
     let s = scratch();

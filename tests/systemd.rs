@@ -439,6 +439,85 @@ fn worker_that_cannot_start_is_a_sandbox_failure() {
     );
 }
 
+/// The rig's registry again, listening on `[::1]` (its storage, users and
+/// certificate, which names `RIG_CLUSTER_NAME`); killed when dropped.
+fn registry_on_ipv6_loopback(dir: &Path) -> (u16, KillOnDrop) {
+    let port = std::net::TcpListener::bind("[::1]:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let rig = Path::new(var("RIG_DIR")).join("registry/config.yml");
+    let config: String = std::fs::read_to_string(rig)
+        .unwrap()
+        .lines()
+        .map(|l| match l.trim_start().starts_with("addr:") {
+            true => format!("  addr: \"[::1]:{port}\"\n"),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    let path = dir.join("registry-v6.yml");
+    std::fs::write(&path, config).unwrap();
+    // Its log holds the access log (stdout) and its warnings (stderr).
+    let log = std::fs::File::create(dir.join("registry-v6.log")).unwrap();
+    // A clean environment: distribution reads every REGISTRY_* variable.
+    let child = Command::new("/usr/bin/docker-registry")
+        .arg("serve")
+        .arg(&path)
+        .env_clear()
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let registry = KillOnDrop(child);
+    wait_for("the registry on [::1]", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("::1", port)).is_ok()
+    });
+    (port, registry)
+}
+
+/// A registry at an IPv6 address (a docker-registry on `[::1]`): `plan`
+/// and `pull` refuse the literal, which no skopeo parses (skopeo#631), and
+/// say how to reach it; named with `--add-host NAME:::1`, it serves the pull
+/// through the worker's unit (`RestrictAddressFamilies=` has AF_INET6, and
+/// `IPAddressDeny=` spares `::1`).
+#[test]
+fn ipv6_registry_by_name() {
+    let s = scratch();
+    let (port, _registry) = registry_on_ipv6_loopback(s.path());
+    let literal = format!("docker://[::1]:{port}/hostpull/small:v1");
+    let plan = run(hostpull(&["plan", &literal, "--config-root"]).arg(config_root(s.path())));
+    plan.assert_failure(2);
+    assert!(
+        plan.stderr.contains("IPv6") && plan.stderr.contains("--add-host NAME:IP"),
+        "{}",
+        plan.stderr
+    );
+    let mut c = systemd_pull(&literal, &oci_path(&s.path().join("literal")));
+    c.arg("--config-root").arg(config_root(s.path()));
+    run(&mut c).assert_failure(2);
+    assert!(!s.path().join("literal").exists());
+
+    let name = var("RIG_CLUSTER_NAME");
+    let host = format!("{name}:{port}");
+    let mut c = pull_cmd(
+        &format!("{host}/hostpull/small:v1"),
+        &oci_path(&s.path().join("named")),
+    );
+    c.args(["--sandbox", "systemd", "--add-host", &format!("{name}:::1")])
+        .args(["--ca", &format!("{host}={}", var("RIG_CA")), "--authfile"])
+        .arg(authfile_for(&host, s.path()))
+        .arg("--config-root")
+        .arg(config_root(s.path()));
+    let r = run(&mut c).json();
+    assert_eq!(r["layers_fetched"], r["layers_total"], "{r}");
+    assert_eq!(r["credentials"][0]["host"], host.as_str(), "{r}");
+    assert_eq!(r["worker"]["sandbox"], "systemd", "{r}");
+    // It was this registry, on [::1], that served it.
+    let log = std::fs::read_to_string(s.path().join("registry-v6.log")).unwrap();
+    assert!(log.contains("GET /v2/hostpull/small/manifests/v1"), "{log}");
+}
+
 /// An in-cluster registry: a name only cluster DNS knows, a certificate from
 /// the cluster's CA. `--add-host` (or `--dns`) and `--ca` reach it from the
 /// worker alone; the host's /etc/hosts and /etc/resolv.conf never change.

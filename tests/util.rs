@@ -214,14 +214,13 @@ impl Run {
     }
 
     /// The failure contract: the expected code, a first line `error: …`, at most
-    /// one more line, and no secret.
+    /// one more line, and no secret; on stdout nothing, or with `--json`
+    /// [`Run::failure`]'s object.
     pub fn assert_failure(&self, code: i32) {
         assert_eq!(self.code, code, "stderr: {}", self.stderr);
-        assert!(
-            self.stdout.is_empty(),
-            "no JSON on failure: {}",
-            self.stdout
-        );
+        if !self.stdout.is_empty() {
+            self.failure();
+        }
         let lines: Vec<&str> = self
             .stderr
             .lines()
@@ -239,6 +238,40 @@ impl Run {
         );
         assert!(!self.stderr.contains(&password()), "secret in stderr");
     }
+}
+
+impl Run {
+    /// What `--json` printed for a failure: one line, one object of
+    /// docs/failure-v0.schema.json's shape, with this run's code, and the
+    /// `error:` line's text as its message. Its `error` member.
+    pub fn failure(&self) -> Value {
+        assert_eq!(self.stdout.lines().count(), 1, "{}", self.stdout);
+        let v: Value = serde_json::from_str(&self.stdout).unwrap();
+        let e = &v["error"];
+        let line = self.stderr.lines().find_map(|l| l.strip_prefix("error: "));
+        assert_eq!(e["exit_code"], self.code, "{v}");
+        assert_eq!(e["message"].as_str(), line, "{v}");
+        assert!(e["kind"].is_string() && (e["host"].is_string() || e["host"].is_null()));
+        assert_eq!(v.as_object().unwrap().len(), 1, "{v}");
+        assert_eq!(e.as_object().unwrap().len(), 4, "{v}");
+        assert!(!self.stdout.contains(&password()), "secret on stdout");
+        e.clone()
+    }
+}
+
+/// `json` (one document) is valid against `docs/SCHEMA`, by python3-jsonschema.
+pub fn assert_valid(schema: &str, json: &str) {
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs")
+        .join(schema);
+    let check = Command::new("/usr/bin/python3")
+        .args(["-c", "import json, sys, jsonschema\njsonschema.validate(json.loads(sys.argv[2]), json.load(open(sys.argv[1])))"])
+        .arg(&schema)
+        .arg(json)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert!(check.status.success(), "{json}: {err}");
 }
 
 pub fn run(c: &mut Command) -> Run {

@@ -61,6 +61,20 @@ const CREDENTIALS_IN_REFERENCE: &str = "invalid image reference: it holds creden
     (USER:PASSWORD@HOST/…), which are never taken from a reference: give them with \
     --authfile, --pull-secret or --registry-token";
 
+/// Why a registry at an IPv6 address is refused, and how to reach it.
+const IPV6_HOST: &str = "the registry is an IPv6 address, which no skopeo can pull from \
+    (its reference grammar has none, skopeo#631): name it with --add-host NAME:IP and pull \
+    NAME[:PORT]/PATH, with a certificate for NAME";
+
+/// Why `domain` names no registry that skopeo can pull from, if it does not.
+fn unusable_domain(domain: &str) -> Option<&'static str> {
+    // No skopeo's reference grammar has an IPv6 address (skopeo#631).
+    match domain.starts_with('[') {
+        true => Some(IPV6_HOST),
+        false => (!valid_domain(domain)).then_some("invalid registry host"),
+    }
+}
+
 /// Whether a reference (without its transport) starts with `USER[:PASSWORD]@`,
 /// as a URL's userinfo: an `@` before any `/`, with a path after it, or after
 /// a `USER:PASSWORD` when what follows is no sha256 digest. The docker
@@ -149,8 +163,8 @@ impl ImageRef {
         } else {
             path
         };
-        if !valid_domain(&domain) {
-            return bad("invalid registry host");
+        if let Some(why) = unusable_domain(&domain) {
+            return bad(why);
         }
         if path.is_empty() || !path.split('/').all(valid_path_component) {
             return bad(
@@ -485,7 +499,6 @@ mod tests {
                 Some("x_Y.1-2"),
                 false,
             ),
-            ("[::1]:5000/x:t", "[::1]:5000", "x", Some("t"), false),
         ];
         for &(input, domain, path, tag, _) in cases {
             let r = ImageRef::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
@@ -531,6 +544,18 @@ mod tests {
                 // The same image as its fully qualified name.
                 assert_eq!(r, ImageRef::parse(&r.to_string()).unwrap(), "{input}");
             }
+        }
+    }
+
+    /// An IPv6 registry is refused as the worker would refuse it, saying how
+    /// to reach it by name.
+    #[test]
+    fn ipv6_registries_are_refused_with_a_way_round() {
+        for input in ["[::1]:5000/x:t", "docker://[fd00::5]/a/b", "[::1]/x"] {
+            let e = ImageRef::parse(input).unwrap_err();
+            let f = crate::error::failure(&e).unwrap();
+            assert_eq!(f.kind, Kind::Usage, "{input}");
+            assert!(f.message.contains("--add-host NAME:IP"), "{input}: {e}");
         }
     }
 

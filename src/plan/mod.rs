@@ -253,6 +253,7 @@ fn worker(
         dns,
         registries_conf: registries::worker_conf(&route)?,
         proxy,
+        sources: route.hosts().into_iter().map(|r| r.domain).collect(),
         selinux_context: host.selinux_enabled().then(|| {
             req.options
                 .selinux_context
@@ -680,12 +681,17 @@ mod tests {
                 None,
                 Some("169.254.169.254 is at 169.254.169.254"),
             ),
+            // An IPv6 registry is named through --add-host (imgref::IPV6_HOST).
             (
-                "[fe80::1]:5000/a:v1",
-                None,
-                Some("[fe80::1]:5000 is at fe80::1"),
+                "reg.svc:5000/a:v1",
+                Some("reg.svc:fe80::1"),
+                Some("reg.svc:5000 is at fe80::1"),
             ),
-            ("[fd00:ec2::254]/a:v1", None, Some("is at fd00:ec2::254")),
+            (
+                "reg.svc:5000/a:v1",
+                Some("reg.svc:[fd00:ec2::254]"),
+                Some("is at fd00:ec2::254"),
+            ),
             (
                 "reg.svc:5000/a:v1",
                 Some("mirror.svc:169.254.1.1"),

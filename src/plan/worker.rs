@@ -36,6 +36,9 @@ pub struct WorkerSpec {
     pub registries_conf: String,
     /// The HTTP(S) proxy it goes through, and which hosts go direct.
     pub proxy: Proxy,
+    /// The hosts the image may come from, in the order skopeo tries them (the
+    /// mirrors, then the primary): how root tells which answered what.
+    pub sources: Vec<String>,
 }
 
 #[cfg(test)]
@@ -53,6 +56,7 @@ impl WorkerSpec {
             dns: Dns::default(),
             registries_conf: String::new(),
             proxy: Proxy::default(),
+            sources: vec!["r.io".into()],
         }
     }
 }

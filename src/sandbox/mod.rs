@@ -398,7 +398,7 @@ impl Worker {
         let agent = self.agent(session::AgentUse::Run).await?;
         let unit = agent.unit.as_deref();
         let mut args = self.registries_args(unit);
-        args.extend(["inspect".into(), "--raw".into()]);
+        args.extend(skopeo::inspect_raw_args(&self.spec));
         args.extend(
             self.client_args(unit)
                 .iter()
@@ -418,10 +418,8 @@ impl Worker {
                 format!("manifest of {image} is larger than {} MiB", limit >> 20),
             );
         }
-        if !out.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            return Err(worker_failure(&format!("inspecting {image}"), &err).into());
-        }
+        let doing = format!("inspecting {image}");
+        skopeo::inspected(&doing, out.success(), &out.stderr, &self.spec)?;
         Ok(out.stdout)
     }
 

@@ -9,6 +9,9 @@ use super::classify::{PROXY_407, PROXY_CONNECT, classify_with_cause};
 use crate::error::{Failure, Kind, Retry};
 use crate::plan::proxy::{Proxy, ProxySource};
 
+mod sources;
+pub use sources::{inspect_raw_args, inspected};
+
 /// A failure reported by skopeo, classified by its text, with the raw text kept
 /// as the second line.
 /// The first line says what failed and why, in the words that classified it
@@ -46,17 +49,24 @@ pub fn worker_failure(doing: &str, text: &str) -> Failure {
         f.via_proxy = true;
         return f;
     }
-    let what = match kind {
+    Failure::new(
+        kind,
+        because(format!("{} while {doing}", what(kind)), cause),
+    )
+    .with_detail(message)
+    .with_retry(transient_if_network(kind))
+}
+
+/// What failed, as a worker failure's first line says it for `kind`.
+pub(super) fn what(kind: Kind) -> &'static str {
+    match kind {
         Kind::Auth => "authentication refused",
         Kind::NotFound => "image not found",
         Kind::Tls => "TLS or certificate trust failed",
         Kind::Network => "network error",
         Kind::Verify => "verification failed",
         _ => "worker failed",
-    };
-    Failure::new(kind, because(format!("{what} while {doing}"), cause))
-        .with_detail(message)
-        .with_retry(transient_if_network(kind))
+    }
 }
 
 /// A failure the worker marked retryable (protocol 0.2.8's `error_code`),
@@ -76,7 +86,7 @@ pub(super) fn transient_failure(doing: &str, text: &str) -> Failure {
 }
 
 /// `what: cause`, or `what` alone.
-fn because(what: String, cause: Option<String>) -> String {
+pub(super) fn because(what: String, cause: Option<String>) -> String {
     match cause {
         Some(c) => format!("{what}: {c}"),
         None => what,
@@ -117,6 +127,11 @@ fn skopeo_message(text: &str) -> String {
     let Some((_, rest)) = text.rsplit_once("level=fatal msg=\"") else {
         return text.trim().to_owned();
     };
+    logrus_msg(rest)
+}
+
+/// A logrus line's `msg`, from what follows its `msg="`, as it was logged.
+pub(super) fn logrus_msg(rest: &str) -> String {
     let msg = rest.trim_end().strip_suffix('"').unwrap_or(rest);
     let mut out = String::with_capacity(msg.len());
     let mut chars = msg.chars();
