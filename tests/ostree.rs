@@ -1114,7 +1114,7 @@ fn a_tag_that_moves_between_credentials_imports_what_it_names_last() {
     let r = run(&mut pull);
     let out = r.json();
     assert!(
-        r.stderr.contains("credential 1 of 2 refused"),
+        r.stderr.contains("trying credentials 2 of 2"),
         "{}",
         r.stderr
     );

@@ -80,6 +80,10 @@ fn said(mirror: bool, a: &Answer, spec: &WorkerSpec) -> String {
 /// mirrors'; the message says each host's. A refusal names the credential.
 fn inspect_failure(doing: &str, stderr: &str, spec: &WorkerSpec) -> Failure {
     let f = worker_failure(doing, stderr);
+    // The proxy's answer, whichever source was asked: it names the proxy.
+    if f.via_proxy {
+        return f;
+    }
     let answers = failed(stderr);
     let primary = match (answers.split_last(), spec.sources.as_slice()) {
         // Every source, the primary last: each one's answer.
