@@ -145,7 +145,11 @@ pub struct PullOpts {
     /// hostpull-pull@NAME.service runs); options given here still win
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
-    /// Read hostpull.d, pulls.d and certs.d below this root instead of /
+    /// Read the host's files below this root instead of /: hostpull's
+    /// config.toml, config.d and pulls.d (/etc, /run, /usr/lib), containers'
+    /// policy.json, registries.conf(.d), registries.d and certs.d, docker's
+    /// certs.d, ostree's auth.json (/run, /etc, /usr/lib) and kubelet's
+    /// config.json; errors name them below it
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub config_root: PathBuf,
     /// Print one JSON object with the result on stdout
@@ -217,9 +221,9 @@ fn plan_blocking(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
     req.dry_run = dry_run;
     req.absolute_dest = verb == Verb::Rebase;
     let profile = (opts.profile.as_deref())
-        .map(|name| crate::config::load_profile(root, name))
+        .map(|name| crate::config::load_profile(root, &opts.config_root, name))
         .transpose()?;
-    let dropins = crate::config::load(root)?;
+    let dropins = crate::config::load(root, &opts.config_root)?;
     req.cluster_cas = dropins.cas.len();
     // Lowest precedence first: the command line wins over the profile, which
     // wins over the drop-ins.

@@ -212,32 +212,39 @@ pub fn merge(layers: impl IntoIterator<Item = Options>) -> Options {
 fn unreadable(rel: &Path, why: &dyn std::fmt::Display) -> anyhow::Error {
     Failure::new(
         Kind::Usage,
-        format!("cannot read configuration /{}: {why}", rel.display()),
+        format!("cannot read configuration {}: {why}", rel.display()),
     )
     .into()
 }
 
-/// The text of `rel` under `root`, or `None` if there is no such file.
-fn read_optional(root: &Dir, rel: &Path) -> anyhow::Result<Option<String>> {
-    let Some(f) = root.open_optional(rel).map_err(|e| unreadable(rel, &e))? else {
+/// The text of `rel` under `root`, or `None` if there is no such file; `at`
+/// is where `root` is, which an error names.
+fn read_optional(root: &Dir, at: &Path, rel: &Path) -> anyhow::Result<Option<String>> {
+    let shown = at.join(rel);
+    let Some(f) = root
+        .open_optional(rel)
+        .map_err(|e| unreadable(&shown, &e))?
+    else {
         return Ok(None);
     };
     // Opening a directory succeeds; say what is wrong rather than EISDIR.
-    if f.metadata().map_err(|e| unreadable(rel, &e))?.is_dir() {
-        return Err(unreadable(rel, &"it is a directory, not a file"));
+    if f.metadata().map_err(|e| unreadable(&shown, &e))?.is_dir() {
+        return Err(unreadable(&shown, &"it is a directory, not a file"));
     }
     std::io::read_to_string(f)
         .map(Some)
-        .map_err(|e| unreadable(rel, &e))
+        .map_err(|e| unreadable(&shown, &e))
 }
 
-/// Read every configuration file under `root` and merge them, in precedence order.
-pub fn load(root: &Dir) -> anyhow::Result<Options> {
+/// Read every configuration file under `root` and merge them, in precedence
+/// order. `at` is where `root` is (`/`, or `--config-root`): errors name the
+/// files there.
+pub fn load(root: &Dir, at: &Path) -> anyhow::Result<Options> {
     let mut layers = Vec::new();
     for dir in DIRS {
         let mut files = vec![Path::new(dir).join("config.toml")];
         let dropins = Path::new(dir).join("config.d");
-        let unreadable = |e: std::io::Error| unreadable(&dropins, &e);
+        let unreadable = |e: std::io::Error| unreadable(&at.join(&dropins), &e);
         if let Some(d) = root.open_dir_optional(&dropins).map_err(unreadable)? {
             let mut names: Vec<String> = d
                 .entries()
@@ -253,10 +260,10 @@ pub fn load(root: &Dir) -> anyhow::Result<Options> {
             );
         }
         for f in files {
-            let Some(text) = read_optional(root, &f)? else {
+            let Some(text) = read_optional(root, at, &f)? else {
                 continue;
             };
-            layers.push(parse(&format!("/{}", f.display()), &text)?);
+            layers.push(parse(&at.join(&f).display().to_string(), &text)?);
         }
     }
     Ok(merge(layers))
@@ -264,29 +271,34 @@ pub fn load(root: &Dir) -> anyhow::Result<Options> {
 
 /// The profile `name` from the first of `DIRS` (highest precedence first) that
 /// has `pulls.d/NAME.toml`: what `hostpull-pull@NAME.service` pulls. A
-/// misspelled key fails: a profile is a unit's whole job.
-pub fn load_profile(root: &Dir, name: &str) -> anyhow::Result<Options> {
+/// misspelled key fails: a profile is a unit's whole job. `at` is where
+/// `root` is, as in [`load`].
+pub fn load_profile(root: &Dir, at: &Path, name: &str) -> anyhow::Result<Options> {
     if name.is_empty() || name.contains(['/', '.']) {
         let why = format!("invalid profile name: {}", crate::error::quoted(name));
         return Err(Failure::new(Kind::Usage, why).into());
     }
     for dir in DIRS.iter().rev() {
         let rel = Path::new(dir).join("pulls.d").join(format!("{name}.toml"));
-        let Some(text) = read_optional(root, &rel)? else {
+        let Some(text) = read_optional(root, at, &rel)? else {
             continue;
         };
         return parse_profile(&text).map_err(|e| {
             Failure::new(
                 Kind::Usage,
-                format!("invalid pull profile /{}: {e}", rel.display()),
+                format!("invalid pull profile {}: {e}", at.join(&rel).display()),
             )
             .into()
         });
     }
+    let dirs: Vec<String> = (DIRS.iter().rev())
+        .map(|d| at.join(d).join("pulls.d").display().to_string())
+        .collect();
     Err(Failure::new(
         Kind::Usage,
         format!(
-            "no pull profile in /etc, /run or /usr/lib hostpull/pulls.d: {}",
+            "no pull profile in {}: {}",
+            dirs.join(", "),
             crate::error::quoted(name)
         ),
     )
@@ -347,7 +359,7 @@ mod tests {
             std::fs::create_dir_all(td.path().join("etc/hostpull")).unwrap();
             setup(td.path());
             let root = Dir::open_ambient_dir(td.path(), ambient_authority()).unwrap();
-            let e = load(&root).unwrap_err();
+            let e = load(&root, Path::new("/")).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{what}: {e:#}");
             assert!(format!("{e:#}").contains(file), "{what}: {e:#}");
         }
@@ -360,7 +372,7 @@ mod tests {
         )
         .unwrap();
         let root = Dir::open_ambient_dir(td.path(), ambient_authority()).unwrap();
-        let e = load_profile(&root, "p").unwrap_err();
+        let e = load_profile(&root, Path::new("/"), "p").unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
         assert!(
             format!("{e:#}").contains("/etc/hostpull/pulls.d/p.toml"),
@@ -746,7 +758,7 @@ add-host = ["reg.svc:10.0.0.5"]
             "etc/hostpull/pulls.d/os.toml",
             "image = \"a.io/os:2\"\ndest = \"oci:/y\"\nauthfile = [\"/p.json\"]\npolicy = \"/os-policy.json\"\nrequire-signature = true\nmax-rate = \"500K\"\n",
         );
-        let p = load_profile(&root, "os").unwrap();
+        let p = load_profile(&root, Path::new("/"), "os").unwrap();
         assert_eq!(
             p.image.as_deref(),
             Some("a.io/os:2"),
@@ -761,11 +773,13 @@ add-host = ["reg.svc:10.0.0.5"]
         );
         w("etc/hostpull/pulls.d/nodest.toml", "image = \"x\"\n");
         for bad in ["typo", "nodest", "missing", "../etc/x", ""] {
-            let e = load_profile(&root, bad).unwrap_err();
+            let e = load_profile(&root, Path::new("/"), bad).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
         }
         assert_eq!(
-            load_profile(&root, "typo").unwrap_err().to_string(),
+            load_profile(&root, Path::new("/"), "typo")
+                .unwrap_err()
+                .to_string(),
             "invalid pull profile /etc/hostpull/pulls.d/typo.toml: authfiles: unknown key, \
              expected one of `image`, `dest`, `platform`, `authfile`, `pull-secret`, \
              `registry-token`, `cert-dir`, `ca`, `policy`, `registries.d`, \
@@ -808,7 +822,7 @@ add-host = ["reg.svc:10.0.0.5"]
             "[cluster]\nadd-host = [\"reg.svc:10.0.0.5\"]\ndns = [\"10.0.0.9\"]\n",
         );
         let root = Dir::open_ambient_dir(td.path(), ambient_authority()).unwrap();
-        let c = load(&root).unwrap();
+        let c = load(&root, Path::new("/")).unwrap();
         assert_eq!(c.memory_max.as_deref(), Some("2G"));
         assert_eq!(c.tasks_max, Some(30));
         assert_eq!(c.io_weight, Some(5));
@@ -831,6 +845,6 @@ add-host = ["reg.svc:10.0.0.5"]
         assert_eq!(req.dns, ["10.0.0.9", "10.0.0.10", "10.0.0.1"]);
         let empty = tempfile::tempdir().unwrap();
         let root = Dir::open_ambient_dir(empty.path(), ambient_authority()).unwrap();
-        assert_eq!(load(&root).unwrap(), Options::default());
+        assert_eq!(load(&root, Path::new("/")).unwrap(), Options::default());
     }
 }

@@ -122,7 +122,7 @@ fn parse_errors_point_at_the_line_and_quote_no_value() {
             "etc/hostpull/config.toml",
             "[pull]\nstall-timeout = 5\ntimeout = \"s3cr3t\"\n",
             &[],
-            "invalid configuration /etc/hostpull/config.toml: line 3 column 11: \
+            "invalid configuration {root}/etc/hostpull/config.toml: line 3 column 11: \
              pull.timeout: invalid type: string, expected u64",
         ),
         (
@@ -130,7 +130,7 @@ fn parse_errors_point_at_the_line_and_quote_no_value() {
             "run/hostpull/config.d/50-x.toml",
             "[worker]\ntasks-max = [\"s3cr3t\"]\n",
             &[],
-            "invalid configuration /run/hostpull/config.d/50-x.toml: line 2 column 13: \
+            "invalid configuration {root}/run/hostpull/config.d/50-x.toml: line 2 column 13: \
              worker.tasks-max: invalid type: sequence, expected u32",
         ),
         (
@@ -138,14 +138,14 @@ fn parse_errors_point_at_the_line_and_quote_no_value() {
             "etc/hostpull/config.d/50-x.toml",
             "[cluster]\ndns = [\"10.0.0.1\",\n  s3cr3t]\n",
             &[],
-            "invalid configuration /etc/hostpull/config.d/50-x.toml: line 3 column 3: ",
+            "invalid configuration {root}/etc/hostpull/config.d/50-x.toml: line 3 column 3: ",
         ),
         (
             "profile",
             "etc/hostpull/pulls.d/os.toml",
             "image = \"127.0.0.1:1/x:v1\"\ndest = \"oci:/nonexistent/l\"\nauthfile = \"s3cr3t\"\n",
             &["--profile", "os"],
-            "invalid pull profile /etc/hostpull/pulls.d/os.toml: line 3 column 12: \
+            "invalid pull profile {root}/etc/hostpull/pulls.d/os.toml: line 3 column 12: \
              authfile: invalid type: string, expected a sequence",
         ),
         (
@@ -221,7 +221,10 @@ fn parse_errors_point_at_the_line_and_quote_no_value() {
         }
         let r = run(&mut c);
         r.assert_failure(2);
-        let want = want.replace("{}", path);
+        // Under --config-root, the file's real path.
+        let want = want
+            .replace("{}", path)
+            .replace("{root}", root.to_str().unwrap());
         assert!(
             r.stderr.contains(&want),
             "{name}: want {want}\n{}",

@@ -594,10 +594,10 @@ pub fn hostpull_config_target(data: &[u8]) {
     write("hproot/etc/hostpull/config.d/10-x.toml", config);
     write("hproot/etc/hostpull/pulls.d/p.toml", profile);
     let dir = Dir::open_ambient_dir(&root, ambient_authority()).unwrap();
-    if let Err(e) = hostpull::config::load(&dir) {
+    if let Err(e) = hostpull::config::load(&dir, &root) {
         expect_code("config::load", &e, &[2]);
     }
-    if let Err(e) = hostpull::config::load_profile(&dir, "p") {
+    if let Err(e) = hostpull::config::load_profile(&dir, &root, "p") {
         expect_code("config::load_profile", &e, &[2]);
     }
 }
