@@ -122,7 +122,7 @@ pub struct Failure {
     /// Whether the pull tries again after it.
     pub retry: Retry,
     /// The worker's HTTP(S) proxy failed it (refused its credentials, or could
-    /// not be reached), not the registry: [`crate::sandbox::naming_proxy`]
+    /// not be reached), not the registry: `sandbox::naming_proxy`
     /// names the proxy, and no other registry credential is tried.
     pub via_proxy: bool,
     /// The registry host (`HOST[:PORT]`) whose answer it is, if one's is.

@@ -385,9 +385,9 @@ impl Platform {
     /// Where an image of `image`'s platform stands among those `self` takes,
     /// best first (`None`: not taken). OS and architecture must be the same;
     /// variants come in containers/image's `WantedPlatforms` order: a variant
-    /// asked for, then the older ones its CPUs run ([`OLDER_VARIANTS`]), then an
+    /// asked for, then the older ones its CPUs run (`OLDER_VARIANTS`), then an
     /// image that names none; with none asked for, one that names none, then
-    /// the architecture's base variant ([`BASE_VARIANTS`]), and last any
+    /// the architecture's base variant (`BASE_VARIANTS`), and last any
     /// (where an index's only entries for it all name one).
     pub fn rank(&self, image: &Platform) -> Option<usize> {
         if image.os != self.os || image.architecture != self.architecture {
