@@ -84,6 +84,14 @@ EOF
         'authfile = ["/etc/hostpull/auth.json"]' "$ca"
     profile ostree-update "docker://$RIG_REGISTRY/hostpull/ostree:v2" ostree:/ostree/repo:hostpull-test \
         'authfile = ["/etc/hostpull/auth.json"]' "$ca"
+    # The small image under the name only t_proxy's squid resolves: the registry's
+    # credential and CA under that name.
+    local proxied=$RIG_PROXIED_NAME:$RIG_PORT
+    printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$proxied" \
+        "$(printf '%s:%s' "$RIG_USER" "$(cat "$RIG_PASSWORD_FILE")" | base64 -w0)" >/etc/hostpull/proxied-auth.json
+    chmod 0600 /etc/hostpull/proxied-auth.json
+    profile proxy "docker://$proxied/hostpull/small:v1" oci:/var/lib/hostpull/images/proxy \
+        'authfile = ["/etc/hostpull/proxied-auth.json"]' "ca = [\"$proxied=/etc/hostpull/rig-ca.crt\"]"
     mkdir -p /ostree && ostree --repo=/ostree/repo init --mode=bare
     restorecon -R /etc/hostpull /etc/containers /etc/pki/hostpull /var/lib/containers /ostree
     systemctl daemon-reload
@@ -328,7 +336,68 @@ object_label() {
     [[ $label == *:$3:s0 ]] || fail "$2's object is $label, not $3"
 }
 
-TESTS=(pull_mirror domains timer sigterm oom gpg sigstore security ostree labels rebase)
+# proxy: the installed service pulls through squid with basic auth on 127.0.0.1:3128
+# (http_cache_port_t), given as a node is given it (/etc/hostpull/proxy.env), the
+# image named by a host only squid resolves (its hosts_file); the proxy's password
+# is in no unit's properties, no argv and not in the journal.
+t_proxy() {
+    local host=$RIG_PROXIED_NAME:$RIG_PORT pw enc sq=/etc/squid/hostpull.conf show=$R/proxy-show.txt
+    ! getent hosts "$RIG_PROXIED_NAME" || fail "$RIG_PROXIED_NAME resolves outside squid"
+    # A password of this run, with what a URL must encode (@ and :).
+    pw="pw@$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n'):3128"
+    enc=${pw//@/%40}; enc=${enc//:/%3A}
+    echo "127.0.0.1 $RIG_PROXIED_NAME" >/etc/squid/hostpull-hosts
+    printf 'proxyuser:%s\n' "$(printf '%s\n' "$pw" | openssl passwd -apr1 -stdin)" >/etc/squid/hostpull-passwd
+    chown root:proxy /etc/squid/hostpull-passwd; chmod 0640 /etc/squid/hostpull-passwd
+    # As tests/proxy.rs configures it: basic auth, CONNECT only to the rig's port.
+    cat >$sq <<SQUID
+http_port 127.0.0.1:3128
+pid_filename none
+visible_hostname hostpull-vm
+cache deny all
+access_log stdio:/var/log/squid/access.log
+cache_log /var/log/squid/cache.log
+hosts_file /etc/squid/hostpull-hosts
+auth_param basic program /usr/lib/squid/basic_ncsa_auth /etc/squid/hostpull-passwd
+acl authed proxy_auth REQUIRED
+acl regport port $RIG_PORT
+acl CONNECT method CONNECT
+http_access deny CONNECT !regport
+http_access allow authed
+http_access deny all
+SQUID
+    # restorecon's setfiles_t may not write to this test's log on /vm (unlabeled_t).
+    restorecon -R /etc/squid /var/log/squid >/dev/null 2>&1
+    # squid_t may connect only to web, cache, ftp and gopher ports; the rig's is random.
+    setsebool squid_connect_any 1
+    systemd-run --quiet --unit=hostpull-vm-squid /usr/sbin/squid -N -f $sq
+    wait_for 60 "squid on 127.0.0.1:3128" sh -c 'ss -tln | grep -q "127.0.0.1:3128 "'
+    ps -eo label=,args= | grep '[s]quid -N' || true
+    # The proxy as a node is given it; only this test's pulls see it.
+    trap 'rm -f /etc/hostpull/proxy.env; systemctl stop hostpull-vm-squid; cp /var/log/squid/access.log /var/log/squid/cache.log "$R/" 2>/dev/null' EXIT
+    printf 'HTTPS_PROXY=http://proxyuser:%s@127.0.0.1:3128\n' "$enc" >/etc/hostpull/proxy.env
+    chmod 0600 /etc/hostpull/proxy.env; restorecon /etc/hostpull/proxy.env >/dev/null 2>&1
+    # The pull; every unit's properties and every argv sampled while it runs.
+    : >"$show"
+    systemctl start --no-block hostpull-pull@proxy.service
+    while systemctl is-active -q hostpull-pull@proxy.service ||
+        [ "$(systemctl show -P ActiveState hostpull-pull@proxy.service)" = activating ]; do
+        { systemctl show '*'; ps -eo args=; } >>"$show" 2>&1 || true
+        sleep 0.2
+    done
+    journalctl -b -u hostpull-pull@proxy.service --no-pager -o cat | tail -5
+    [ "$(systemctl show -P Result hostpull-pull@proxy.service)" = success ] || fail "the proxied pull failed"
+    layout_has /var/lib/hostpull/images/proxy v1
+    grep -E "TCP_TUNNEL/200 [0-9]+ CONNECT $host proxyuser " /var/log/squid/access.log ||
+        fail "no tunnel to $host for proxyuser in squid's access log: $(tail -3 /var/log/squid/access.log)"
+    grep -q 'hostpull-worker-' "$show" || fail "no worker unit was sampled"
+    { systemctl show '*'; journalctl -b --no-pager -o verbose; } >>"$show" 2>&1
+    ! grep -qF -e "$pw" -e "$enc" "$show" || fail "the proxy's password is in a unit's properties, an argv or the journal"
+    ! grep -rqF -e "$pw" -e "$enc" /run/hostpull /var/lib/hostpull 2>/dev/null || fail "the proxy's password was left in a file"
+    echo "squid tunnelled $host for proxyuser; the password in no unit's properties, argv or journal"
+}
+
+TESTS=(pull_mirror domains timer sigterm oom gpg sigstore security ostree labels rebase proxy)
 
 # ------------------------------------------------------------------- runner
 # Audit records of hostpull types since line N of the audit log (AVC and USER_AVC).

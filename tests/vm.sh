@@ -42,7 +42,8 @@ VM_MUTANTS=${VM_MUTANTS:-.}
 PACKAGES=(systemd systemd-sysv udev dbus selinux-basics selinux-policy-default auditd
           policycoreutils linux-image-amd64 kmod iproute2 procps
           skopeo containernetworking-plugins docker-registry curl ca-certificates
-          ostree gpgv util-linux attr)   # attr: setfattr (vm-guest.sh t_labels)
+          ostree gpgv util-linux attr   # attr: setfattr (vm-guest.sh t_labels)
+          squid)                        # t_proxy: a real proxy in front of the rig
 HOST_PACKAGES=(qemu-system-x86 qemu-utils debootstrap policycoreutils semodule-utils e2fsprogs
                selinux-policy-default selinux-policy-dev make bzip2 jq)   # jq: bench/lib.sh derive
 
@@ -144,6 +145,9 @@ install_hostpull() {
     # Debian's docker-registry package enables a registry of its own on :5000; the
     # guest's registries are the rig's (the last guest run found only that one listening).
     ln -sf /dev/null "$root/etc/systemd/system/docker-registry.service"
+    # Debian's squid package enables squid.service (3128, its default configuration);
+    # the guest's proxy is t_proxy's own squid, on that port.
+    ln -sf /dev/null "$root/etc/systemd/system/squid.service"
     # The guest tests print to ttyS0, where a login prompt's vhangup() would cut them
     # off (a run whose serial log ended at the prompt).
     ln -sf /dev/null "$root/etc/systemd/system/serial-getty@ttyS0.service"
@@ -345,10 +349,13 @@ cmd_run() {
     note "all guest tests passed"
 }
 
-# Mutants: NAME|LINE OF hostpull.te|GUEST TEST THAT MUST FAIL|WHAT ITS DENIALS MUST SHOW
+# Mutants: NAME|LINE OF hostpull.te|GUEST TESTS THAT MUST FAIL (space-separated; all in
+# the same boot)|WHAT EACH ONE'S DENIALS MUST SHOW
 MUTANTS=(
     'fds|hostpull_fds_via_systemd(hostpull_t)|pull_mirror|scontext=[^ ]*:(init|system_dbusd)_t:[^ ]* tcontext=[^ ]*:hostpull_t:[^ ]* tclass=(fd|unix_stream_socket|fifo_file)'
-    'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|pull_mirror|denied  \{ name_connect \} .*scontext=system_u:system_r:hostpull_worker_t'
+    # The registry's port (unreserved_port_t) in pull_mirror; squid's 3128
+    # (http_cache_port_t) in proxy, where the registry's name resolves only in squid.
+    'net|corenet_tcp_connect_all_ports(hostpull_worker_t)|pull_mirror proxy|denied  \{ name_connect \} .*scontext=system_u:system_r:hostpull_worker_t:s0 tcontext=system_u:object_r:(unreserved|http_cache)_port_t'
     'agent|domain_entry_file(hostpull_worker_t, hostpull_exec_t)|pull_mirror|denied  \{ [a-z ]*entrypoint[a-z ]* \} .*scontext=system_u:system_r:hostpull_worker_t:s0 tcontext=system_u:object_r:hostpull_exec_t'
     'relabel|allow hostpull_ostree_t { hostpull_object_types shadow_t }:file { getattr open read link rename unlink setattr relabelto };|ostree|denied  \{ [a-z ]*relabelto[a-z ]* \} .*scontext=system_u:system_r:hostpull_ostree_t:s0 tcontext=system_u:object_r:(bin|etc|lib|selinux_config|default_context|file_context)_t'
     'binpolicy|seutil_relabelto_bin_policy(hostpull_ostree_t)|ostree|denied  \{ [a-z ]*relabelto[a-z ]* \} .*scontext=system_u:system_r:hostpull_ostree_t:s0 tcontext=system_u:object_r:policy_config_t'
@@ -373,27 +380,29 @@ mutant_policy() {
 }
 
 cmd_mutants() {
-    local m name line test want failed=0 chosen
+    local m name line tests test want failed=0 chosen
     chosen=()
     for m in "${MUTANTS[@]}"; do if [[ ${m%%|*} =~ $VM_MUTANTS ]]; then chosen+=("$m"); fi; done
     [ ${#chosen[@]} -gt 0 ] || die "no mutant matches VM_MUTANTS='$VM_MUTANTS'"
-    VM_TESTS=$(printf '%s\n' "${chosen[@]}" | cut -d'|' -f3 | sort -u | paste -sd'|')
+    VM_TESTS=$(printf '%s\n' "${chosen[@]}" | cut -d'|' -f3 | tr ' ' '\n' | sort -u | paste -sd'|')
     VM_TESTS="^($VM_TESTS)\$"
     prepare
     for m in "${chosen[@]}"; do
-        IFS='|' read -r name line test want <<<"$m"
+        IFS='|' read -r name line tests want <<<"$m"
         mutant_policy "$name" "$line"
         guest "mutant-$name" "$name" "$POLICY"
         grep -q "^VMTEST-MUTANT $name loaded" "$OUT/console.log" || { failure "FAIL mutant $name: not loaded"; failed=1; continue; }
-        if ! grep -q "^FAIL $test " "$OUT/verdicts"; then
-            failure "FAIL mutant $name: $test still passes without '$line'"; failed=1
-        elif ! grep -qE "$want" "$OUT/$test.denials"; then
-            failure "FAIL mutant $name: $test fails, but no denial matches '$want'"; failed=1
-            sed 's/^/   /' "$OUT/$test.denials" | head
-        else
-            echo "ok   mutant $name: $test fails without '$line', with:"
-            grep -E "$want" "$OUT/$test.denials" | head -2 | sed 's/^/       /'
-        fi
+        for test in $tests; do
+            if ! grep -q "^FAIL $test " "$OUT/verdicts"; then
+                failure "FAIL mutant $name: $test still passes without '$line'"; failed=1
+            elif ! grep -qE "$want" "$OUT/$test.denials"; then
+                failure "FAIL mutant $name: $test fails, but no denial matches '$want'"; failed=1
+                sed 's/^/   /' "$OUT/$test.denials" | head
+            else
+                echo "ok   mutant $name: $test fails without '$line', with:"
+                grep -E "$want" "$OUT/$test.denials" | head -2 | sed 's/^/       /'
+            fi
+        done
     done
     [ "$failed" = 0 ] || die "a mutant was not caught by the guest tests"
 }
