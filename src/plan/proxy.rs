@@ -425,7 +425,7 @@ pub fn decide(options: &Options, host: &dyn Host) -> anyhow::Result<Proxy> {
                     .filter(|v| !v.is_empty())
             })
         };
-        let cgi = env(["REQUEST_METHOD", "REQUEST_METHOD"]).is_some();
+        let cgi = host.env("REQUEST_METHOD").is_some_and(|v| !v.is_empty());
         let given = ProxySettings {
             http: env(["HTTP_PROXY", "http_proxy"])
                 .filter(|_| !cgi)
