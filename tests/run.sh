@@ -8,26 +8,26 @@
 # Knobs: RIG_DIR (default /tmp/hostpull-rig).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=tests/stage.sh
+. tests/stage.sh
 
-bash tests/rig.sh install
+stage "tests/rig.sh install" bash tests/rig.sh install
 # With --dest ostree: (libostree-dev and friends come with the rig's packages).
 FEATURES=(--features ostree)
-cargo build --locked --all-targets "${FEATURES[@]}"
+stage "cargo build --all-targets" cargo build --locked --all-targets "${FEATURES[@]}"
 
 # The SELinux module: built and linked against the installed policy, file
 # contexts and an access table checked, and mutants that must fail (one per
 # rule the table depends on, the ostree import's included).
-echo "== selinux/check.sh" >&2
-bash selinux/check.sh
+stage "selinux/check.sh" bash selinux/check.sh
 
 # Installing on a host: make install into a DESTDIR, the spec's %files against
 # it, rpmbuild -bs, rpmlint. (The installed units run in the systemd pass.)
-echo "== contrib/packaging/check.sh" >&2
-bash contrib/packaging/check.sh
+stage "contrib/packaging/check.sh" bash contrib/packaging/check.sh
 
 export RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
-trap 'bash tests/rig.sh down' EXIT
-bash tests/rig.sh up
+trap 'bash tests/rig.sh down; stage_table' EXIT
+stage "tests/rig.sh up" bash tests/rig.sh up
 
 # The host pass runs once (Debian 12's skopeo); the systemd pass once per worker the rig
 # installed (tests/rig.sh workers), as HOSTPULL_SKOPEO. Tests named `host_pass_` need the
@@ -42,18 +42,17 @@ else
 fi
 
 failed=()
-echo "== unit and integration tests, --sandbox none, on the host" >&2
-HOSTPULL_TEST_SANDBOX=none host_tests || failed+=("the host pass")
+HOSTPULL_TEST_SANDBOX=none stage "the host pass: unit and integration tests, --sandbox none" host_tests ||
+    failed+=("the host pass")
 # The build without ostree support refuses an ostree destination (exit 2).
-echo "== the ostree tests of a --no-default-features build" >&2
-HOSTPULL_TEST_SANDBOX=none cargo test --locked --no-default-features -- ostree || failed+=("the --no-default-features build")
+HOSTPULL_TEST_SANDBOX=none stage "the ostree tests of a --no-default-features build" \
+    cargo test --locked --no-default-features -- ostree || failed+=("the --no-default-features build")
 
 # The same suite again with every worker in a transient unit, plus the systemd
 # tests, inside a real systemd (booted by tests/sysd.sh unless it is PID 1), once
 # per worker.
 mapfile -t workers < <(bash tests/rig.sh workers)
 systemd_pass() {   # systemd_pass PATH VERSION PROTOCOL
-    echo "== the suite again, --sandbox systemd, under systemd, worker skopeo $2 (protocol $3)" >&2
     if [ "$(cat /proc/1/comm)" = systemd ]; then
         HOSTPULL_TEST_SANDBOX=systemd HOSTPULL_SKOPEO=$1 all_tests
     else
@@ -62,12 +61,14 @@ systemd_pass() {   # systemd_pass PATH VERSION PROTOCOL
     fi
 }
 if [ "$(cat /proc/1/comm)" != systemd ]; then
-    trap 'bash tests/sysd.sh down; bash tests/rig.sh down' EXIT
-    bash tests/sysd.sh up
+    trap 'bash tests/sysd.sh down; bash tests/rig.sh down; stage_table' EXIT
+    stage "tests/sysd.sh up" bash tests/sysd.sh up
 fi
 for w in "${workers[@]}"; do
     # shellcheck disable=SC2086
-    systemd_pass $w || failed+=("the systemd pass with ${w%% *}")
+    set -- $w
+    stage "a systemd pass: --sandbox systemd, worker skopeo $2 (protocol $3)" systemd_pass "$@" ||
+        failed+=("the systemd pass with $1")
 done
 # Last, the SELinux module in an enforcing kernel: tests/vm.sh boots a Debian 12 guest
 # (refpolicy, enforcing=1) under qemu TCG with hostpull installed by make install and
@@ -81,11 +82,10 @@ done
 # tests 530 s, the mutants 412 s (2 boots of 175 s, their policies, the rig again):
 # about 25 min on a fresh machine. At load 2-4: the image 32 s, the run 167 s (guest
 # 156 s), the mutants 133 s (2 boots of 40 s): about 11 min with the base to build.
-echo "== tests/vm.sh: the pulls in an enforcing SELinux guest, then its mutants" >&2
 # What failed in the guest is repeated at the end, where CI's excerpt of this log shows it.
 vm_failures() { while read -r l; do failed+=("  $l"); done 2>/dev/null <"${VM_DIR:-/var/tmp/hostpull-vm}/failures"; }
-bash tests/vm.sh run || { failed+=("the enforcing SELinux guest (tests/vm.sh run):"); vm_failures; }
-bash tests/vm.sh mutants || { failed+=("the SELinux guest's mutants (tests/vm.sh mutants):"); vm_failures; }
+stage "tests/vm.sh run: the enforcing SELinux guest" bash tests/vm.sh run || { failed+=("the enforcing SELinux guest (tests/vm.sh run):"); vm_failures; }
+stage "tests/vm.sh mutants" bash tests/vm.sh mutants || { failed+=("the SELinux guest's mutants (tests/vm.sh mutants):"); vm_failures; }
 if [ ${#failed[@]} -gt 0 ]; then
     printf 'run.sh: failed: %s\n' "${failed[@]}" >&2
     exit 1

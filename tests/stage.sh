@@ -1,0 +1,27 @@
+# tests/stage.sh - sourced by .ci/run and tests/run.sh. `stage NAME CMD...` runs CMD under
+# a "== NAME" header and appends its wall time and its processes' CPU time (user +
+# system, of every child it waited for) to $STAGE_TIMES, which `stage_table` prints.
+# CMD's exit status is stage's. .ci/run exports STAGE_TIMES, so tests/run.sh adds to
+# the same table; run alone, it keeps its own.
+if [ -z "${STAGE_TIMES:-}" ]; then
+    STAGE_TIMES=$(mktemp /tmp/hostpull-stages.XXXXXX)
+    export STAGE_TIMES
+fi
+stage() {
+    local name=$1 rc=0 t wall user sys
+    shift
+    echo "== $name" >&2
+    t=$(mktemp)
+    # The time keyword reports on the group's stderr (t); CMD's stderr goes on to 3.
+    { TIMEFORMAT='%0R %0U %0S'; time "$@" 2>&3 3>&-; } 3>&2 2>"$t" || rc=$?
+    read -r wall user sys <"$t" || true
+    rm -f "$t"
+    printf '%6s s %6s s  %s%s\n' "$wall" "$((user + sys))" "$name" \
+        "$([ "$rc" = 0 ] || echo " (exit $rc)")" >>"$STAGE_TIMES"
+    return "$rc"
+}
+# stage_table: every stage so far, and the sum.
+stage_table() {
+    echo "== stages (wall, CPU of what they ran; 2 cores)" >&2
+    awk '{ print; w += $1; c += $3 } END { printf "%6d s %6d s  total\n", w, c }' "$STAGE_TIMES" >&2
+}
