@@ -14,7 +14,7 @@
 #
 # A crash (a panic: the contract broken) is saved in fuzz/artifacts/TARGET/;
 # once fixed, copy it into fuzz/corpus/TARGET/ as crash-NAME, and the test
-# suite (tests/robust.rs, fuzz_corpus_replays_clean) replays it from then on.
+# suite (tests/once/robust.rs, fuzz_corpus_replays_clean) replays it from then on.
 # The grown corpus stays in fuzz/target/corpus/TARGET (not committed).
 # FUZZ_JOBS=N runs N targets at once (default 1: the box is shared).
 set -euo pipefail

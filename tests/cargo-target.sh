@@ -3,7 +3,7 @@
 # package at DIR (default .) as cargo itself decides it (`cargo metadata`:
 # CARGO_TARGET_DIR, build.target-dir, else DIR/target), so that a developer's
 # CARGO_TARGET_DIR does not leave `target/release/hostpull` missing after the build.
-# tests/scripts.rs runs it with and without CARGO_TARGET_DIR.
+# tests/once/scripts.rs runs it with and without CARGO_TARGET_DIR.
 
 # Where cargo cannot answer (a bench's second stage inside tests/sysd.sh, say), its
 # first rules: CARGO_TARGET_DIR, else DIR/target.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/hostile_registry.py - a malicious container registry, for tests/hostile.rs.
+"""tests/hostile_registry.py - a malicious container registry, for tests/worker/hostile.rs.
 
     HOSTILE_AUTH=USER:PASS hostile_registry.py SCENARIO LOG --cert CRT --key KEY [--port N]
 

@@ -35,17 +35,17 @@ RIG_USER=hostpull
 # A name only a worker's own /etc/hosts or DNS resolves (tests: --add-host, --dns);
 # the server certificate carries it, as an in-cluster registry's would.
 CLUSTER_NAME=image-registry.openshift-image-registry.svc
-# A name only the test's proxy resolves (squid's hosts_file, tests/proxy.rs): a pull
+# A name only the test's proxy resolves (squid's hosts_file, tests/worker/proxy.rs): a pull
 # that does not go through the proxy cannot reach it.
 PROXIED_NAME=registry.corp.test
 REGISTRY_BIN=/usr/bin/docker-registry
-# bsdutils: script(1), the pty of tests/tty.rs and tests/sysd.sh (Essential, listed to be sure)
+# bsdutils: script(1), the pty of tests/once/tty.rs and tests/sysd.sh (Essential, listed to be sure)
 PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 python3-jsonschema dnsmasq-base bsdutils
           gnupg gpgv
           python3-dbus python3-gi                       # tests/stand-ins/networkmanager.py
           ostree libostree-dev libzstd-dev pkg-config    # ostree: the `ostree` feature and its tests
           make bzip2 man-db selinux-policy-dev rpm rpmlint # make install, contrib/packaging/check.sh
-          squid)                                         # tests/proxy.rs: a real HTTP(S) proxy
+          squid)                                         # tests/worker/proxy.rs: a real HTTP(S) proxy
 TESTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/sign.sh
 source "$TESTS/sign.sh"
@@ -228,7 +228,7 @@ cmd_up() {
 
 # env_line KEY VALUE: a line of $RIG_DIR/env, KEY='VALUE' with each ' of VALUE written '\''
 # (POSIX shell quoting). Its readers take it the same way: `.` (tests/demo.sh), a
-# subshell that sources it (bench's rig()), tests/util.rs's rig(); tests/rig_env.rs holds
+# subshell that sources it (bench's rig()), tests/util.rs's rig(); tests/once/rig_env.rs holds
 # them together.
 env_line() {
     [[ $2 != *$'\n'* ]] || die "env: $1 has a newline in its value"

@@ -1,9 +1,10 @@
 #!/bin/bash
 # tests/run.sh - the whole test suite, rig included, on a fresh Debian 12 machine:
 # installs what is missing, checks the SELinux module, brings up the registry rig,
-# runs every test (without systemd, then under a real systemd once per skopeo worker:
-# Debian 12's 1.9.3, 13's 1.18 and unstable's 1.22), tears down, and runs the pulls in
-# an enforcing SELinux guest (tests/vm.sh).
+# runs every test without systemd, then what a worker can change under a real systemd
+# once per skopeo worker (Debian 12's 1.9.3, 13's 1.18 and unstable's 1.22), tears down,
+# and runs the pulls in an enforcing SELinux guest (tests/vm.sh). The table at the end
+# gives each stage's wall and CPU time.
 #
 # Knobs: RIG_DIR (default /tmp/hostpull-rig).
 set -euo pipefail
@@ -29,16 +30,21 @@ export RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 trap 'bash tests/rig.sh down; stage_table' EXIT
 stage "tests/rig.sh up" bash tests/rig.sh up
 
-# The host pass runs once (Debian 12's skopeo); the systemd pass once per worker the rig
-# installed (tests/rig.sh workers), as HOSTPULL_SKOPEO. Tests named `host_pass_` need the
-# orchestrator's own mount namespace to reach the worker, so they run in the host pass only;
-# `systemd::` tests need systemd, so they run in the systemd passes only.
+# What each test depends on decides where it runs (tests/tests.rs). The host pass runs
+# everything but `systemd::` (which needs systemd), with --sandbox none and Debian 12's
+# skopeo: the unit tests and `once::` only here. Each systemd pass runs, once per worker
+# the rig installed (tests/rig.sh workers, as HOSTPULL_SKOPEO), what a worker or its
+# sandbox can change: `worker::` and `systemd::`, but not a `host_pass_` test, which
+# needs the orchestrator's own mount namespace to reach the worker.
 if cargo nextest --version >/dev/null 2>&1; then
     host_tests() { cargo nextest run --locked --no-fail-fast "${FEATURES[@]}" -E 'not test(/^systemd::/)'; }
-    all_tests() { cargo nextest run --locked --no-fail-fast "${FEATURES[@]}" -E 'not test(/host_pass_/)'; }
+    worker_tests() {
+        cargo nextest run --locked --no-fail-fast "${FEATURES[@]}" \
+            -E 'binary_id(hostpull::integration) & test(/^(worker|systemd)::/) & not test(/host_pass_/)'
+    }
 else
     host_tests() { cargo test --locked --no-fail-fast "${FEATURES[@]}" -- --skip systemd::; }
-    all_tests() { cargo test --locked --no-fail-fast "${FEATURES[@]}" -- --skip host_pass_; }
+    worker_tests() { cargo test --locked --no-fail-fast "${FEATURES[@]}" --test integration -- worker:: systemd:: --skip host_pass_; }
 fi
 
 failed=()
@@ -48,16 +54,16 @@ HOSTPULL_TEST_SANDBOX=none stage "the host pass: unit and integration tests, --s
 HOSTPULL_TEST_SANDBOX=none stage "the ostree tests of a --no-default-features build" \
     cargo test --locked --no-default-features -- ostree || failed+=("the --no-default-features build")
 
-# The same suite again with every worker in a transient unit, plus the systemd
-# tests, inside a real systemd (booted by tests/sysd.sh unless it is PID 1), once
-# per worker.
+# What a worker can change again, with every worker in a transient unit, plus the
+# systemd tests, inside a real systemd (booted by tests/sysd.sh unless it is PID 1),
+# once per worker.
 mapfile -t workers < <(bash tests/rig.sh workers)
 systemd_pass() {   # systemd_pass PATH VERSION PROTOCOL
     if [ "$(cat /proc/1/comm)" = systemd ]; then
-        HOSTPULL_TEST_SANDBOX=systemd HOSTPULL_SKOPEO=$1 all_tests
+        HOSTPULL_TEST_SANDBOX=systemd HOSTPULL_SKOPEO=$1 worker_tests
     else
         bash tests/sysd.sh exec env HOSTPULL_TEST_SANDBOX=systemd HOSTPULL_SKOPEO="$1" \
-            bash -c "$(declare -p FEATURES); $(declare -f all_tests); all_tests"
+            bash -c "$(declare -p FEATURES); $(declare -f worker_tests); worker_tests"
     fi
 }
 if [ "$(cat /proc/1/comm)" != systemd ]; then

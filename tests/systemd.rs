@@ -1056,7 +1056,7 @@ fn requests_since(repo: &str, mark: u64) -> usize {
 fn a_timer_pull_defers_on_a_metered_link() {
     let s = scratch();
     let _policy = NmPolicy::install();
-    let (image, repo) = crate::space::own_copy("metered");
+    let (image, repo) = crate::once::space::own_copy("metered");
     let pull = |name: &str, extra: &[&str]| {
         let dest = oci_path(&s.path().join(name));
         let mut c = systemd_pull(&image, &dest);
@@ -1115,7 +1115,7 @@ fn a_timer_pull_defers_on_a_metered_link() {
 /// through the proxy.
 #[test]
 fn no_proxy_sends_a_host_direct_where_add_host_resolves_it() {
-    use crate::proxy::{Squid, proxied_pull};
+    use crate::worker::proxy::{Squid, proxied_pull};
     let dir = scratch();
     let squid = Squid::start(dir.path());
     let pull = |no_proxy: Option<&str>| {

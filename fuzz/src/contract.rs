@@ -1,7 +1,7 @@
 //! The contract every parser of untrusted input keeps, one check per fuzz
 //! target: no panic, no hang, and an error is the documented exit code (README's
 //! table) with no secret in its message. Shared by the libFuzzer binary
-//! (fuzz/fuzz_targets/fuzz.rs) and the main test suite (tests/robust.rs), which
+//! (fuzz/fuzz_targets/fuzz.rs) and the main test suite (tests/once/robust.rs), which
 //! replays fuzz/corpus/TARGET/* through the same checks.
 //!
 //! Only public entry points of the library: others change the insides.

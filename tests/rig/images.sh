@@ -103,7 +103,7 @@ build_random() {
 
 build_big() { build_random "$1" big 64M; }   # 8 layers x 64 MiB
 
-build_paced() {   # 3 MiB, 1 MiB and 256 KiB of random bytes: seconds at tests/rate.rs's low caps
+build_paced() {   # 3 MiB, 1 MiB and 256 KiB of random bytes: seconds at tests/once/rate.rs's low caps
     local d=$1 s=$RIG_DIR/tmp/paced size i=0
     umoci init --layout "$d"; umoci new --image "$d:v1"
     for size in 3M 1M 256K; do

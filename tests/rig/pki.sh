@@ -12,7 +12,7 @@ make_certs() {
         -subj "/CN=localhost" -keyout "$d/server.key" -out "$d/server.csr" 2>/dev/null
     # 127.0.0.2 stands for a CDN at another address that a registry redirects
     # blob GETs to (tests/hostile_registry.py's redirect-addr); $PROXIED_NAME, for
-    # a registry that only the proxy can resolve (tests/proxy.rs).
+    # a registry that only the proxy can resolve (tests/worker/proxy.rs).
     printf '%s\n' "subjectAltName=IP:127.0.0.1,IP:127.0.0.2,DNS:localhost,DNS:$CLUSTER_NAME,DNS:$PROXIED_NAME" "basicConstraints=CA:FALSE" \
         "keyUsage=digitalSignature" "extendedKeyUsage=serverAuth" >"$d/server.ext"
     openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \

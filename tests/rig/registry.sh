@@ -94,7 +94,7 @@ write_config() {   # write_config NAME PORT [CLIENT-CA]
     echo "$port" >"$(reg "$name" portfile)"
     # No blobdescriptor cache: tests tamper with the storage and must see the result.
     # The access log (one combined-format line per request, in RIG_REGISTRY_LOG)
-    # is how tests/ostree.rs sees which blobs a pull really asked for.
+    # is how tests/worker/ostree.rs sees which blobs a pull really asked for.
     cat >"$(reg "$name" config)" <<YML
 version: 0.1
 log:

@@ -1,7 +1,7 @@
 //! The shape of `src/`, checked from its text and, for functions, its syntax
 //! tree (syn; HACKING.md says why): no import cycles between modules, no host
-//! effects in `plan/`, and no very long file or function. These need no rig;
-//! they run in the host pass.
+//! effects in `plan/`, and no very long file or function; and every file of
+//! `tests/` under what its tests depend on (tests/tests.rs). These need no rig.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -20,8 +20,8 @@ fn sources() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Every `.rs` file under `src/`, as (module path, text without its tests).
-fn files() -> Vec<(String, String)> {
+/// Every `.rs` file under `dir`, sorted.
+fn rs_files(dir: &Path) -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for e in std::fs::read_dir(dir).unwrap() {
             let p = e.unwrap().path();
@@ -32,11 +32,16 @@ fn files() -> Vec<(String, String)> {
             }
         }
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
-    walk(&src, &mut files);
+    walk(dir, &mut files);
     files.sort();
     files
+}
+
+/// Every `.rs` file under `src/`, as (module path, text without its tests).
+fn files() -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    rs_files(&src)
         .into_iter()
         .filter_map(|p| {
             let rel = p.strip_prefix(&src).unwrap().with_extension("");
@@ -362,5 +367,51 @@ fn architecture_long_function_finder_sees_every_kind() {
         names,
         ["free", "method", "provided", "outer", "nested"],
         "{long:?}"
+    );
+}
+
+/// What an integration test may depend on, as tests/tests.rs groups the files of
+/// tests/ (its doc says what each means), and the systemd passes of tests/run.sh
+/// select them. `util` is the harness.
+const TEST_GROUPS: [&str; 3] = ["once", "worker", "systemd"];
+
+/// Every file of tests/ is compiled, under one of [`TEST_GROUPS`]: a new file
+/// cannot escape the passes by being declared at the top, nor by not being
+/// declared at all; and tests/run.sh's systemd passes select the groups a
+/// worker can change by those names.
+#[test]
+fn every_test_file_is_under_what_it_depends_on() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tests = root.join("tests");
+    let text = std::fs::read_to_string(tests.join("tests.rs")).unwrap();
+    let file = syn::parse_file(&text).unwrap();
+    let mut declared = BTreeSet::from([tests.join("tests.rs")]);
+    let mut top = BTreeSet::new();
+    for item in &file.items {
+        let syn::Item::Mod(m) = item else { continue };
+        let name = m.ident.to_string();
+        top.insert(name.clone());
+        let Some((_, inner)) = &m.content else {
+            declared.insert(tests.join(format!("{name}.rs")));
+            continue;
+        };
+        for item in inner {
+            if let syn::Item::Mod(sub) = item {
+                assert!(sub.content.is_none(), "{name}::{}: inline", sub.ident);
+                declared.insert(tests.join(&name).join(format!("{}.rs", sub.ident)));
+            }
+        }
+    }
+    let mut want: BTreeSet<String> = TEST_GROUPS.iter().map(|g| g.to_string()).collect();
+    want.insert("util".into());
+    assert_eq!(top, want, "tests/tests.rs: the top-level modules");
+    let present: BTreeSet<PathBuf> = rs_files(&tests).into_iter().collect();
+    let undeclared: Vec<_> = present.difference(&declared).collect();
+    assert!(undeclared.is_empty(), "not compiled: {undeclared:?}");
+    let run = std::fs::read_to_string(tests.join("run.sh")).unwrap();
+    let worker_pass = "test(/^(worker|systemd)::/)";
+    assert!(
+        run.contains(worker_pass),
+        "tests/run.sh has no {worker_pass}"
     );
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::pull::staged_authfile;
+use super::pull::staged_authfile;
 use crate::util::*;
 
 /// An authfile with the primary's credentials `primary_ok` or wrong, and the

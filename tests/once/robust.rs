@@ -49,7 +49,7 @@ fn unreadable_trust_files_are_usage_errors_naming_them() {
     }
 }
 
-#[path = "../fuzz/src/contract.rs"]
+#[path = "../../fuzz/src/contract.rs"]
 #[allow(dead_code)]
 mod contract;
 

@@ -69,7 +69,7 @@ fn options_of(verb: &str) -> BTreeSet<String> {
 /// nothing else: a new option, or one README shows that the parser lost, fails.
 #[test]
 fn manuals_readme_synopsis_is_the_parser() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let (_, usage) = readme.split_once("## Usage\n\n```\n").unwrap();
     let (synopsis, _) = usage.split_once("```").unwrap();
     let readme_verbs: BTreeSet<&str> = (synopsis.lines())
@@ -124,7 +124,7 @@ fn manuals_help_completions_and_man_pages_agree() {
     for hidden_before in ["  man ", "  completions "] {
         assert!(top_help.contains(hidden_before), "{top_help}");
     }
-    let makefile = include_str!("../Makefile");
+    let makefile = include_str!("../../Makefile");
     let make_verbs = (makefile.lines())
         .find_map(|l| l.strip_prefix("VERBS := "))
         .unwrap();

@@ -109,7 +109,7 @@ fn sane(key: &str, value: &str) -> Result<(), String> {
         },
         "RIG_USER" | "RIG_CLUSTER_NAME" | "RIG_PROXIED_NAME" | "RIG_SIGNER_FPR"
         | "RIG_BUNDLED_DIGEST" => Err("malformed".into()),
-        _ => Err("no rule in tests/rig_env.rs for this variable: add one".into()),
+        _ => Err("no rule in tests/once/rig_env.rs for this variable: add one".into()),
     }
 }
 

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 
-use crate::pull::staged_authfile;
+use super::pull::staged_authfile;
 use crate::util::*;
 
 fn rig_auth() -> String {

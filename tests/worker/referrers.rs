@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::signatures::{
+use super::signatures::{
     EMAIL, ISSUER, assert_rejected, file_lookaside, fulcio, pki, policy, registries_d, sigstore_key,
 };
 use crate::util::*;

@@ -2,8 +2,9 @@
 //! forwarder (no limit of its own) sits in front of the real registry, and an
 //! image is pulled through it uncapped, then capped: the big one (512 MiB in 8
 //! layers) at about a quarter of the uncapped rate, the paced one (3 MiB,
-//! 1 MiB and 256 KiB) at 512 KiB/s, the rate of a thin far-edge link. Run in
-//! both sandbox modes.
+//! 1 MiB and 256 KiB) at 512 KiB/s, the rate of a thin far-edge link. The cap
+//! is root's (it reads the worker's pipes at the rate), so these run once, with
+//! `--sandbox none` (tests/tests.rs).
 
 use std::time::{Duration, Instant};
 
