@@ -11,8 +11,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=tests/stage.sh
 . tests/stage.sh
+trap stage_table EXIT
 
 stage "tests/rig.sh install" bash tests/rig.sh install
+# The enforcing guest comes last, but its base root (debootstrap: minutes on a fresh
+# machine, cached after) is built from now on, beside the builds and the host's tests;
+# tests/vm.sh waits for it. Its host tools first: apt-get, which runs one at a time.
+stage "tests/vm.sh tools" bash tests/vm.sh tools
+mkdir -p "${VM_DIR:-/var/tmp/hostpull-vm}"
+bash tests/vm.sh base >>"${VM_DIR:-/var/tmp/hostpull-vm}/base.log" 2>&1 &
 # With --dest ostree: (libostree-dev and friends come with the rig's packages).
 FEATURES=(--features ostree)
 stage "cargo build --all-targets" cargo build --locked --all-targets "${FEATURES[@]}"
@@ -80,18 +87,14 @@ done
 # (refpolicy, enforcing=1) under qemu TCG with hostpull installed by make install and
 # semodule -i, and runs the guest tests there (tests/vm-guest.sh TESTS); a failed guest
 # test, a denial on a hostpull type or a guest that does not come up fails the suite
-# (docs/selinux.md). Then the mutants (tests/vm.sh MUTANTS: one rule of hostpull.te
-# deleted each): each boot runs one guest test, which must fail with the matching denial.
-# Measured on this 2-core machine with other sessions on it: at load 7-10, the base
-# image (debootstrap, once per package list) 344 s, the image 85-208 s (again whenever
-# the binary, selinux/ or systemd/ change), the rig 17-36 s, the guest boot and its 8
-# tests 530 s, the mutants 412 s (2 boots of 175 s, their policies, the rig again):
-# about 25 min on a fresh machine. At load 2-4: the image 32 s, the run 167 s (guest
-# 156 s), the mutants 133 s (2 boots of 40 s): about 11 min with the base to build.
+# (docs/selinux.md). Then, in the same boot, the mutants (tests/vm.sh MUTANTS: one rule
+# of hostpull.te deleted each, the policy loaded with load_policy): each mutant's guest
+# tests must fail with the matching denial. Times: the stage table at the end, and
+# HACKING.md.
 # What failed in the guest is repeated at the end, where CI's excerpt of this log shows it.
 vm_failures() { while read -r l; do failed+=("  $l"); done 2>/dev/null <"${VM_DIR:-/var/tmp/hostpull-vm}/failures"; }
-stage "tests/vm.sh run: the enforcing SELinux guest" bash tests/vm.sh run || { failed+=("the enforcing SELinux guest (tests/vm.sh run):"); vm_failures; }
-stage "tests/vm.sh mutants" bash tests/vm.sh mutants || { failed+=("the SELinux guest's mutants (tests/vm.sh mutants):"); vm_failures; }
+stage "tests/vm.sh all: the enforcing SELinux guest and its mutants" bash tests/vm.sh all ||
+    { failed+=("the enforcing SELinux guest (tests/vm.sh all):"); vm_failures; }
 if [ ${#failed[@]} -gt 0 ]; then
     printf 'run.sh: failed: %s\n' "${failed[@]}" >&2
     exit 1

@@ -6,10 +6,14 @@
 # the bus alike). Other daemons' denials are listed, not counted.
 #
 # /vm holds: guest.sh (this), tests/rig.sh and sign.sh, rig/ (the host's rig, moved here),
-# rig-dir (the path the rig was made at), filter (a regex of tests to run), optionally
-# policy.33 (a mutant's policy, loaded before the tests) and mutant (its name).
+# rig-dir (the path the rig was made at), filter (a regex of the tests to run under the
+# installed policy; none when it is empty), and mutants/ (optional): NAME/policy.33 (the
+# policy without one rule) and NAME/tests (the tests to run under it), in the order of
+# mutants/order. The mutants come after the tests, in the same boot: each loads its
+# policy with load_policy, after the tests' state is reset (reset_state).
 # It writes /vm/results: verdicts (one "PASS|FAIL NAME ..." line per test), NAME.log,
-# NAME.denials, NAME.other-denials, audit.log, journal.txt.
+# NAME.denials, NAME.other-denials, audit.log, journal.txt; and for each mutant the same
+# in results/mutant-NAME/, with `loaded` when its policy was.
 set -uo pipefail
 V=/vm
 R=$V/results
@@ -22,14 +26,8 @@ mkdir -p "$(dirname "$RIG_DIR")"
 cp -a "$V/rig" "$RIG_DIR"
 # shellcheck disable=SC1091
 source "$RIG_DIR/env"
-FILTER=$(cat "$V/filter" 2>/dev/null || echo .)
+FILTER=$(cat "$V/filter" 2>/dev/null)
 AUDIT=/var/log/audit/audit.log
-
-# A mutant: its policy replaces the installed one before anything runs.
-if [ -f "$V/policy.33" ]; then
-    cp "$V/policy.33" /etc/selinux/default/policy/policy.33
-    load_policy && echo "VMTEST-MUTANT $(cat "$V/mutant") loaded" || echo "VMTEST-MUTANT load_policy failed"
-fi
 
 # ------------------------------------------------------------------- setup
 setup() {
@@ -349,7 +347,7 @@ t_proxy() {
     echo "127.0.0.1 $RIG_PROXIED_NAME" >/etc/squid/hostpull-hosts
     printf 'proxyuser:%s\n' "$(printf '%s\n' "$pw" | openssl passwd -apr1 -stdin)" >/etc/squid/hostpull-passwd
     chown root:proxy /etc/squid/hostpull-passwd; chmod 0640 /etc/squid/hostpull-passwd
-    # As tests/proxy.rs configures it: basic auth, CONNECT only to the rig's port.
+    # As tests/worker/proxy.rs configures it: basic auth, CONNECT only to the rig's port.
     cat >$sq <<SQUID
 http_port 127.0.0.1:3128
 pid_filename none
@@ -438,6 +436,31 @@ run_test() {
     if [ "$verdict" = FAIL ]; then tail -15 "$R/$name.log"; head -10 "$R/$name.denials"; fi
 }
 
+# reset_state: what the tests wrote, gone, so that a test run again (under a mutant)
+# fetches and imports again rather than finding its image held.
+reset_state() {
+    systemctl reset-failed
+    rm -rf /var/lib/hostpull/images/* /ostree/repo
+    ostree --repo=/ostree/repo init --mode=bare
+    restorecon -R /ostree /var/lib/hostpull
+}
+# mutant NAME: its policy loaded in place of the installed one, then its tests, with
+# their results in results/mutant-NAME.
+mutant() {
+    local name=$1 t
+    R=$V/results/mutant-$name
+    mkdir -p "$R"
+    reset_state >"$R/reset.log" 2>&1 || echo "VMTEST-MUTANT $name: reset_state failed (reset.log)"
+    cp "$V/mutants/$name/policy.33" /etc/selinux/default/policy/policy.33
+    if load_policy; then
+        echo "VMTEST-MUTANT $name loaded" | tee "$R/loaded"
+        for t in $(cat "$V/mutants/$name/tests"); do run_test "$t"; done
+    else
+        echo "VMTEST-MUTANT $name: load_policy failed"
+    fi
+    R=$V/results
+}
+
 if ! systemctl is-active -q auditd; then
     echo "FAIL setup rc=1 auditd is not running" >>"$R/verdicts"
 else
@@ -448,8 +471,13 @@ else
         echo "FAIL setup rc=1 (setup.log)" >>"$R/verdicts"
         tail -20 "$R/setup.log"
     else
-        for t in "${TESTS[@]}"; do
-            [[ $t =~ $FILTER ]] && run_test "$t"
+        if [ -n "$FILTER" ]; then
+            for t in "${TESTS[@]}"; do
+                [[ $t =~ $FILTER ]] && run_test "$t"
+            done
+        fi
+        for m in $(cat "$V/mutants/order" 2>/dev/null); do
+            mutant "$m"
         done
     fi
 fi

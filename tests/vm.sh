@@ -8,13 +8,18 @@
 #   vm.sh [run]      build what is missing, boot, run the guest tests; exit 1 if one fails
 #                    or the guest does not come up (default); $VM_DIR/failures says which
 #   vm.sh mutants    the same guest with a rule of selinux/hostpull.te deleted, once per
-#                    mutant below: the matching guest test must fail with a denial
+#                    mutant below: the matching guest test must fail with a denial. The
+#                    guest loads each mutant's policy in turn (load_policy), in one boot
+#   vm.sh all        run, then mutants, in one boot (tests/run.sh)
 #   vm.sh build      only build the cached images
+#   vm.sh tools      only install the host's tools (qemu, debootstrap: apt-get)
+#   vm.sh base       only build the base root (debootstrap; no apt-get on the host: the
+#                    tools must be there), which tests/run.sh starts in the background
 #
 # Knobs: VM_DIR (default /var/tmp/hostpull-vm: big artefacts, never in git), VM_BIN (the
 # hostpull binary to install; default: cargo build --release), VM_TIMEOUT (seconds a boot
 # may take, default 1200), VM_SMP (default 2), VM_TESTS (a regex of guest test names),
-# VM_MUTANTS (a regex of mutant names, for `mutants`), VM_DONTAUDIT=0 (the policy without its dontaudit rules: silent denials logged too).
+# VM_MUTANTS (a regex of mutant names, for `mutants` and `all`), VM_DONTAUDIT=0 (the policy without its dontaudit rules: silent denials logged too).
 #
 # Never KVM: /dev/kvm answers on these machines, but a nested guest hangs after the
 # kernel's boot stub. Under TCG, with 2 vCPUs, boot to power-off takes about 25 s idle.
@@ -33,7 +38,7 @@ cd "$(dirname "$0")/.."
 SRC=$PWD
 
 VM_DIR=${VM_DIR:-/var/tmp/hostpull-vm}
-VM_TIMEOUT=${VM_TIMEOUT:-1200}
+VM_TIMEOUT=${VM_TIMEOUT:-1800}
 VM_SMP=${VM_SMP:-2}
 VM_TESTS=${VM_TESTS:-.}
 VM_MUTANTS=${VM_MUTANTS:-.}
@@ -102,6 +107,11 @@ ensure_base() {
     key=$(base_key); d=$VM_DIR/base-$key
     BASE=$d/root
     [ -f "$d/.built" ] && return 0
+    # One build at a time: tests/run.sh starts one early (`vm.sh base &`), and the
+    # guest waits for it here.
+    exec {lock}>"$VM_DIR/base.lock"
+    flock "$lock"
+    [ -f "$d/.built" ] && return 0
     t=$(now)
     note "building the base root $d (debootstrap; about 2 minutes)"
     rm -rf "$d"; mkdir -p "$d"
@@ -111,14 +121,19 @@ ensure_base() {
 }
 
 # ensure_bin: the binary to install (VM_BIN, or a release build of this tree: under
-# TCG a debug build spends 30 s of CPU on the smallest pull).
-# Also the fixture maker examples/ostree-encapsulate (the guest's ostree images).
+# TCG a debug build spends 30 s of CPU on the smallest pull), built as tests/demo.sh
+# builds it, so that after the demo it is there. Also the fixture maker
+# examples/ostree-encapsulate (the guest's ostree images), a debug build as tests/run.sh
+# makes it: an example brings the dev-dependencies, whose features (proc-macro2's
+# span-locations) would rebuild every release crate again.
 ensure_bin() {
-    local build=(--example ostree-encapsulate)
-    [ -n "${VM_BIN:-}" ] || build+=(--bin hostpull --bin hostpull-ostree-import)
-    cargo build --release --locked --features ostree "${build[@]}" >&2
-    BIN=${VM_BIN:-$SRC/target/release/hostpull}
-    ENCAPSULATE=$SRC/target/release/examples/ostree-encapsulate
+    [ -n "${VM_BIN:-}" ] || cargo build --release --locked >&2
+    cargo build --locked --features ostree --example ostree-encapsulate >&2
+    # shellcheck source=tests/cargo-target.sh
+    . tests/cargo-target.sh
+    local target; target=$(cargo_target_dir)
+    BIN=${VM_BIN:-$target/release/hostpull}
+    ENCAPSULATE=$target/debug/examples/ostree-encapsulate
     [ -x "$BIN" ] || die "no hostpull binary at $BIN"
 }
 
@@ -249,8 +264,9 @@ make_ostree_images() (
     rm -rf "$d"
 )
 
-# make_disk DISK [MUTANT-NAME POLICY]: the second disk: the guest tests, the rig, and
-# a mutant's policy if given.
+# make_disk DISK: the second disk: the guest tests, the rig, the filter (VM_TESTS, or
+# none when it is empty) and the mutants' policies ($VM_DIR/mutants, made by
+# mutant_policies).
 make_disk() {
     local disk=$1 d=$VM_DIR/disk
     rm -rf "$d"; mkdir -p "$d/tests" "$d/rig"
@@ -259,7 +275,7 @@ make_disk() {
     (cd "$RIG" && tar --exclude=./images --exclude=./logs --exclude=./sig/gnupg -cf - .) | tar -xf - -C "$d/rig"
     echo "$RIG" >"$d/rig-dir"
     echo "$VM_TESTS" >"$d/filter"
-    if [ $# -gt 1 ]; then echo "$2" >"$d/mutant"; cp "$3" "$d/policy.33"; fi
+    [ ! -d "$VM_DIR/mutants" ] || cp -r "$VM_DIR/mutants" "$d/"
     rm -f "$disk"
     mkfs.ext4 -q -d "$d" -F "$disk" 512M
     rm -rf "$d"
@@ -297,12 +313,11 @@ results() {
 read -ra GUEST_TESTS <<<"$(sed -n 's/^TESTS=(\(.*\))$/\1/p' tests/vm-guest.sh)"
 [ ${#GUEST_TESTS[@]} -gt 0 ] || die "no TESTS=(...) line in tests/vm-guest.sh"
 
-# guest NAME [MUTANT POLICY]: one boot; its results in $VM_DIR/NAME/results.
+# guest NAME: one boot; its results in $VM_DIR/NAME/results.
 guest() {
     local name=$1 t disk=$VM_DIR/disk.img
-    shift
     t=$(now)
-    make_disk "$disk" "$@"
+    make_disk "$disk"
     boot "$IMAGE" "$disk" "$VM_DIR/$name.serial.log"
     note "$name: guest ran for $(since "$t")"
     OUT=$VM_DIR/$name
@@ -321,10 +336,9 @@ prepare() {
     make_rig
 }
 
-cmd_run() {
+# judge_run: the verdicts of the guest tests in $OUT (VM_TESTS of them).
+judge_run() {
     local failed=0 t v
-    prepare
-    guest run
     echo "== guest tests (enforcing; details in $OUT)"
     cat "$OUT/verdicts"
     # A failed test's verdict, with the reason its log ends with.
@@ -345,7 +359,7 @@ cmd_run() {
     v=$(cat "$OUT"/*.other-denials 2>/dev/null | grep -o 'avc: *denied *{[^}]*} for .*' |
         sed -E 's/pid=[0-9]+ //; s/ino=[0-9]+ //' | sort | uniq -c | sort -rn || true)
     [ -z "$v" ] || { echo "-- other daemons' denials (not counted):"; echo "$v" | head -20; }
-    [ "$failed" = 0 ] || die "guest tests failed"
+    [ "$failed" = 0 ] || { note "guest tests failed"; return 1; }
     note "all guest tests passed"
 }
 
@@ -366,54 +380,88 @@ MUTANTS=(
     'root|filetrans_pattern(hostpull_t, hostpull_runtime_t, hostpull_worker_conf_t, dir, "root")|pull_mirror|denied  \{ create \} .*name="bin" scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:hostpull_runtime_t:s0 tclass=lnk_file'
 )
 
-# mutant_policy NAME LINE: the guest's policy with LINE deleted from hostpull.te.
+# mutant_policy NAME LINE: the guest's policy with LINE deleted from hostpull.te, in
+# $VM_DIR/mutant-NAME/root.
 mutant_policy() {
     local name=$1 line=$2 d=$VM_DIR/mutant-$1
     rm -rf "$d"; mkdir -p "$d/src"
     cp selinux/hostpull.{te,if,fc} "$d/src/"
-    [ "$(grep -cxF "$line" "$d/src/hostpull.te")" = 1 ] || die "mutant $name: '$line' is not in hostpull.te exactly once"
+    [ "$(grep -cxF "$line" "$d/src/hostpull.te")" = 1 ] || { echo "mutant $name: '$line' is not in hostpull.te exactly once"; return 1; }
     grep -vxF "$line" selinux/hostpull.te >"$d/src/hostpull.te"
-    make -s selinux-pp SELINUX_SRC="$d/src" OUT="$d/out" >&2
-    cp -a "$VM_DIR/store" "$d/root"
-    semodule -p "$d/root" -s default -i "$d/out/selinux/hostpull.pp"
-    POLICY=$d/root/etc/selinux/default/policy/policy.33
+    make -s selinux-pp SELINUX_SRC="$d/src" OUT="$d/out" &&
+        cp -a "$VM_DIR/store" "$d/root" &&
+        semodule -p "$d/root" -s default -i "$d/out/selinux/hostpull.pp"
 }
 
-cmd_mutants() {
-    local m name line tests test want failed=0 chosen
-    chosen=()
-    for m in "${MUTANTS[@]}"; do if [[ ${m%%|*} =~ $VM_MUTANTS ]]; then chosen+=("$m"); fi; done
-    [ ${#chosen[@]} -gt 0 ] || die "no mutant matches VM_MUTANTS='$VM_MUTANTS'"
-    VM_TESTS=$(printf '%s\n' "${chosen[@]}" | cut -d'|' -f3 | tr ' ' '\n' | sort -u | paste -sd'|')
-    VM_TESTS="^($VM_TESTS)\$"
-    prepare
-    for m in "${chosen[@]}"; do
+# mutant_policies: the chosen mutants (VM_MUTANTS) into $VM_DIR/mutants for the guest
+# (make_disk): NAME/policy.33, NAME/tests and order. Built one per CPU at a time (each
+# is mostly secilc's link: about 18 s of CPU).
+mutant_policies() {
+    local m name line tests want
+    CHOSEN=()
+    for m in "${MUTANTS[@]}"; do if [[ ${m%%|*} =~ $VM_MUTANTS ]]; then CHOSEN+=("$m"); fi; done
+    [ ${#CHOSEN[@]} -gt 0 ] || die "no mutant matches VM_MUTANTS='$VM_MUTANTS'"
+    rm -rf "$VM_DIR/mutants"; mkdir -p "$VM_DIR/mutants"
+    for m in "${CHOSEN[@]}"; do
         IFS='|' read -r name line tests want <<<"$m"
-        mutant_policy "$name" "$line"
-        guest "mutant-$name" "$name" "$POLICY"
-        grep -q "^VMTEST-MUTANT $name loaded" "$OUT/console.log" || { failure "FAIL mutant $name: not loaded"; failed=1; continue; }
+        while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n || true; done
+        mutant_policy "$name" "$line" >"$VM_DIR/mutant-$name.log" 2>&1 &
+    done
+    wait
+    for m in "${CHOSEN[@]}"; do
+        IFS='|' read -r name line tests want <<<"$m"
+        [ -f "$VM_DIR/mutant-$name/root/etc/selinux/default/policy/policy.33" ] ||
+            { cat "$VM_DIR/mutant-$name.log" >&2; die "mutant $name: its policy could not be built"; }
+        mkdir -p "$VM_DIR/mutants/$name"
+        cp "$VM_DIR/mutant-$name/root/etc/selinux/default/policy/policy.33" "$VM_DIR/mutants/$name/"
+        echo "$tests" >"$VM_DIR/mutants/$name/tests"
+        echo "$name" >>"$VM_DIR/mutants/order"
+        rm -rf "$VM_DIR/mutant-$name"
+    done
+}
+
+# judge_mutants RESULTS: each chosen mutant's tests failed, with its denial.
+judge_mutants() {
+    local m name line tests want test out failed=0
+    for m in "${CHOSEN[@]}"; do
+        IFS='|' read -r name line tests want <<<"$m"
+        out=$1/mutant-$name
+        [ -f "$out/loaded" ] || { failure "FAIL mutant $name: not loaded"; failed=1; continue; }
         for test in $tests; do
-            if ! grep -q "^FAIL $test " "$OUT/verdicts"; then
+            if ! grep -q "^FAIL $test " "$out/verdicts"; then
                 failure "FAIL mutant $name: $test still passes without '$line'"; failed=1
-            elif ! grep -qE "$want" "$OUT/$test.denials"; then
+            elif ! grep -qE "$want" "$out/$test.denials"; then
                 failure "FAIL mutant $name: $test fails, but no denial matches '$want'"; failed=1
-                sed 's/^/   /' "$OUT/$test.denials" | head
+                sed 's/^/   /' "$out/$test.denials" | head
             else
                 echo "ok   mutant $name: $test fails without '$line', with:"
-                grep -E "$want" "$OUT/$test.denials" | head -2 | sed 's/^/       /'
+                grep -E "$want" "$out/$test.denials" | head -2 | sed 's/^/       /'
             fi
         done
     done
-    [ "$failed" = 0 ] || die "a mutant was not caught by the guest tests"
+    [ "$failed" = 0 ] || { note "a mutant was not caught by the guest tests"; return 1; }
+}
+
+# cmd MODE: run (the guest tests), mutants, or all (both, in one boot).
+cmd() {
+    local failed=0
+    rm -rf "$VM_DIR/mutants"
+    [ "$1" != mutants ] || VM_TESTS=
+    prepare
+    [ "$1" = run ] || mutant_policies
+    guest "$1"
+    if [ "$1" != mutants ]; then judge_run || failed=1; fi
+    if [ "$1" != run ]; then judge_mutants "$OUT" || failed=1; fi
+    [ "$failed" = 0 ] || die "$1: failed (above; $VM_DIR/failures)"
 }
 
 t0=$(now)
 mkdir -p "$VM_DIR"; rm -f "$VM_DIR/failures"
 case ${1:-run} in
-    run) cmd_run ;;
-    mutants) cmd_mutants ;;
+    run|mutants|all) cmd "${1:-run}" ;;
     build) prepare ;;
-    base) install_host_tools; ensure_base ;;
-    *) echo "usage: $0 [run|mutants|build]" >&2; exit 2 ;;
+    tools) install_host_tools ;;
+    base) ensure_base ;;
+    *) echo "usage: $0 [run|mutants|all|build|tools|base]" >&2; exit 2 ;;
 esac
 note "${1:-run} took $(since "$t0")"
