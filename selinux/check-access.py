@@ -85,6 +85,7 @@ EXPECT = [
     ("always:hostpull_import_ostree", "@orch", "security_t", "dir", "search", "selinux_get_enforce_mode"),
     ("always:hostpull_import_ostree", "@orch", "net_conf_t", "file", "getattr open read", "plan::dns: the host's resolv.conf and hosts"),
     ("always:hostpull_import_ostree", "@orch", "sysfs_t", "file", "open read", "root's skopeo --version: Go reads the huge page size"),
+    ("always:hostpull_import_ostree", "@orch", "sysctl_vm_overcommit_t", "file", "open read", "glibc malloc, as a thread's arena shrinks (guest, once)"),
 
     # --- fds from hostpull through D-Bus to PID 1 to the worker (rpm-ostree#3239)
     ("allow", "@dbusd", "@orch", "fd", "use", "dbus-broker receives systemd-run's fds"),
@@ -244,6 +245,7 @@ EXPECT = [
      "the service has NoNewPrivileges=yes"),
     ("tunable:hostpull_import_ostree", "@orch", "@import", "process", "sigkill", "a stopped pull kills the import"),
     ("allow", "@import", "hostpull_ostree_exec_t", "file", "entrypoint", "its own program"),
+    ("allow", "@import", "sysctl_vm_overcommit_t", "file", "open read", "glibc malloc, as for root"),
     ("allow", "@import", "@orch", "fd", "use", "stdout and stderr are hostpull's pipes"),
     ("allow", "@import", "@orch", "fifo_file", "write", "the result and the error line"),
     ("allow", "@import", "@orch", "process", "sigchld", "hostpull's child"),
