@@ -16,10 +16,12 @@ SYSD_DIR=${SYSD_DIR:-${RIG_DIR%/}-sysd}
 SANDBOX=${SANDBOX:-systemd}
 
 bash tests/rig.sh install
-cargo build --locked --release
+# The build tests/run.sh makes (the dev profile, every target), so that the suite starts
+# from it; `make` builds the release that is installed.
+cargo build --locked --all-targets
 # shellcheck source=tests/cargo-target.sh
 . tests/cargo-target.sh
-hostpull=$(cargo_target_dir)/release/hostpull   # CARGO_TARGET_DIR too
+hostpull=$(cargo_target_dir)/debug/hostpull   # CARGO_TARGET_DIR too
 cleanup() { bash tests/rig.sh down; }
 trap cleanup EXIT
 bash tests/rig.sh up
