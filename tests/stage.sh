@@ -1,6 +1,7 @@
 # tests/stage.sh - sourced by .ci/run and tests/run.sh. `stage NAME CMD...` runs CMD under
 # a "== NAME" header and appends its wall time and its processes' CPU time (user +
-# system, of every child it waited for) to $STAGE_TIMES, which `stage_table` prints.
+# system, of every child it waited for: not what another parent reaps, such as the
+# units of the systemd a pass runs in) to $STAGE_TIMES, which `stage_table` prints.
 # CMD's exit status is stage's. .ci/run exports STAGE_TIMES, so tests/run.sh adds to
 # the same table; run alone, it keeps its own.
 if [ -z "${STAGE_TIMES:-}" ]; then

@@ -610,14 +610,7 @@ fn in_cluster_registry_by_name() {
         .stderr(Stdio::null())
         .spawn()
         .expect("dnsmasq (tests/rig.sh install brings dnsmasq-base)");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _dnsmasq = Kill(dnsmasq);
+    let _dnsmasq = KillOnDrop(dnsmasq);
     std::thread::sleep(Duration::from_millis(300));
     pull("dns", &["--dns", "127.0.0.77", "--ca", &ca]).json();
     assert_eq!(host_files(), before);

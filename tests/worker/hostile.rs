@@ -3,7 +3,7 @@
 //! published. A redirect elsewhere must not carry the credentials.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
@@ -16,7 +16,7 @@ const USER_PASS_B64: &str = "aG9zdGlsZS11c2VyOmhvc3RpbGUtc2VjcmV0LThjMWY=";
 /// A hostile registry child process, killed when dropped, with a scratch
 /// directory for its log, the authfile and the pull's destination.
 struct Hostile {
-    child: Child,
+    _child: KillOnDrop,
     port: u16,
     log: PathBuf,
     authfile: PathBuf,
@@ -50,7 +50,7 @@ impl Hostile {
         )
         .unwrap();
         Self {
-            child,
+            _child: KillOnDrop(child),
             port,
             log,
             authfile,
@@ -82,13 +82,6 @@ impl Hostile {
             .map(|l| serde_json::from_str::<Value>(l).unwrap())
             .filter(|r| r["server"] == server)
             .collect()
-    }
-}
-
-impl Drop for Hostile {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
@@ -161,7 +161,7 @@ fn gpg_rejections() {
 /// each request as `PATH STATUS uid=UID`, with the uid that owns the client's
 /// socket (from /proc/net/tcp): who fetched, root or the worker.
 struct HttpServer {
-    child: Child,
+    child: KillOnDrop,
     port: u16,
     log: std::io::BufReader<std::process::ChildStderr>,
 }
@@ -199,21 +199,18 @@ impl HttpServer {
             .expect("python3");
         let port = read_port(&mut child, "the lookaside server");
         let log = std::io::BufReader::new(child.stderr.take().unwrap());
-        Self { child, port, log }
+        Self {
+            child: KillOnDrop(child),
+            port,
+            log,
+        }
     }
 
     /// The requests logged so far (the server is stopped first).
     fn requests(mut self) -> Vec<String> {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
+        self.child.0.kill().unwrap();
+        self.child.0.wait().unwrap();
         (&mut self.log).lines().map_while(Result::ok).collect()
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
