@@ -2,6 +2,9 @@
 # a "== NAME" header and appends its wall time and its processes' CPU time (user +
 # system, of every child it waited for: not what another parent reaps, such as the
 # units of the systemd a pass runs in) to $STAGE_TIMES, which `stage_table` prints.
+# A stage run in the background (`stage … &`) has its own row, and its CPU is counted
+# again in the row of the stage during which it ended; its wall time is not part of
+# the total, which is the foreground's.
 # CMD's exit status is stage's. .ci/run exports STAGE_TIMES, so tests/run.sh adds to
 # the same table; run alone, it keeps its own.
 if [ -z "${STAGE_TIMES:-}" ]; then
@@ -9,7 +12,9 @@ if [ -z "${STAGE_TIMES:-}" ]; then
     export STAGE_TIMES
 fi
 stage() {
-    local name=$1 rc=0 t wall user sys
+    local name=$1 rc=0 t wall user sys beside=
+    # In a subshell of the script (`stage … &`): beside the foreground.
+    [ "$BASHPID" = "$$" ] || beside=' [beside]'
     shift
     echo "== $name" >&2
     t=$(mktemp)
@@ -18,11 +23,12 @@ stage() {
     read -r wall user sys <"$t" || true
     rm -f "$t"
     printf '%6s s %6s s  %s%s\n' "$wall" "$((user + sys))" "$name" \
-        "$([ "$rc" = 0 ] || echo " (exit $rc)")" >>"$STAGE_TIMES"
+        "$([ "$rc" = 0 ] || echo " (exit $rc)")$beside" >>"$STAGE_TIMES"
     return "$rc"
 }
 # stage_table: every stage so far, and the sum.
 stage_table() {
     echo "== stages (wall, CPU of what they ran; 2 cores)" >&2
-    awk '{ print; w += $1; c += $3 } END { printf "%6d s %6d s  total\n", w, c }' "$STAGE_TIMES" >&2
+    awk '{ print; if ($0 !~ /\[beside\]$/) w += $1; c += $3 }
+         END { printf "%6d s %6d s  total (wall: the foreground stages)\n", w, c }' "$STAGE_TIMES" >&2
 }
