@@ -187,19 +187,20 @@ impl Destination {
         {
             tracing::debug!("the import of the other manifest: {e:#}");
         }
-        let mut running = match running {
+        let running = match running {
             Some(r) => r,
             None => crate::store::import::start(program, start, Arc::clone(failed))
                 .map(Box::new)
                 .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?,
         };
+        // Put back either way, even if the pull is stopped while the request
+        // is sent: a failed pull abandons it, and hears its error.
+        let mut back = PutBack(import, Some(running));
         let staged = layout.write_blob("manifest", digest, raw);
         let path = staged.and_then(|()| self.layout());
-        if let Ok(path) = &path {
+        if let (Ok(path), Some(running)) = (&path, &mut back.1) {
             running.begin(path, tag, digest).await;
         }
-        // Put back either way: a failed pull abandons it.
-        *import.lock().unwrap() = Some(running);
         path.map(drop)
     }
 
@@ -239,5 +240,18 @@ impl Destination {
             Self::Oci(_) => None,
             Self::Ostree { import, .. } => import.lock().unwrap().take(),
         }
+    }
+}
+
+/// An import taken out of its destination, put back when dropped.
+struct PutBack<'a>(&'a Mutex<Option<Box<Running>>>, Option<Box<Running>>);
+
+impl Drop for PutBack<'_> {
+    fn drop(&mut self) {
+        let mut slot = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = self.1.take();
     }
 }

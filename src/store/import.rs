@@ -36,7 +36,6 @@ use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::Ordering::SeqCst;
 
 use anyhow::Context;
 
@@ -265,24 +264,23 @@ pub fn start(
         .with_context(|| format!("running {}", program.display()))?;
     let control = child.stdin.take();
     let (told, holdings) = tokio::sync::oneshot::channel();
-    let abandoned = std::sync::Arc::<std::sync::atomic::AtomicBool>::default();
-    let begun = std::sync::Arc::<std::sync::atomic::AtomicBool>::default();
-    let (given_up, told_to) = (abandoned.clone(), begun.clone());
-    let notify = failed.clone();
+    let state = std::sync::Arc::new(std::sync::Mutex::new(State::default()));
+    let shared = (state.clone(), failed.clone());
     let ended = tokio::spawn(async move {
         let out = collect(child, told).await;
-        let ok = out.as_ref().is_ok_and(|o| o.status.success());
-        if !ok && told_to.load(SeqCst) && !given_up.load(SeqCst) {
-            notify.notify_one();
-        }
+        let (state, failed) = shared;
+        let mut s = state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.failed = !out.as_ref().is_ok_and(|o| o.status.success());
+        s.report(&failed);
         out
     });
     Ok(Running {
         digest: None,
         control,
         holdings: Some(holdings),
-        abandoned,
-        begun,
+        state,
         failed,
         ended,
     })
@@ -341,11 +339,9 @@ pub struct Running {
     control: Option<tokio::process::ChildStdin>,
     /// Its first answer, until taken.
     holdings: Option<tokio::sync::oneshot::Receiver<anyhow::Result<Holdings>>>,
-    /// Set when the pull gives the import up: its failure then says nothing new.
-    abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// Set once it has its whole request: its failure then stops the fetch.
-    begun: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// Notified when it fails once begun.
+    /// Where it stands, shared with the task that waits for it.
+    state: std::sync::Arc<std::sync::Mutex<State>>,
+    /// Notified when it fails once begun ([`State::report`]).
     failed: std::sync::Arc<tokio::sync::Notify>,
     /// The task that owns the process and collects its output.
     ended: tokio::task::JoinHandle<std::io::Result<std::process::Output>>,
@@ -358,7 +354,38 @@ impl Drop for Running {
     }
 }
 
+/// Where an import stands. Its failure stops the fetch only once it has its
+/// whole request, and only if the pull has not given it up; whether it was
+/// reported so decides, under the one lock, whose error the pull's is.
+#[derive(Debug, Default)]
+struct State {
+    /// It has its whole request ([`Running::begin`]).
+    begun: bool,
+    /// It has exited, and not successfully.
+    failed: bool,
+    /// The pull gave it up ([`Running::abandon`]): its failure says nothing new.
+    abandoned: bool,
+    /// Its failure was reported, which is why the pull stopped.
+    reported: bool,
+}
+
+impl State {
+    /// Notify `failed` if the import has failed once begun, and not yet said so.
+    fn report(&mut self, failed: &tokio::sync::Notify) {
+        if self.failed && self.begun && !self.abandoned && !self.reported {
+            self.reported = true;
+            failed.notify_one();
+        }
+    }
+}
+
 impl Running {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The manifest it imports, once begun.
     pub fn digest(&self) -> Option<&Sha256Digest> {
         self.digest.as_ref()
@@ -382,10 +409,11 @@ impl Running {
     pub async fn begin(&mut self, layout: &Path, tag: &str, digest: &Sha256Digest) {
         use tokio::io::AsyncWriteExt;
         self.digest = Some(digest.clone());
-        self.begun.store(true, SeqCst);
-        // One that ended before it began has failed (the task saw it unbegun).
-        if self.ended.is_finished() {
-            self.failed.notify_one();
+        // One that failed before it began is reported now.
+        {
+            let mut s = self.lock();
+            s.begun = true;
+            s.report(&self.failed);
         }
         if let Some(c) = &mut self.control {
             let _ = c.write_all(&Start::rest(layout, tag, digest)).await;
@@ -420,8 +448,11 @@ impl Running {
     /// Returns the import's own error if it had failed before (which is then
     /// why the pull stopped).
     pub async fn abandon(mut self) -> Option<anyhow::Error> {
-        self.abandoned.store(true, SeqCst);
-        let failed_first = self.ended.is_finished();
+        let failed_first = {
+            let mut s = self.lock();
+            s.abandoned = true;
+            s.reported
+        };
         drop(self.control.take());
         match self.output().await {
             Ok(out) if failed_first => failure(&out).err(),
@@ -463,6 +494,37 @@ fn failure(out: &std::process::Output) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An import's failure stops the fetch once it is begun, whichever comes
+    /// first, and never after the pull gave it up; whether it did is what
+    /// `abandon` answers (CI once saw "the import failed" in place of the
+    /// import's own error, when its task was slow to end after notifying).
+    #[test]
+    fn a_failure_is_reported_once_begun_and_not_after_it_was_given_up() {
+        use std::future::Future;
+        type Step = fn(&mut State);
+        let fail: Step = |s| s.failed = true;
+        let begin: Step = |s| s.begun = true;
+        let abandon: Step = |s| s.abandoned = true;
+        for (steps, reported) in [
+            (vec![fail], false),
+            (vec![begin], false),
+            (vec![fail, begin], true),
+            (vec![begin, fail], true),
+            (vec![begin, abandon, fail], false),
+            (vec![fail, abandon, begin], false),
+        ] {
+            let (mut s, told) = (State::default(), tokio::sync::Notify::new());
+            for step in &steps {
+                step(&mut s);
+                s.report(&told);
+            }
+            assert_eq!(s.reported, reported, "{s:?}");
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let woke = std::pin::pin!(told.notified()).poll(&mut cx).is_ready();
+            assert_eq!(woke, reported, "{s:?}");
+        }
+    }
 
     #[test]
     fn the_request_crosses_the_command_line_then_stdin() {
