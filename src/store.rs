@@ -52,8 +52,9 @@ pub struct Layout {
     /// Blobs this pull linked into place, removed again if it never publishes.
     added: Mutex<Vec<String>>,
     published: AtomicBool,
-    /// Whether the blobs must be on disk before the tag: false for a layout
-    /// read once and removed ([`Layout::ephemeral`]).
+    /// Whether the blobs must be on disk before the tag, and an unpublished
+    /// pull's removed: false for a layout read once and removed by its owner
+    /// ([`Layout::ephemeral`]).
     durable: bool,
     /// The layout directory opened for real (not `O_PATH`), holding the lock.
     lock: OwnedFd,
@@ -168,7 +169,8 @@ impl Layout {
     /// staging, which the import reads): no early writeback, no `syncfs`
     /// before the tag. Nothing relies on it surviving a crash (ostree syncs
     /// what it imports), and what the kernel has not written back by the time
-    /// the staging is removed never reaches the disk at all.
+    /// the staging is removed never reaches the disk at all. Its owner removes
+    /// it, not a failed pull's drop.
     pub fn ephemeral(&mut self) {
         self.durable = false;
     }
@@ -297,7 +299,10 @@ fn write_error(path: &Path, e: std::io::Error) -> anyhow::Error {
 /// A crash skips this; the next pull then reuses the verified blobs it finds.
 impl Drop for Layout {
     fn drop(&mut self) {
-        if *self.published.get_mut() {
+        // A staging layout is its owner's to remove, once its import is done
+        // or abandoned: a failed try (a credential refused) must not pull it
+        // from under the import, which reads it until then.
+        if *self.published.get_mut() || !self.durable {
             return;
         }
         let result = match self.origin {
