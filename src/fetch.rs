@@ -447,7 +447,7 @@ async fn resolve(worker: &Worker, plan: &Plan, dest: &Destination) -> anyhow::Re
     let pin = plan.image.digest.as_ref();
     let raw = match pin.and_then(|pin| dest.held_manifest(pin, None)) {
         Some(raw) => raw,
-        None => worker.inspect_raw(&plan.image, MANIFEST_MAX).await?,
+        None => inspect_opening(worker, plan, dest).await?,
     };
     let digest = digest::sha256(&raw);
     if let Some(pinned) = pin
@@ -476,6 +476,35 @@ async fn resolve(worker: &Worker, plan: &Plan, dest: &Destination) -> anyhow::Re
         }
         parsed => Resolved::new(digest.clone(), digest, raw, parsed),
     }
+}
+
+/// The registry's manifest of the image as given (`inspect`), with the image
+/// opened in the worker's proxy beside it where the plan allows
+/// ([`Plan::open_beside`]): the blobs then need no round trips of their own
+/// before the first byte. Not for a tag the destination has, most often the
+/// timer's check that finds nothing new, which asks the registry for the
+/// manifest alone (P6); whether it has is read while the worker starts.
+async fn inspect_opening(
+    worker: &Worker,
+    plan: &Plan,
+    dest: &Destination,
+) -> anyhow::Result<Vec<u8>> {
+    let inspect = worker.inspect_raw(&plan.image, MANIFEST_MAX);
+    if !plan.open_beside {
+        return inspect.await;
+    }
+    if plan.image.digest.is_none() {
+        let tag = plan.dest.as_ref().map_or("", |d| d.target.tag());
+        let (started, held) = tokio::join!(worker.start(), dest.holds_tag(tag));
+        started?;
+        if held {
+            return inspect.await;
+        }
+    }
+    // The proxy is asked for first, so that its start does not wait for
+    // the `inspect`, which holds the agent's side channel until it ends.
+    let ((), raw) = tokio::join!(worker.open_beside(&plan.image), inspect);
+    raw
 }
 
 /// Fetch what the layout lacks of `missing` (the blobs it lacked when the pull

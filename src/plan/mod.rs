@@ -82,6 +82,10 @@ pub struct Plan {
     /// `--defer-if-metered` without `allow-metered`: a metered connection
     /// (NetworkManager) defers the pull (exit 12) before the worker starts.
     pub defer_if_metered: bool,
+    /// The proxy opens the image as given beside the manifest's `inspect`,
+    /// for the blobs: always for a digest; for a tag, when registries.conf
+    /// gives the tag the sources of a digest ([`registries::Route::tag_as_digest`]).
+    pub open_beside: bool,
 }
 
 /// Where a pull goes, and what it must leave free there.
@@ -175,6 +179,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
     registries::check_short_name(&conf.short_names, &image)?;
     let route = registries::route(&conf.tables, &image)?;
     let sources = route.hosts();
+    let open_beside = image.digest.is_some() || route.tag_as_digest();
     let insecure_hosts: Vec<String> = route
         .sources
         .iter()
@@ -221,6 +226,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
         policy,
         plugins_run: Vec::new(),
         defer_if_metered: req.options.defer_if_metered && !req.options.allow_metered,
+        open_beside,
     })
 }
 

@@ -59,6 +59,10 @@ pub struct Summary {
     /// A metered link defers the pull (exit 12): `--defer-if-metered`
     /// without `allow-metered`.
     pub defer_if_metered: bool,
+    /// The worker opens the image as given beside the manifest's request,
+    /// and fetches the blobs through it if it names the manifest root
+    /// resolved ([`Plan::open_beside`]).
+    pub open_beside: bool,
 }
 
 /// What `hostpull plan` can say of the destination's room. The bytes the
@@ -145,6 +149,7 @@ impl Plan {
                 kept_free_by: (r.reserve != Reserve::Nothing).then(|| r.reserve.describe()),
             }),
             defer_if_metered: self.defer_if_metered,
+            open_beside: self.open_beside,
         }
     }
     /// Each host of the pull, mirrors first, as `hostpull plan` shows it.

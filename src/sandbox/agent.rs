@@ -5,18 +5,19 @@
 //!
 //! It serves two channels that `systemd-run --pipe` hands it:
 //! - stdin is the image proxy's socketpair. The agent never reads it: on
-//!   root's `proxy` request it becomes `SKOPEO ARGS…` (the crate's
-//!   `experimental-image-proxy` command line) by execve(2), so that the unit's
-//!   main process is skopeo from then on, as it was before the agent, with
-//!   none of the agent's memory, and its end is the unit's.
+//!   root's `proxy` request it starts `SKOPEO ARGS…` (the crate's
+//!   `experimental-image-proxy` command line) on it as its child, lets go of
+//!   it, and ends as that child ends, so that the proxy's end is the unit's.
 //! - stdout is a stream socket to root, the side channel. The agent writes
 //!   [`HELLO`], then serves root's requests one at a time: `run` starts
 //!   `SKOPEO ARGS…` (`inspect --raw`, whose bytes root hashes itself) and
 //!   answers with how it ended, its stdout (at most `limit` + 1 bytes) and
 //!   its stderr (at most [`STDERR_MAX`]); if a signal ended it (the OOM
 //!   killer's SIGKILL), the agent then dies of the same signal, so that the
-//!   unit ends as it would have with skopeo alone. When root closes it before asking
-//!   for the proxy, the agent exits 0; once the proxy runs, it is closed.
+//!   unit ends as it would have with skopeo alone. It serves on while the
+//!   proxy runs, so that root asks for the manifest beside the proxy's first
+//!   `OpenImage`. When root closes it before asking for the proxy, the agent
+//!   exits 0.
 //!
 //! With [`PROXY_ENV_OPTION`] FILE before SKOPEO, every skopeo it starts gets
 //! the proxy settings of FILE (`HTTPS_PROXY=…` lines, root-only, a credential
@@ -31,7 +32,6 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -141,17 +141,55 @@ pub fn main(args: Vec<OsString>) -> i32 {
     if rx.recv().is_err() {
         return 0;
     }
-    // The side channel goes with the exec: fd 1 becomes /dev/null, as the
-    // proxy crate gives skopeo, and the other descriptors are close-on-exec.
-    let e = skopeo
-        .command()
-        .args(proxy_args)
+    proxy(&skopeo, proxy_args, &null)
+}
+
+/// Run the image proxy, `SKOPEO ARGS…` on stdin's socketpair, as the agent's
+/// child, so that the side channel goes on serving root meanwhile (an
+/// `inspect` beside the proxy's `OpenImage`); the agent then ends as it does,
+/// of the same signal if one killed it, so that the unit ends as it would
+/// with skopeo alone.
+fn proxy(skopeo: &Program, args: Vec<OsString>, null: &std::fs::File) -> i32 {
+    let mut c = skopeo.command();
+    c.args(args)
         .stdin(Stdio::inherit())
-        .stdout(null)
-        .stderr(Stdio::inherit())
-        .exec();
-    eprintln!("error: {VERB}: starting {}: {e}", skopeo.path.display());
-    8
+        .stderr(Stdio::inherit());
+    // fd 1 is /dev/null for it, as the proxy crate gives skopeo.
+    match null.try_clone() {
+        Ok(f) => c.stdout(f),
+        Err(e) => {
+            eprintln!("error: {VERB}: duplicating /dev/null: {e}");
+            return 8;
+        }
+    };
+    // Stopped with the agent, which is all root knows of without systemd.
+    super::pdeathsig(&mut c, rustix::process::Signal::KILL);
+    let mut child = match c.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {VERB}: starting {}: {e}", skopeo.path.display());
+            return 8;
+        }
+    };
+    // The socketpair is the proxy's alone: when skopeo ends, root reads
+    // the end of it.
+    if let Err(e) = rustix::stdio::dup2_stdin(null) {
+        eprintln!("error: {VERB}: closing the proxy's socket: {e}");
+        let _ = child.kill();
+        return 8;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    match child.wait() {
+        Ok(status) => match (status.code(), status.signal()) {
+            (_, Some(signal)) => die_of(signal),
+            (Some(code), None) => code,
+            (None, None) => 8,
+        },
+        Err(e) => {
+            eprintln!("error: {VERB}: waiting for {}: {e}", skopeo.path.display());
+            8
+        }
+    }
 }
 
 /// The program the agent runs (skopeo), and what its environment gets

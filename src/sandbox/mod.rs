@@ -70,6 +70,9 @@ pub struct WorkerReport {
     pub protocol: Option<String>,
     /// How blobs came: `GetRawBlob` (0.2.8 on) or `GetBlob`.
     pub blobs_via: Option<&'static str>,
+    /// The blobs came through the image the proxy opened beside the
+    /// manifest's request ([`Worker::open_beside`]), not one opened after it.
+    pub opened_beside: bool,
 }
 
 /// What the proxy session said about itself.
@@ -139,6 +142,8 @@ struct Ledger {
     observed: Option<Observed>,
     /// What the timed proxy session said about itself.
     session: Session,
+    /// A session took the image opened beside the manifest.
+    opened_beside: bool,
 }
 
 /// A worker's isolation, with what each mode staged for it.
@@ -395,7 +400,7 @@ impl Worker {
     /// that root can hash them. The proxy of skopeo 1.9.3 converts Docker manifests
     /// to OCI and resolves indexes itself, which would hide both from root.
     pub async fn inspect_raw(&self, image: &ImageRef, limit: u64) -> anyhow::Result<Vec<u8>> {
-        let agent = self.agent(session::AgentUse::Run).await?;
+        let agent = self.agent().await?;
         let unit = agent.unit.as_deref();
         let mut args = self.registries_args(unit);
         args.extend(skopeo::inspect_raw_args(&self.spec));
@@ -504,7 +509,10 @@ impl Worker {
             s.remove();
         }
         let Ledger {
-            observed, session, ..
+            observed,
+            session,
+            opened_beside,
+            ..
         } = std::mem::take(&mut *self.ledger());
         let skopeo = (&mut self.version).await.ok().flatten();
         let (unit, uid, memory_peak_bytes) = match observed {
@@ -528,6 +536,7 @@ impl Worker {
             }),
             protocol: session.protocol,
             skopeo,
+            opened_beside,
         }
     }
 

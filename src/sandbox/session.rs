@@ -22,28 +22,18 @@ use crate::manifest::{Descriptor, MANIFEST_MAX};
 use crate::plan::imgref::ImageRef;
 use crate::verify;
 
-/// What the agent is wanted for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum AgentUse {
-    /// A command (`skopeo inspect`), which the agent runs while it is not
-    /// the proxy yet.
-    Run,
-    /// The image proxy, which the agent becomes by execve.
-    Proxy,
-}
-
 /// The worker agent of a pull, running: its unit, its side channel, and its
 /// image proxy.
 #[derive(Debug)]
 pub(super) struct Agent {
     /// The unit it runs as, under systemd.
     pub(super) unit: Option<String>,
-    /// The side channel; one request at a time.
+    /// The side channel; one request at a time, the proxy running or not.
     side: tokio::sync::Mutex<BufReader<UnixStream>>,
-    /// Whether it was asked for the proxy: it is skopeo's from then on, and
-    /// serves no more requests.
-    proxied: std::sync::atomic::AtomicBool,
     proxy: tokio::sync::Mutex<Proxy>,
+    /// The image opened beside the manifest's `inspect`
+    /// ([`Worker::open_beside`]), until a session takes it.
+    opened: std::sync::Mutex<Option<Opened>>,
     /// From starting its unit to its [`agent::HELLO`].
     startup: Duration,
     /// Sessions begun and not run to their end: one cut short (a stall, a
@@ -93,14 +83,10 @@ impl Worker {
         Ok((cfg, unit))
     }
 
-    /// The pull's agent, started on first use. For a command ([`AgentUse::Run`]),
-    /// one that is not the proxy yet: after blobs, a signature's `inspect`
-    /// starts another.
-    pub(super) async fn agent(&self, to: AgentUse) -> anyhow::Result<Arc<Agent>> {
+    /// The pull's agent, started on first use.
+    pub(super) async fn agent(&self) -> anyhow::Result<Arc<Agent>> {
         let mut slot = self.agent.lock().await;
-        if let Some(a) = &*slot
-            && !(to == AgentUse::Run && a.proxied.load(SeqCst))
-        {
+        if let Some(a) = &*slot {
             return Ok(Arc::clone(a));
         }
         let a = Arc::new(self.start_agent().await?);
@@ -150,7 +136,7 @@ impl Worker {
             proxy: tokio::sync::Mutex::new(Proxy::Pending(pending)),
             startup: started.elapsed(),
             open: Default::default(),
-            proxied: Default::default(),
+            opened: Default::default(),
         })
     }
 
@@ -234,15 +220,63 @@ async fn read_line(side: &mut BufReader<UnixStream>) -> anyhow::Result<Option<St
     }
 }
 
+/// An image the proxy opened, and the digest of the manifest it resolved to
+/// (the registry's, before any conversion).
+#[derive(Debug)]
+struct Opened {
+    img: OpenedImage,
+    digest: String,
+}
+
+impl Worker {
+    /// Start the pull's agent now, if it is not running yet.
+    pub async fn start(&self) -> anyhow::Result<()> {
+        self.agent().await.map(drop)
+    }
+
+    /// Open `image` in the worker's proxy, started now if it is not yet,
+    /// beside root's `inspect` of the manifest: each pays the round trips to
+    /// the registry (a connection, TLS, the token, the manifest) at the same
+    /// time, and the blobs' session takes the image if it resolved to the
+    /// manifest root chose ([`ProxySession::run`]). A failure is only
+    /// logged: that session then opens the image itself, and says why if it
+    /// fails again.
+    pub async fn open_beside(&self, image: &ImageRef) {
+        let opened = async {
+            let agent = self.agent().await?;
+            agent.open.fetch_add(1, SeqCst);
+            let r = async {
+                let proxy = agent.proxy(self).await?;
+                let img = proxy.open_image(&image.to_transport()).await?;
+                let (digest, _) = proxy.fetch_manifest_raw_oci(&img).await?;
+                anyhow::Ok(Opened { img, digest })
+            }
+            .await;
+            agent.open.fetch_sub(1, SeqCst);
+            *agent.opened.lock().unwrap_or_else(|p| p.into_inner()) = Some(r?);
+            anyhow::Ok(())
+        };
+        if let Err(e) = opened.await {
+            tracing::debug!("opening {image} beside its manifest: {e:#}");
+        }
+    }
+}
+
 impl Agent {
+    /// The image opened beside the manifest, if it resolved to `image`'s
+    /// digest; it is then the session's.
+    fn take_opened(&self, worker: &Worker, image: &ImageRef) -> Option<OpenedImage> {
+        let mut opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
+        let want = image.digest.as_ref()?.to_string();
+        let img = opened.take_if(|o| o.digest == want)?.img;
+        worker.ledger().opened_beside = true;
+        Some(img)
+    }
+
     /// Run skopeo in the agent with `args`, to its end: at most `limit` + 1
     /// bytes of its stdout.
     pub(super) async fn run(&self, args: Vec<String>, limit: u64) -> anyhow::Result<Output> {
         let mut side = self.side.lock().await;
-        if self.proxied.load(SeqCst) {
-            // Worker::agent(true) gives no such agent; requests come one after another.
-            return fail(Kind::Internal, "the worker agent is the proxy already");
-        }
         send(side.get_mut(), &Request::Run { args, limit }).await?;
         let gone = || Failure::new(Kind::Worker, "the worker agent ended unexpectedly");
         let head = read_line(&mut side).await?.ok_or_else(gone)?;
@@ -287,7 +321,6 @@ impl Agent {
         let started = Instant::now();
         {
             let mut side = self.side.lock().await;
-            self.proxied.store(true, SeqCst);
             send(side.get_mut(), &Request::Proxy).await?;
         }
         let proxy = match task.await {
@@ -340,14 +373,17 @@ impl ProxySession<'_> {
         work: impl AsyncFnOnce(&ImageProxy, &OpenedImage) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
         let worker = self.worker;
-        let agent = worker.agent(AgentUse::Proxy).await?;
+        let agent = worker.agent().await?;
         agent.open.fetch_add(1, SeqCst);
         let session = async {
             let proxy = agent.proxy(worker).await?;
-            let img = proxy
-                .open_image(&image.to_transport())
-                .await
-                .map_err(|e| proxy_failure(&format!("opening {image}"), e))?;
+            let img = match agent.take_opened(worker, image) {
+                Some(img) => img,
+                None => proxy
+                    .open_image(&image.to_transport())
+                    .await
+                    .map_err(|e| proxy_failure(&format!("opening {image}"), e))?,
+            };
             let out = work(&proxy, &img).await?;
             proxy
                 .close_image(&img)

@@ -32,7 +32,8 @@ pub enum Destination {
         /// The import's program, found before anything is fetched.
         program: PathBuf,
         /// What the repository holds of the image, once read.
-        holdings: tokio::sync::OnceCell<Box<Holdings>>,
+        /// Or why it could not be read, for each who asks.
+        holdings: tokio::sync::OnceCell<Result<Box<Holdings>, String>>,
         /// The staging layout, once made.
         staging: OnceLock<Staging>,
         /// The import, started with the pull; none once finished or abandoned.
@@ -103,22 +104,55 @@ impl Destination {
     /// used: the registry's is, and the layout gets it back. Reads only; never
     /// for `ostree:`, whose repository keeps no manifest as served.
     pub fn held_manifest(&self, digest: &Sha256Digest, size: Option<u64>) -> Option<Vec<u8>> {
-        use std::io::Read;
-        use std::os::unix::fs::OpenOptionsExt;
         let Self::Oci(dir) = self else { return None };
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(dir.join("blobs/sha256").join(digest.hex()))
-            .ok()?;
-        let meta = file.metadata().ok()?;
         let max = crate::manifest::MANIFEST_MAX;
-        if !meta.is_file() || meta.len() > max || size.is_some_and(|s| s != meta.len()) {
+        let raw = read_plain(&dir.join("blobs/sha256").join(digest.hex()), max)?;
+        if size.is_some_and(|s| s != raw.len() as u64) {
             return None;
         }
-        let mut raw = Vec::new();
-        file.take(max + 1).read_to_end(&mut raw).ok()?;
         (crate::digest::sha256(&raw) == *digest).then_some(raw)
+    }
+
+    /// Whether the destination has an image under `tag` (for `ostree:`, under
+    /// the image's reference, as the import read the repository). A pull of
+    /// a tag it has is most often the timer's check that finds nothing new,
+    /// which asks the registry for the manifest alone. Reads only; what
+    /// cannot be read is not had.
+    pub async fn holds_tag(&self, tag: &str) -> bool {
+        match self {
+            Self::Oci(dir) => read_plain(&dir.join("index.json"), crate::manifest::MANIFEST_MAX)
+                .and_then(|raw| serde_json::from_slice::<serde_json::Value>(&raw).ok())
+                .and_then(|index| {
+                    let tagged =
+                        |m: &serde_json::Value| m["annotations"][crate::store::REF_NAME] == tag;
+                    Some(index["manifests"].as_array()?.iter().any(tagged))
+                })
+                .unwrap_or(false),
+            Self::Ostree { .. } => self.holdings().await.is_ok_and(|h| h.manifest.is_some()),
+        }
+    }
+
+    /// What an ostree repository holds of the image, as the import read it
+    /// when the pull started; asked once, its failure kept for each who asks.
+    async fn holdings(&self) -> anyhow::Result<&Holdings> {
+        let Self::Ostree {
+            import, holdings, ..
+        } = self
+        else {
+            anyhow::bail!("an OCI layout has no holdings");
+        };
+        let held = holdings
+            .get_or_init(|| async {
+                let asked = (import.lock().unwrap_or_else(|p| p.into_inner()))
+                    .as_mut()
+                    .and_then(|r| r.holdings());
+                match asked {
+                    Some(a) => a.await.map(Box::new).map_err(|e| format!("{e:#}")),
+                    None => Err("what the repository holds could not be read".into()),
+                }
+            })
+            .await;
+        held.as_deref().map_err(|e| anyhow::anyhow!("{e}"))
     }
 
     /// The blobs of the verified image that the destination has already, so
@@ -128,24 +162,12 @@ impl Destination {
         digest: &Sha256Digest,
         manifest: &Manifest,
     ) -> anyhow::Result<HashSet<Sha256Digest>> {
-        let Self::Ostree {
-            import, holdings, ..
-        } = self
-        else {
+        if !matches!(self, Self::Ostree { .. }) {
             return Ok(HashSet::new());
-        };
-        let holdings = holdings
-            .get_or_try_init(|| async {
-                // Asked once, as the pull started. A failed answer fails the
-                // pull (exit 10, never retried), so it is not asked again.
-                let asked = (import.lock().unwrap_or_else(|p| p.into_inner()))
-                    .as_mut()
-                    .and_then(|r| r.holdings());
-                let asked = asked.context("what the repository holds could not be read")?;
-                asked.await.map(Box::new)
-            })
-            .await
-            .map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?;
+        }
+        // A failed answer fails the pull (exit 10, never retried).
+        let holdings =
+            (self.holdings().await).map_err(|e| Failure::new(Kind::Handoff, format!("{e:#}")))?;
         Ok(holdings.held(digest, manifest))
     }
 
@@ -254,4 +276,23 @@ impl Drop for PutBack<'_> {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *slot = self.1.take();
     }
+}
+
+/// The bytes of `path` if it is a regular file of at most `max` bytes,
+/// opened without following a link and without waiting on a FIFO.
+fn read_plain(path: &std::path::Path, max: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > max {
+        return None;
+    }
+    let mut raw = Vec::new();
+    file.take(max + 1).read_to_end(&mut raw).ok()?;
+    Some(raw)
 }

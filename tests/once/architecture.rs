@@ -6,8 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Lines a file may have before its `#[cfg(test)] mod tests`.
-const MAX_FILE_LINES: usize = 600;
+/// Lines of code a file may have before its `#[cfg(test)] mod tests`. Past
+/// 600 a change is a prompt to review the file for a split by what belongs
+/// together (HACKING.md), not to move code until it fits; past this, it fails.
+const MAX_FILE_LINES: usize = 800;
 /// Lines a function may have, signature and closing brace included.
 const MAX_FN_LINES: usize = 80;
 

@@ -205,7 +205,21 @@ fn a_digest_only_mirror_serves_only_pulls_by_digest() {
     );
     c.arg("--dest")
         .arg(format!("oci:{}:pinned", s.path().join("digest").display()));
-    assert_eq!(run(&mut c).json()["manifest_digest"], digest);
+    let r = run(&mut c).json();
+    assert_eq!(r["manifest_digest"], digest);
+    // A pinned image is opened beside its manifest (issue 46)...
+    assert_eq!(r["worker"]["opened_beside"], true);
+    // ...a tag is not, where its sources are not a digest's: the tag's
+    // manifest comes from the primary, and its blobs, by digest, from the
+    // mirror first.
+    let good = authfile(s.path(), true);
+    let r = run(&mut pull(s.path(), var("RIG_IMG_SMALL"), "t", &good, &conf)).json();
+    assert_eq!(r["worker"]["opened_beside"], false);
+    let mut plan = hostpull(&["plan", "--json", var("RIG_IMG_SMALL")]);
+    plan.args(["--sandbox", &sandbox(), "--registries-conf", &conf])
+        .arg("--config-root")
+        .arg(config_root(s.path()));
+    assert_eq!(run(&mut plan).json()["open_beside"], false);
 }
 
 #[test]

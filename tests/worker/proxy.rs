@@ -192,8 +192,8 @@ fn holders(secret: &str, orchestrator: u32) -> Vec<(u32, &'static str, String)> 
         };
         let read = |f: &str| std::fs::read(format!("/proc/{pid}/{f}")).unwrap_or_default();
         let has = |bytes: &[u8]| bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
-        // The environment first: a process caught in execve(2) (the agent
-        // becoming skopeo) then shows the command line of the program whose
+        // The environment first: a process caught in execve(2) (the agent's
+        // child becoming skopeo) then shows the command line of the program whose
         // environment was read, or a later one.
         let environ = has(&read("environ")) && pid != orchestrator;
         let cmdline = read("cmdline");

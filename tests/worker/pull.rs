@@ -225,9 +225,11 @@ fn a_held_pinned_image_asks_the_registry_nothing() {
         }
         let mark = registry_log_mark();
         let fixed = pulled(&image, &oci(&layout, Some(how)));
+        // Twice: by `inspect`, and by the proxy opening the pinned image
+        // beside it (issue 46), whose blobs are all held this time.
         assert_eq!(
             fetched_since(mark, &repo, "manifests"),
-            [digest.as_str()],
+            [digest.as_str(), digest.as_str()],
             "{how}"
         );
         assert_eq!(fixed["manifest_digest"], digest);
@@ -261,6 +263,9 @@ fn platform_is_chosen_from_the_index() {
         c.args(["--platform", &format!("linux/{arch}")]);
         let r = run(&mut c).json();
         assert_eq!(r["manifest_digest"], digest_for(arch), "{arch}");
+        // The worker's proxy, opening the tag beside the index's `inspect`,
+        // resolved it to this host's instance: another one is opened after.
+        assert_eq!(r["worker"]["opened_beside"], arch == "amd64", "{arch}");
         let config: serde_json::Value = serde_json::from_str(&skopeo(&[
             "inspect",
             "--config",
@@ -1036,8 +1041,9 @@ fn man_page_and_completions() {
     );
 }
 
-/// The image proxy's skopeo of the pull whose orchestrator is `pid`: its child
-/// (`--sandbox none`), or a process of its worker unit, named after `pid`.
+/// The image proxy's skopeo of the pull whose orchestrator is `pid`: its
+/// agent's child (`--sandbox none`), or a process of its worker unit, named
+/// after `pid`.
 fn proxy_of(pid: u32) -> Option<u32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
         let n: u32 = p.file_name().to_str()?.parse().ok()?;
@@ -1053,11 +1059,19 @@ fn proxy_of(pid: u32) -> Option<u32> {
         {
             return None;
         }
-        let status = std::fs::read_to_string(p.path().join("status")).ok()?;
         let cgroup = std::fs::read_to_string(p.path().join("cgroup")).ok()?;
-        let child = status.lines().any(|l| l == format!("PPid:\t{pid}"));
-        (child || cgroup.contains(&format!("/hostpull-worker-{pid}-"))).then_some(n)
+        // Without systemd, the agent's child, the agent being hostpull's.
+        let descendant = parent(n).and_then(parent) == Some(pid);
+        (descendant || cgroup.contains(&format!("/hostpull-worker-{pid}-"))).then_some(n)
     })
+}
+
+/// The parent of process `pid`.
+fn parent(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:\t")?.parse().ok())
 }
 
 /// A pull is batch work: every thread of hostpull runs SCHED_BATCH, unless the

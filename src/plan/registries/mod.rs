@@ -535,16 +535,7 @@ pub fn route(tables: &[Table], image: &ImageRef) -> anyhow::Result<Route> {
     let by_digest = image.digest.is_some();
     let mut sources = Vec::new();
     for m in &t.mirror {
-        let eligible = if t.mirror_by_digest_only {
-            by_digest
-        } else {
-            match m.pull_from_mirror.as_deref() {
-                Some("digest-only") => by_digest,
-                Some("tag-only") => !by_digest,
-                _ => true,
-            }
-        };
-        if eligible {
+        if eligible(t, m, by_digest) {
             sources.push(Source {
                 reference: rewrite(image, &t.prefix, &m.location)?,
                 insecure: m.insecure,
@@ -559,6 +550,30 @@ pub fn route(tables: &[Table], image: &ImageRef) -> anyhow::Result<Route> {
         sources,
         table: Some(t.clone()),
     })
+}
+
+/// Whether `m` of `t` serves a pull by digest (`by_digest`) or by tag.
+fn eligible(t: &Table, m: &Mirror, by_digest: bool) -> bool {
+    if t.mirror_by_digest_only {
+        return by_digest;
+    }
+    match m.pull_from_mirror.as_deref() {
+        Some("digest-only") => by_digest,
+        Some("tag-only") => !by_digest,
+        _ => true,
+    }
+}
+
+impl Route {
+    /// Whether the image, opened by its tag, comes from the sources it comes
+    /// from by digest: no mirror of its table serves only one of the two.
+    /// The proxy may then open the tag beside the manifest's `inspect`, for
+    /// the blobs of the digest root resolves.
+    pub fn tag_as_digest(&self) -> bool {
+        self.table.as_ref().is_none_or(|t| {
+            (t.mirror.iter()).all(|m| eligible(t, m, true) == eligible(t, m, false))
+        })
+    }
 }
 
 /// The worker's registries.conf: this image's table and nothing else.
@@ -1301,6 +1316,10 @@ mod tests {
                     .collect();
                 assert_eq!(got, want, "{prefix}{suffix}");
             }
+            // The proxy opens the tag for a digest's blobs only where both
+            // come from the same sources.
+            let r = route(&tables, &img(&format!("{prefix}/image:aaa"))).unwrap();
+            assert_eq!(r.tag_as_digest(), digest_sources == tag_sources, "{prefix}");
         }
     }
 
