@@ -411,6 +411,10 @@ async fn open_layout(
             missing.push(d.clone());
         }
     }
+    // An ostree import takes the layers in their order, and gets them so.
+    if !staging {
+        largest_first(&mut missing, &resolved.manifest.config.digest);
+    }
     let rule = &planned.space;
     let fs = crate::host::statvfs(&rule.path)
         .with_context(|| format!("measuring the free space of {}", rule.path.display()))?;
@@ -478,6 +482,13 @@ async fn resolve(worker: &Worker, plan: &Plan, dest: &Destination) -> anyhow::Re
     }
 }
 
+/// Into a layout, the largest blobs first, so that no large one is left to
+/// come alone at the end; the config still first, as its platform is checked
+/// before any layer comes.
+fn largest_first(blobs: &mut [Descriptor], config: &Sha256Digest) {
+    blobs.sort_by_key(|d| (d.digest != *config, std::cmp::Reverse(d.size)));
+}
+
 /// The registry's manifest of the image as given (`inspect`), with the image
 /// opened in the worker's proxy beside it where the plan allows
 /// ([`Plan::open_beside`]): the blobs then need no round trips of their own
@@ -501,10 +512,25 @@ async fn inspect_opening(
             return inspect.await;
         }
     }
-    // The proxy is asked for first, so that its start does not wait for
-    // the `inspect`, which holds the agent's side channel until it ends.
-    let ((), raw) = tokio::join!(worker.open_beside(&plan.image), inspect);
-    raw
+    // The proxy is asked for first (biased), so that its start does not wait
+    // for the `inspect`, which holds the agent's side channel until it ends.
+    // A failed `inspect` is the answer at once.
+    let beside = worker.open_beside(&plan.image);
+    tokio::pin!(beside, inspect);
+    let (mut opened, mut inspected) = (false, None);
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut beside, if !opened => opened = true,
+            raw = &mut inspect, if inspected.is_none() => match raw {
+                Ok(raw) => inspected = Some(raw),
+                Err(e) => return Err(e),
+            },
+        }
+        if opened && let Some(raw) = inspected.take() {
+            return Ok(raw);
+        }
+    }
 }
 
 /// Fetch what the layout lacks of `missing` (the blobs it lacked when the pull
@@ -629,6 +655,23 @@ async fn report_bytes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layout_gets_its_config_then_the_largest_blobs_first() {
+        let d = |n: u8, size| Descriptor {
+            media_type: String::new(),
+            digest: digest::sha256(&[n]),
+            size,
+            urls: vec![],
+            platform: None,
+            annotations: Default::default(),
+        };
+        let mut blobs = vec![d(1, 5), d(2, 1), d(3, 9), d(4, 5), d(5, 2)];
+        largest_first(&mut blobs, &digest::sha256(&[2]));
+        let order: Vec<u64> = blobs.iter().map(|b| b.size).collect();
+        assert_eq!(order, [1, 9, 5, 5, 2]);
+        assert_eq!(blobs[2].digest, digest::sha256(&[1]), "stable");
+    }
 
     #[test]
     fn backoff_doubles_to_a_cap_with_jitter() {

@@ -266,16 +266,18 @@ fn worker_cannot_read_root_secrets() {
 }
 
 /// The proxy streams blobs, so its memory stays flat: 512 MiB go through a
-/// 16M worker (it peaks near 13 MB). Below what skopeo needs at all, the OOM
-/// killer strikes, and that is what hostpull reports.
+/// 24M worker (it peaks near 18-19.5 MB, with the manifest's `inspect`
+/// beside the proxy; 13 MB when they came one after the other). Below what
+/// skopeo needs at all, the OOM killer strikes, and that is what hostpull
+/// reports.
 #[test]
 fn out_of_memory_is_reported_and_nothing_published() {
     let s = scratch();
     let fits = s.path().join("fits");
     let mut c = systemd_pull(var("RIG_IMG_BIG"), &format!("oci:{}", fits.display()));
-    c.args(["--memory-max", "16M"]);
+    c.args(["--memory-max", "24M"]);
     let r = run(&mut c).json();
-    assert!(r["worker"]["memory_peak_bytes"].as_u64().unwrap() <= 16 << 20);
+    assert!(r["worker"]["memory_peak_bytes"].as_u64().unwrap() <= 24 << 20);
 
     let dest = s.path().join("l");
     let mut c = systemd_pull(var("RIG_IMG_BIG"), &format!("oci:{}", dest.display()));

@@ -26,6 +26,9 @@ const IN_FLIGHT: usize = 4;
 const PIPE_SIZE: usize = 1 << 20;
 /// The most one read from a blob pipe asks for.
 const READ_BUF: usize = 1 << 20;
+/// How long no byte of any blob may come before the oldest is finished
+/// anyway ([`first_whole`]).
+const FINISH_QUIET: Duration = Duration::from_secs(1);
 
 /// When a byte last arrived. skopeo has no timeout of its own: a registry that
 /// stops sending mid-blob leaves it blocked for good (seen for over 240 s).
@@ -56,6 +59,10 @@ impl Watchdog {
 pub(super) struct Flow {
     watchdog: Watchdog,
     read: Arc<Vec<AtomicU64>>,
+    /// Whether each blob's reader has ended (its [`Job`] is dropped).
+    ended: Arc<Vec<std::sync::atomic::AtomicBool>>,
+    /// Notified when a blob's reader ends, or may have read it whole.
+    read_whole: Arc<tokio::sync::Notify>,
     pacer: Option<crate::rate::Pacer>,
 }
 
@@ -67,6 +74,8 @@ impl Flow {
                 last_ms: Arc::default(),
             },
             read: Arc::new((0..blobs).map(|_| Default::default()).collect()),
+            ended: Arc::new((0..blobs).map(|_| Default::default()).collect()),
+            read_whole: Arc::default(),
             pacer: max_rate.map(crate::rate::Pacer::new),
         }
     }
@@ -113,6 +122,7 @@ impl Flow {
         }
         self.read[i].fetch_add(n as u64, Ordering::Relaxed);
         self.watchdog.kick();
+        self.read_whole.notify_waiters();
     }
 
     /// Resolves once no byte has arrived for `stall`. Time that the cap
@@ -135,9 +145,10 @@ impl Flow {
 /// Keep `IN_FLIGHT` blobs streaming (under a cap as many as it allows, each
 /// opened once it allows: [`Flow::open`]). Below protocol 0.2.8, skopeo
 /// answers one request at a time and a FinishPipe returns only when its blob
-/// is complete, so requests go out in a strict order, GetBlob A B C D,
-/// FinishPipe A, GetBlob E, FinishPipe B, …: while FinishPipe waits for the
-/// oldest blob, the younger ones keep flowing. From 0.2.8 on, `GetRawBlob` hands over the blob without
+/// is complete, so a blob is finished only once its reader has read it all:
+/// GetBlob A B C D, then, say, C is read first, FinishPipe C (which waits for
+/// nothing), GetBlob E, and so on, the other blobs flowing meanwhile; a large
+/// blob never holds a place that a small one has freed. From 0.2.8 on, `GetRawBlob` hands over the blob without
 /// hashing it in the worker (root hashes it anyway) and reports the worker's
 /// side on an error pipe of its own, with a typed `retryable` code. Each pipe is
 /// read, hashed and written by a reader of its own ([`Reader::spawn`]: a
@@ -159,9 +170,8 @@ pub(super) async fn transfer(
     let mut declared = None;
     let result = async {
         loop {
-            let config_open = |w: &VecDeque<(_, &Descriptor, _, _)>| {
-                w.iter().any(|(_, d, _, _)| tally.what(d) == "config")
-            };
+            let config_open =
+                |w: &VecDeque<Open<'_, _, _>>| w.iter().any(|(_, d, ..)| tally.what(d) == "config");
             while window.len() < flow.in_flight() && !config_open(&window) {
                 let Some((i, d)) = pending.next() else { break };
                 let what = tally.what(d);
@@ -184,9 +194,17 @@ pub(super) async fn transfer(
                     i,
                 };
                 let reading = Reader::spawn(data, job);
-                window.push_back((doing, d, finish, reading));
+                window.push_back((doing, d, i, finish, reading));
             }
-            let Some((doing, d, finish, mut reading)) = window.pop_front() else {
+            if window.is_empty() {
+                break;
+            }
+            // Whichever blob is read whole first is finished first, so that
+            // one large blob does not hold the window while younger ones end.
+            // Its FinishPipe then waits for nothing but the pipe's end, which
+            // skopeo (below 0.2.8) closes only then.
+            let k = first_whole(&window, flow).await;
+            let Some((doing, d, _, finish, mut reading)) = window.remove(k) else {
                 break;
             };
             let theirs = finish.await;
@@ -203,12 +221,43 @@ pub(super) async fn transfer(
     .await;
     // On an error, stop the other readers: that closes their pipes, so skopeo
     // stops writing, and drops their temp files.
-    for (_, _, _, mut reading) in window {
+    for (_, _, _, _, mut reading) in window {
         reading.stop();
         let _ = (&mut reading.task).await;
     }
     result.map(|()| declared)
 }
+
+/// The place in `window` of the first blob read whole (its size, or its
+/// reader ended), waiting for one; or, once no byte has come for
+/// [`FINISH_QUIET`], the oldest: a worker below 0.2.8 closes a pipe only on
+/// its FinishPipe, so a blob that came short (or a worker that writes only
+/// then) is seen so only once it is asked for.
+async fn first_whole<T, F>(window: &VecDeque<Open<'_, T, F>>, flow: &Flow) -> usize {
+    loop {
+        let read = flow.read_whole.notified();
+        tokio::pin!(read);
+        read.as_mut().enable();
+        let whole = |(_, d, i, ..): &Open<'_, T, F>| {
+            flow.read(*i) >= d.size || flow.ended[*i].load(Ordering::Acquire)
+        };
+        if let Some(k) = window.iter().position(whole) {
+            return k;
+        }
+        let quiet = flow.watchdog.quiet();
+        if quiet >= FINISH_QUIET {
+            return 0;
+        }
+        tokio::select! {
+            () = read => {}
+            () = tokio::time::sleep(FINISH_QUIET - quiet) => {}
+        }
+    }
+}
+
+/// A blob in flight: what fetching it is called, it, its place in the
+/// pull, the worker's side of it, and our reader.
+type Open<'a, T, F> = (T, &'a Descriptor, usize, F, Reader);
 
 /// A blob reader: a task of the runtime, or a thread reading the pipe
 /// itself; stopped when dropped, so that a pull that is cancelled (its
@@ -352,6 +401,14 @@ struct Job {
     i: usize,
 }
 
+/// The reader is done with the blob, whichever way.
+impl Drop for Job {
+    fn drop(&mut self) {
+        self.flow.ended[self.i].store(true, Ordering::Release);
+        self.flow.read_whole.notify_waiters();
+    }
+}
+
 impl Job {
     /// Where the blob's bytes go.
     fn sink(&self) -> Result<BlobSink<'_>, Consumed> {
@@ -471,6 +528,52 @@ impl Tally<'_> {
 mod tests {
     use super::*;
     use crate::error::Failure;
+
+    /// The blob read whole first is finished first, whatever its place: a
+    /// large one does not hold the window. One whose reader ended (an error,
+    /// or a raw blob's pipe closed) counts as read.
+    #[tokio::test]
+    async fn the_first_blob_read_whole_is_finished_first() {
+        let d = |n: u8, size| Descriptor {
+            media_type: String::new(),
+            digest: crate::digest::sha256(&[n]),
+            size,
+            urls: vec![],
+            platform: None,
+            annotations: Default::default(),
+        };
+        let (large, small, other) = (d(1, 100), d(2, 10), d(3, 10));
+        let flow = Flow::new(3, None);
+        let reader = || Reader {
+            task: tokio::spawn(std::future::pending()),
+            stop: None,
+        };
+        let window: VecDeque<Open<'_, (), ()>> = [(&large, 0), (&small, 1), (&other, 2)]
+            .into_iter()
+            .map(|(d, i)| ((), d, i, (), reader()))
+            .collect();
+        flow.kick(0, 60);
+        flow.kick(2, 4);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        {
+            let waiting = first_whole(&window, &flow);
+            tokio::pin!(waiting);
+            assert!(waiting.as_mut().poll(&mut cx).is_pending());
+            flow.kick(1, 10);
+            assert_eq!(waiting.await, 1);
+        }
+        let rest: VecDeque<_> = window.into_iter().filter(|o| o.2 != 1).collect();
+        let waiting = first_whole(&rest, &flow);
+        tokio::pin!(waiting);
+        assert!(waiting.as_mut().poll(&mut cx).is_pending());
+        flow.ended[2].store(true, Ordering::Release);
+        flow.read_whole.notify_waiters();
+        assert_eq!(
+            waiting.await,
+            1,
+            "the other small one, second in the window"
+        );
+    }
 
     /// A pipe that is ours is read by a thread: to its end, and the blob is
     /// stored; or until it is told to stop, even while the worker sends

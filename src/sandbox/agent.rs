@@ -133,22 +133,33 @@ pub fn main(args: Vec<OsString>) -> i32 {
                 }
             }
         });
-    if let Err(e) = spawned {
-        eprintln!("error: {VERB}: starting the side channel: {e}");
-        return 8;
-    }
+    let side = match spawned {
+        Ok(side) => side,
+        Err(e) => {
+            eprintln!("error: {VERB}: starting the side channel: {e}");
+            return 8;
+        }
+    };
     // Either root asks for the proxy, or the side channel ends without it.
     if rx.recv().is_err() {
         return 0;
     }
-    proxy(&skopeo, proxy_args, &null)
+    let code = proxy(&skopeo, proxy_args, &null);
+    // A proxy that exited (or never started) leaves the side channel to
+    // serve on until root closes it: an `inspect` under way still answers,
+    // with its own error, where the proxy's would say less. Root reads the
+    // socketpair's end meanwhile: shut down, as systemd-run holds it too.
+    let _ = rustix::net::shutdown(stdin(), rustix::net::Shutdown::Both);
+    let _ = rustix::stdio::dup2_stdin(&null);
+    let _ = side.join();
+    code
 }
 
 /// Run the image proxy, `SKOPEO ARGS…` on stdin's socketpair, as the agent's
 /// child, so that the side channel goes on serving root meanwhile (an
-/// `inspect` beside the proxy's `OpenImage`); the agent then ends as it does,
-/// of the same signal if one killed it, so that the unit ends as it would
-/// with skopeo alone.
+/// `inspect` beside the proxy's `OpenImage`). Killed by a signal (the OOM
+/// killer's), the agent dies of it at once, so that the unit ends as it
+/// would with skopeo alone; else its exit code is the agent's.
 fn proxy(skopeo: &Program, args: Vec<OsString>, null: &std::fs::File) -> i32 {
     let mut c = skopeo.command();
     c.args(args)
@@ -171,8 +182,8 @@ fn proxy(skopeo: &Program, args: Vec<OsString>, null: &std::fs::File) -> i32 {
             return 8;
         }
     };
-    // The socketpair is the proxy's alone: when skopeo ends, root reads
-    // the end of it.
+    // The socketpair is the proxy's alone now (and systemd-run's, which
+    // holds it until the unit ends: the agent shuts it down when skopeo ends).
     if let Err(e) = rustix::stdio::dup2_stdin(null) {
         eprintln!("error: {VERB}: closing the proxy's socket: {e}");
         let _ = child.kill();
@@ -220,6 +231,13 @@ fn read_proxy_env(file: &std::path::Path) -> std::io::Result<Vec<(String, String
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect())
+}
+
+/// Stdin, the image proxy's socketpair, borrowed.
+#[allow(unsafe_code)]
+fn stdin() -> std::os::fd::BorrowedFd<'static> {
+    // SAFETY: fd 0 stays open for the whole process (dup2 replaces it).
+    unsafe { std::os::fd::BorrowedFd::borrow_raw(0) }
 }
 
 /// Stdout, the side channel, if it is a socket, as root hands it over.

@@ -360,7 +360,18 @@ impl Worker {
             return fut.await;
         };
         let (r, seen) = systemd.watch(unit, fut).await;
-        self.ledger().observed = Some(seen.clone());
+        {
+            // What an earlier watch of the same unit saw stands: a short one
+            // (a session through the image opened beside the manifest) may
+            // end before its first look at the unit's process.
+            let mut ledger = self.ledger();
+            let mut kept = seen.clone();
+            if let Some(old) = ledger.observed.as_ref().filter(|o| o.unit == seen.unit) {
+                kept.uid = kept.uid.or(old.uid);
+                kept.memory_peak_bytes = kept.memory_peak_bytes.max(old.memory_peak_bytes);
+            }
+            ledger.observed = Some(kept);
+        }
         let Err(e) = r else { return r };
         // Did the worker die under us? Then that, not its last words, is the error.
         let exit = match systemd.exit_state(unit, Duration::from_secs(1)).await {
