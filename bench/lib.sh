@@ -86,12 +86,13 @@ timed_row() {
 # derive BASE OUT TAG TREE: BASE (an OCI layout) plus TREE as one gzip layer, as the layout OUT.
 derive() {
     local base=$1 out=$2 tag=$3 tree=$4 b m c diff layer cfg man
-    rm -rf "$out"; cp -a "$base" "$out"; b=$out/blobs/sha256
+    # hard links: blobs are never written to, and index.json is replaced, not rewritten
+    rm -rf "$out"; cp -al "$base" "$out"; rm "$out/index.json"; b=$out/blobs/sha256
     put() { local d; d=$(sha256sum "$1" | cut -d' ' -f1); mv "$1" "$b/$d"; echo "sha256:$d"; }
     tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$tree" -cf "$out/l.tar" usr
     diff=sha256:$(sha256sum "$out/l.tar" | cut -d' ' -f1)
     gzip -n -1 "$out/l.tar"; local size; size=$(stat -c %s "$out/l.tar.gz"); layer=$(put "$out/l.tar.gz")
-    m=$(jq -r '.manifests[0].digest' "$out/index.json"); m=$b/${m#sha256:}
+    m=$(jq -r '.manifests[0].digest' "$base/index.json"); m=$b/${m#sha256:}
     c=$(jq -r '.config.digest' "$m"); c=$b/${c#sha256:}
     jq -c --arg d "$diff" '.rootfs.diff_ids += [$d] | .history += [{"created_by": "bench: derived layer"}]' "$c" >"$out/c.json"
     local csize; csize=$(stat -c %s "$out/c.json"); cfg=$(put "$out/c.json")
@@ -110,3 +111,43 @@ random_tree() {
     local i f=${3:-16}; mkdir -p "$1/usr/share/bench"
     for i in $(seq $(($2 / f))); do head -c "${f}M" /dev/urandom >"$1/usr/share/bench/${4:-f}$i"; done
 }
+
+# ostree_base OUT MIB ENCAPSULATE: an ostree commit of MIB MiB of random files (16 MiB each)
+# and an os-release, made an OCI layout OUT (tag v1) by ENCAPSULATE (examples/ostree-encapsulate).
+ostree_base() {
+    local out=$1 tmp=$1.tmp
+    rm -rf "$out" "$tmp"; mkdir -p "$tmp/rootfs/usr/lib"
+    random_tree "$tmp/rootfs" "$2"
+    echo "ID=hostpull-bench" >"$tmp/rootfs/usr/lib/os-release"
+    ostree --repo="$tmp/src" init --mode=archive
+    ostree --repo="$tmp/src" commit --branch=bench --tree=dir="$tmp/rootfs" >/dev/null
+    "$3" "$tmp/src" bench "$out" v1 >/dev/null
+    rm -rf "$tmp"
+}
+# layered BASE OUT MIB...: BASE plus one layer of random data per MIB (one file each, named
+# lI- and, in the last layer, last-TAG-), the last layer in two versions: the layouts OUT-v1
+# and OUT-v2 (tags v1 and v2), which differ only in it.
+layered() {
+    local base=$1 out=$2 prev=$1 i=0 t
+    shift 2
+    [ $# -gt 0 ] || return 1
+    # add LAYOUT OUT TAG MIB NAME: LAYOUT plus one random layer (files NAME*), as OUT.
+    add() { random_tree "$2.tree" "$4" "$4" "$5"; derive "$1" "$2" "$3" "$2.tree"; rm -rf "$2.tree"; }
+    while [ $# -gt 1 ]; do
+        i=$((i + 1))
+        add "$prev" "$out-$i" v1 "$1" "l$i-"
+        [ "$prev" = "$base" ] || rm -rf "$prev"
+        prev=$out-$i; shift
+    done
+    for t in v1 v2; do add "$prev" "$out-$t" "$t" "$1" "last-$t-"; done
+    [ "$prev" = "$base" ] || rm -rf "$prev"
+}
+# layout_bytes LAYOUT [last]: the bytes a full pull of LAYOUT's image fetches (manifest,
+# config, layers), or with `last` an update that finds all but the last layer.
+layout_bytes() {
+    local m; m=$(jq -r '.manifests[0].digest' "$1/index.json"); m=$1/blobs/sha256/${m#sha256:}
+    jq --argjson ms "$(stat -c %s "$m")" --arg last "${2:-}" \
+        '$ms + .config.size + (if $last == "" then [.layers[].size] | add else .layers[-1].size end)' "$m"
+}
+# layout_digest LAYOUT: the digest of its (first) manifest.
+layout_digest() { jq -r '.manifests[0].digest' "$1/index.json"; }

@@ -72,21 +72,10 @@ if [ -z "${BENCH_IN_SYSD:-}" ]; then
     if [ "$(cat "$FIX/.built" 2>/dev/null)" != "$stamp" ]; then
         echo "bench: building the fixtures ($BASE_MIB MiB base, 1 and $MANY layers of $LAYER_MIB MiB)" >&2
         rm -rf "$FIX"; mkdir -p "$FIX"
-        random_tree "$FIX/rootfs" "$BASE_MIB"
-        mkdir -p "$FIX/rootfs/usr/lib"; echo "ID=hostpull-bench" >"$FIX/rootfs/usr/lib/os-release"
-        ostree --repo="$FIX/src" init --mode=archive
-        ostree --repo="$FIX/src" commit --branch=bench --tree=dir="$FIX/rootfs" >/dev/null
-        "$ENCAPSULATE" "$FIX/src" bench "$FIX/base" v1 >/dev/null
-        rm -rf "$FIX/rootfs" "$FIX/src"
-        # layer LAYOUT OUT TAG NAME: LAYOUT plus one random layer (files NAME*), as OUT.
-        layer() { random_tree "$FIX/tree" "$LAYER_MIB" "$LAYER_MIB" "$4"; derive "$1" "$2" "$3" "$FIX/tree"; rm -rf "$FIX/tree"; }
-        prev=$FIX/base
-        for i in $(seq $((MANY - 1))); do layer "$prev" "$FIX/many-$i" v1 "l$i-"; prev=$FIX/many-$i; done
-        for t in v1 v2; do
-            layer "$FIX/base" "$FIX/two-$t" "$t" "last-$t-"
-            layer "$prev" "$FIX/many-$t" "$t" "last-$t-"
-        done
-        for i in $(seq $((MANY - 1))); do rm -rf "$FIX/many-$i"; done
+        ostree_base "$FIX/base" "$BASE_MIB" "$ENCAPSULATE"
+        layered "$FIX/base" "$FIX/two" "$LAYER_MIB"
+        # shellcheck disable=SC2046 # MANY times LAYER_MIB, one word each
+        layered "$FIX/base" "$FIX/many" $(yes "$LAYER_MIB" | head -n "$MANY")
         echo "$stamp" >"$FIX/.built"
     fi
     for img in two many; do
