@@ -147,9 +147,14 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let code = proxy(&skopeo, proxy_args, &null);
     // A proxy that exited (or never started) leaves the side channel to
     // serve on until root closes it: an `inspect` under way still answers,
-    // with its own error, where the proxy's would say less. Root reads the
-    // socketpair's end meanwhile: shut down, as systemd-run holds it too.
-    let _ = rustix::net::shutdown(stdin(), rustix::net::Shutdown::Both);
+    // with its own error, where the proxy's would say less. One that failed
+    // has its socketpair shut down (systemd-run holds it too), so that root
+    // reads its end; after root's Shutdown (exit 0) nobody waits for it.
+    // (Under SELinux the worker may not shut down root's socket: there root
+    // waits for the unit's end, or the stall timeout.)
+    if code != 0 {
+        let _ = rustix::net::shutdown(stdin(), rustix::net::Shutdown::Both);
+    }
     let _ = rustix::stdio::dup2_stdin(&null);
     let _ = side.join();
     code

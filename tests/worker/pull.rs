@@ -561,16 +561,8 @@ fn secret_leak_scan() {
     let child = std::sync::Mutex::new(child);
     let running = || child.lock().unwrap().try_wait().unwrap().is_none();
     while running() {
-        for proc in std::fs::read_dir("/proc").unwrap().flatten() {
-            for file in ["cmdline", "environ"] {
-                let Ok(bytes) = std::fs::read(proc.path().join(file)) else {
-                    continue;
-                };
-                assert!(!leaks(&bytes), "secret in {}/{file}", proc.path().display());
-                saw_worker |= file == "cmdline"
-                    && String::from_utf8_lossy(&bytes).contains("experimental-image-proxy");
-            }
-        }
+        // The staging first: a round's scan of /proc takes long, and a pull
+        // may be over by the end of the first.
         for staging in staging_dirs(pid) {
             // Listed, then removed as the pull ends: gone is no finding.
             let Ok(meta) = std::fs::metadata(&staging) else {
@@ -582,6 +574,16 @@ fn secret_leak_scan() {
             );
             assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 0);
             saw_staging = true;
+        }
+        for proc in std::fs::read_dir("/proc").unwrap().flatten() {
+            for file in ["cmdline", "environ"] {
+                let Ok(bytes) = std::fs::read(proc.path().join(file)) else {
+                    continue;
+                };
+                assert!(!leaks(&bytes), "secret in {}/{file}", proc.path().display());
+                saw_worker |= file == "cmdline"
+                    && String::from_utf8_lossy(&bytes).contains("experimental-image-proxy");
+            }
         }
         if saw_worker && !scanned_files {
             scan_files(since);
@@ -872,7 +874,9 @@ fn ca_for_one_host() {
         c.arg("--authfile")
             .arg(&auth)
             .args(["--ca", &format!("{ca_host}={}", var("RIG_CA"))]);
-        c.args(["--timeout", "10", "--config-root"])
+        // Time enough for a loaded CI (a pull refused by TLS once took over
+        // 10 s there, with the enforcing guest beside it).
+        c.args(["--timeout", "30", "--config-root"])
             .arg(config_root(s.path()));
         c
     };
