@@ -14,7 +14,8 @@
 //!   answers with how it ended, its stdout (at most `limit` + 1 bytes) and
 //!   its stderr (at most [`STDERR_MAX`]); if a signal ended it (the OOM
 //!   killer's SIGKILL), the agent then dies of the same signal, so that the
-//!   unit ends as it would have with skopeo alone. It serves on while the
+//!   unit ends as it would have with skopeo alone, once root has closed the
+//!   side channel or [`LINGER`] has passed. It serves on while the
 //!   proxy runs, so that root asks for the manifest beside the proxy's first
 //!   `OpenImage`. When root closes it before asking for the proxy, the agent
 //!   exits 0.
@@ -49,6 +50,11 @@ const PROXY_ENV_MAX: u64 = 64 << 10;
 pub const STDERR_MAX: u64 = 64 << 10;
 /// The longest line either side sends.
 pub const LINE_MAX: u64 = 64 << 10;
+/// How long the agent outlives a command a signal killed, waiting for root to
+/// close the side channel: the unit's cgroup, where root reads that the kernel
+/// killed for memory, goes with the unit, and root looks when it sees the
+/// failure, which the agent's own end would otherwise race.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What root asks the agent, one JSON line each.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -123,6 +129,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         }
     };
     let (tx, rx) = std::sync::mpsc::channel();
+    let (served, closed) = std::sync::mpsc::channel::<()>();
     let spawned = std::thread::Builder::new()
         .name("side-channel".into())
         .spawn({
@@ -131,6 +138,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
                 if let Ok(null) = null {
                     serve(side, &skopeo, &null, &tx);
                 }
+                drop(served);
             }
         });
     let side = match spawned {
@@ -144,28 +152,36 @@ pub fn main(args: Vec<OsString>) -> i32 {
     if rx.recv().is_err() {
         return 0;
     }
-    let code = proxy(&skopeo, proxy_args, &null);
+    let ended = proxy(&skopeo, proxy_args, &null);
     // A proxy that exited (or never started) leaves the side channel to
     // serve on until root closes it: an `inspect` under way still answers,
     // with its own error, where the proxy's would say less. One that failed
     // has its socketpair shut down (systemd-run holds it too), so that root
     // reads its end; after root's Shutdown (exit 0) nobody waits for it.
     // (Under SELinux the worker may not shut down root's socket: there root
-    // waits for the unit's end, or the stall timeout.)
-    if code != 0 {
+    // waits for the unit's end, or the stall timeout.) One a signal killed
+    // leaves the agent to die of it once root has looked (see [`LINGER`]).
+    if ended != Ok(0) {
         let _ = rustix::net::shutdown(stdin(), rustix::net::Shutdown::Both);
     }
     let _ = rustix::stdio::dup2_stdin(&null);
-    let _ = side.join();
-    code
+    match ended {
+        Ok(code) => {
+            let _ = side.join();
+            code
+        }
+        Err(signal) => {
+            let _ = closed.recv_timeout(LINGER);
+            die_of(signal)
+        }
+    }
 }
 
 /// Run the image proxy, `SKOPEO ARGS…` on stdin's socketpair, as the agent's
 /// child, so that the side channel goes on serving root meanwhile (an
-/// `inspect` beside the proxy's `OpenImage`). Killed by a signal (the OOM
-/// killer's), the agent dies of it at once, so that the unit ends as it
-/// would with skopeo alone; else its exit code is the agent's.
-fn proxy(skopeo: &Program, args: Vec<OsString>, null: &std::fs::File) -> i32 {
+/// `inspect` beside the proxy's `OpenImage`). Its exit code, the agent's, or
+/// the signal that killed it (the OOM killer's), which the agent dies of.
+fn proxy(skopeo: &Program, args: Vec<OsString>, null: &std::fs::File) -> Result<i32, i32> {
     let mut c = skopeo.command();
     c.args(args)
         .stdin(Stdio::inherit())
@@ -175,7 +191,7 @@ fn proxy(skopeo: &Program, args: Vec<OsString>, null: &std::fs::File) -> i32 {
         Ok(f) => c.stdout(f),
         Err(e) => {
             eprintln!("error: {VERB}: duplicating /dev/null: {e}");
-            return 8;
+            return Ok(8);
         }
     };
     // Stopped with the agent, which is all root knows of without systemd.
@@ -184,7 +200,7 @@ fn proxy(skopeo: &Program, args: Vec<OsString>, null: &std::fs::File) -> i32 {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {VERB}: starting {}: {e}", skopeo.path.display());
-            return 8;
+            return Ok(8);
         }
     };
     // The socketpair is the proxy's alone now (and systemd-run's, which
@@ -192,18 +208,18 @@ fn proxy(skopeo: &Program, args: Vec<OsString>, null: &std::fs::File) -> i32 {
     if let Err(e) = rustix::stdio::dup2_stdin(null) {
         eprintln!("error: {VERB}: closing the proxy's socket: {e}");
         let _ = child.kill();
-        return 8;
+        return Ok(8);
     }
     use std::os::unix::process::ExitStatusExt;
     match child.wait() {
         Ok(status) => match (status.code(), status.signal()) {
-            (_, Some(signal)) => die_of(signal),
-            (Some(code), None) => code,
-            (None, None) => 8,
+            (_, Some(signal)) => Err(signal),
+            (Some(code), None) => Ok(code),
+            (None, None) => Ok(8),
         },
         Err(e) => {
             eprintln!("error: {VERB}: waiting for {}: {e}", skopeo.path.display());
-            8
+            Ok(8)
         }
     }
 }
@@ -291,6 +307,7 @@ fn serve(
                     return;
                 }
                 if let Some(signal) = killed {
+                    linger(&mut lines);
                     die_of(signal);
                 }
             }
@@ -298,6 +315,21 @@ fn serve(
                 eprintln!("error: {VERB}: a request that does not parse: {e}");
                 return;
             }
+        }
+    }
+}
+
+/// Wait for root to close the side channel, at most [`LINGER`].
+fn linger(lines: &mut BufReader<UnixStream>) {
+    let deadline = std::time::Instant::now() + LINGER;
+    let mut buf = [0; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || lines.get_ref().set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        if let Ok(0) | Err(_) = lines.read(&mut buf) {
+            return;
         }
     }
 }

@@ -359,34 +359,43 @@ impl Worker {
         let (Mode::Systemd { systemd, .. }, Some(unit)) = (&self.mode, unit) else {
             return fut.await;
         };
-        let (r, seen) = systemd.watch(unit, fut).await;
+        let (r, mut seen) = systemd.watch(unit, fut).await;
         {
             // What an earlier watch of the same unit saw stands: a short one
             // (a session through the image opened beside the manifest) may
             // end before its first look at the unit's process.
             let mut ledger = self.ledger();
-            let mut kept = seen.clone();
             if let Some(old) = ledger.observed.as_ref().filter(|o| o.unit == seen.unit) {
-                kept.uid = kept.uid.or(old.uid);
-                kept.memory_peak_bytes = kept.memory_peak_bytes.max(old.memory_peak_bytes);
+                seen.uid = seen.uid.or(old.uid);
+                seen.memory_peak_bytes = seen.memory_peak_bytes.max(old.memory_peak_bytes);
+                seen.oom_kills = seen.oom_kills.max(old.oom_kills);
             }
-            ledger.observed = Some(kept);
+            ledger.observed = Some(seen.clone());
         }
         let Err(e) = r else { return r };
-        // Did the worker die under us? Then that, not its last words, is the error.
-        let exit = match systemd.exit_state(unit, Duration::from_secs(1)).await {
-            Ok(Some(exit)) => exit,
-            _ => return Err(e),
-        };
         let limits = &self.spec.limits;
-        if seen.out_of_memory(&exit, limits.memory_max) {
-            return fail(
+        let oom = || {
+            fail(
                 Kind::Worker,
                 format!(
                     "worker killed: out of memory (MemoryMax={})",
                     crate::plan::worker::size_text(limits.memory_max)
                 ),
-            );
+            )
+        };
+        // The kernel counted a kill for memory in the unit: that is the cause,
+        // whatever the unit's end (the agent waits for root to look, see
+        // agent::LINGER, and its cgroup goes with it).
+        if seen.oom_kills > 0 {
+            return oom();
+        }
+        // Did the worker die under us? Then that, not its last words, is the error.
+        let exit = match systemd.exit_state(unit, Duration::from_secs(1)).await {
+            Ok(Some(exit)) => exit,
+            _ => return Err(e),
+        };
+        if seen.out_of_memory(&exit, limits.memory_max) {
+            return oom();
         }
         let died = match (exit.signal(), exit.result.as_str()) {
             (Some(sig), _) => format!("worker killed by signal {sig}"),
