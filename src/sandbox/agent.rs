@@ -90,27 +90,10 @@ pub struct Reply {
 /// The agent's `main`: `args` are what follows [`VERB`]. Returns the exit
 /// code, unless it became the proxy.
 pub fn main(args: Vec<OsString>) -> i32 {
-    let mut args = args.into_iter().peekable();
-    let mut env = Vec::new();
-    if args.next_if(|a| a == PROXY_ENV_OPTION).is_some() {
-        match args.next().map(|f| read_proxy_env(&PathBuf::from(f))) {
-            Some(Ok(vars)) => env = vars,
-            Some(Err(e)) => {
-                eprintln!("error: {VERB}: reading the proxy settings: {e}");
-                return 8;
-            }
-            None => {
-                eprintln!("error: {VERB}: {PROXY_ENV_OPTION} needs a file");
-                return 2;
-            }
-        }
-    }
-    let Some(skopeo) = args.next().map(PathBuf::from) else {
-        eprintln!("error: {VERB}: no worker program");
-        return 2;
+    let (skopeo, proxy_args) = match program(args) {
+        Ok(p) => p,
+        Err(code) => return code,
     };
-    let proxy_args: Vec<OsString> = args.collect();
-    let skopeo = Program { path: skopeo, env };
     let Some(side) = side_channel() else {
         eprintln!("error: {VERB}: stdout is not hostpull's side channel");
         return 2;
@@ -175,6 +158,31 @@ pub fn main(args: Vec<OsString>) -> i32 {
             die_of(signal)
         }
     }
+}
+
+/// `[--proxy-env FILE] SKOPEO ARGS…`: the program, and the proxy's
+/// arguments; else the exit code, its error printed.
+fn program(args: Vec<OsString>) -> Result<(Program, Vec<OsString>), i32> {
+    let mut args = args.into_iter().peekable();
+    let mut env = Vec::new();
+    if args.next_if(|a| a == PROXY_ENV_OPTION).is_some() {
+        match args.next().map(|f| read_proxy_env(&PathBuf::from(f))) {
+            Some(Ok(vars)) => env = vars,
+            Some(Err(e)) => {
+                eprintln!("error: {VERB}: reading the proxy settings: {e}");
+                return Err(8);
+            }
+            None => {
+                eprintln!("error: {VERB}: {PROXY_ENV_OPTION} needs a file");
+                return Err(2);
+            }
+        }
+    }
+    let Some(path) = args.next().map(PathBuf::from) else {
+        eprintln!("error: {VERB}: no worker program");
+        return Err(2);
+    };
+    Ok((Program { path, env }, args.collect()))
 }
 
 /// Run the image proxy, `SKOPEO ARGS…` on stdin's socketpair, as the agent's
