@@ -116,8 +116,9 @@ pub struct PruneOpts {
 #[derive(Debug, clap::Args)]
 // The fields' docs are --help's text: `<repository>` there is a placeholder.
 #[allow(rustdoc::invalid_html_tags)]
-// A consumer takes an OCI layout only: rebase refuses `--dest ostree:`.
-#[command(mut_arg("dest", |a| a.help("oci:DIR[:TAG]: the layout to pull into and hand over (instead of --layout)")))]
+// A consumer takes an OCI layout or an image in containers-storage: rebase
+// refuses `--dest ostree:`.
+#[command(mut_arg("dest", |a| a.help("oci:DIR[:TAG]: the layout to pull into and hand over (instead of --layout); or containers-storage:[STORE][NAME[:TAG]]: the store, handed over by digest")))]
 pub struct RebaseOpts {
     /// Who takes the image
     #[arg(long, value_enum, default_value = "rpm-ostree")]
@@ -360,15 +361,19 @@ async fn pull_to_dest(
     if !dest.ephemeral() {
         return Ok(report);
     }
-    let finish = dest.finish();
-    report.ostree = tokio::select! {
+    let finish = dest.finish(target.tag());
+    match tokio::select! {
         r = finish => r.map_err(|e| {
             error::Failure::new(Kind::Handoff, error::one_line(&format!("{e:#}")))
         })?,
         kind = crate::fetch::cancelled() => {
-            return error::fail(kind, "interrupted: the ostree import was stopped");
+            return error::fail(kind, "interrupted: the image was not handed to its destination");
         }
-    };
+    } {
+        crate::store::Finished::Published => {}
+        crate::store::Finished::Imported(i) => report.ostree = Some(i),
+        crate::store::Finished::Stored(s) => report.stored = Some(s),
+    }
     Ok(report)
 }
 
@@ -383,17 +388,32 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
         plan_for(&o, Verb::Rebase).await?
     };
     crate::handoff::check(opts.consumer)?;
-    let Some(plan::imgref::Target::Oci { dir, tag }) = plan.dest.as_ref().map(|d| &d.target) else {
-        return error::fail(
-            Kind::Usage,
-            "rebase hands over an OCI layout: give --layout DIR or --dest oci:DIR",
-        );
-    };
-    if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
     let progress = Progress::new(opts.pull.progress_fd, screen)?.with_max_rate(plan.max_rate);
-    let report = crate::fetch::pull(&plan, &progress).await?;
+    let (report, handed) = match plan.dest.as_ref().map(|d| &d.target) {
+        Some(plan::imgref::Target::Oci { dir, tag }) => {
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            let handed = ("oci", format!("{}:{tag}", dir.display()));
+            (crate::fetch::pull(&plan, &progress).await?, handed)
+        }
+        Some(plan::imgref::Target::Storage { .. }) => {
+            let report = pull_to_dest(plan, &progress).await?;
+            let stored = report.stored.as_deref().unwrap_or_default();
+            let stored = stored
+                .strip_prefix(plan::imgref::cstorage::PREFIX)
+                .unwrap_or(stored);
+            let handed = ("containers-storage", stored.to_owned());
+            (report, handed)
+        }
+        _ => {
+            return error::fail(
+                Kind::Usage,
+                "rebase hands over an OCI layout or containers-storage: give --layout DIR, \
+                 --dest oci:DIR or --dest containers-storage:[STORE]NAME[:TAG]",
+            );
+        }
+    };
     progress.done();
     to_stderr(&report.summary());
     journal_report(&report);
@@ -402,7 +422,7 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
         true => print_json(&report),
         false => Ok(()),
     };
-    crate::handoff::run(opts.consumer, dir, tag, opts.reboot)?;
+    crate::handoff::run(opts.consumer, handed.0, &handed.1, opts.reboot)?;
     printed
 }
 

@@ -170,6 +170,7 @@ pub async fn pull_into(
         credentials: CredentialReport::of_attempt(&plan.credentials, n),
         worker: report,
         ostree: None,
+        stored: None,
     })
 }
 
@@ -449,7 +450,11 @@ pub(crate) async fn cancelled() -> Kind {
 /// no worker at all unless its signatures are to be checked.
 async fn resolve(worker: &Worker, plan: &Plan, dest: &Destination) -> anyhow::Result<Resolved> {
     let pin = plan.image.digest.as_ref();
-    let raw = match pin.and_then(|pin| dest.held_manifest(pin, None)) {
+    let held = match pin {
+        Some(pin) => dest.held_manifest(pin, None).await,
+        None => None,
+    };
+    let raw = match held {
         Some(raw) => raw,
         None => inspect_opening(worker, plan, dest).await?,
     };
@@ -466,7 +471,7 @@ async fn resolve(worker: &Worker, plan: &Plan, dest: &Destination) -> anyhow::Re
         Parsed::Index(index) => {
             let d = manifest::select(&index, &plan.platform)?;
             tracing::info!("{}: chose {} for {}", plan.image, d.digest, plan.platform);
-            let raw = match dest.held_manifest(&d.digest, Some(d.size)) {
+            let raw = match dest.held_manifest(&d.digest, Some(d.size)).await {
                 Some(raw) => raw,
                 None => {
                     worker

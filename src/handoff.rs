@@ -1,5 +1,6 @@
-//! Hand a verified layout to a host-update consumer: `rpm-ostree rebase` or
-//! `bootc switch`. Only ever after a pull has published the layout.
+//! Hand a verified image to a host-update consumer: `rpm-ostree rebase` or
+//! `bootc switch`, from an OCI layout or containers-storage. Only ever after a
+//! pull has published it there.
 
 use std::path::Path;
 use std::process::Command;
@@ -16,24 +17,21 @@ pub enum Consumer {
     Bootc,
 }
 
-/// The consumer's command line for the layout at `dir`, tag `tag`.
-pub fn command(consumer: Consumer, dir: &Path, tag: &str, reboot: bool) -> Command {
-    let mut c;
+/// The consumer's command line for the image `reference` of containers'
+/// `transport`: `oci` (`DIR:TAG`) or `containers-storage`
+/// (`[STORE]NAME@DIGEST`, as the machine-config daemon hands it over).
+pub fn command(consumer: Consumer, transport: &str, reference: &str, reboot: bool) -> Command {
+    let mut c = Command::new(consumer.program());
     match consumer {
         Consumer::RpmOstree => {
-            c = Command::new(consumer.program());
-            c.arg("rebase").arg(format!(
-                "ostree-unverified-image:oci:{}:{tag}",
-                dir.display()
-            ));
+            c.arg("rebase")
+                .arg(format!("ostree-unverified-image:{transport}:{reference}"));
             if reboot {
                 c.arg("--reboot");
             }
         }
         Consumer::Bootc => {
-            c = Command::new(consumer.program());
-            c.args(["switch", "--transport", "oci"])
-                .arg(format!("{}:{tag}", dir.display()));
+            c.args(["switch", "--transport", transport, reference]);
             if reboot {
                 c.arg("--apply");
             }
@@ -73,10 +71,15 @@ pub fn check(consumer: Consumer) -> anyhow::Result<()> {
 
 /// Run the consumer; its own stderr goes to ours. A failure is exit 10 and
 /// names the consumer's exit status.
-pub fn run(consumer: Consumer, dir: &Path, tag: &str, reboot: bool) -> anyhow::Result<()> {
-    let mut c = command(consumer, dir, tag, reboot);
+pub fn run(
+    consumer: Consumer,
+    transport: &str,
+    reference: &str,
+    reboot: bool,
+) -> anyhow::Result<()> {
+    let mut c = command(consumer, transport, reference, reboot);
     let program = c.get_program().to_string_lossy().into_owned();
-    tracing::info!("handing {}:{tag} to {program}", dir.display());
+    tracing::info!("handing {transport}:{reference} to {program}");
     let status = c
         .status()
         .map_err(|e| Failure::new(Kind::Handoff, format!("starting {program}: {e}")))?;
@@ -99,9 +102,9 @@ mod tests {
 
     #[test]
     fn command_lines() {
-        let d = Path::new("/var/lib/hostpull/images/os");
+        let d = "/var/lib/hostpull/images/os:v1";
         assert_eq!(
-            argv(&command(Consumer::RpmOstree, d, "v1", true)),
+            argv(&command(Consumer::RpmOstree, "oci", d, true)),
             [
                 "rpm-ostree",
                 "rebase",
@@ -110,13 +113,40 @@ mod tests {
             ]
         );
         assert_eq!(
-            argv(&command(Consumer::Bootc, d, "v1", false)),
+            argv(&command(Consumer::Bootc, "oci", d, false)),
             [
                 "bootc",
                 "switch",
                 "--transport",
                 "oci",
                 "/var/lib/hostpull/images/os:v1"
+            ]
+        );
+        // machine-config-operator pkg/daemon/rpm-ostree.go: an image in the
+        // node's storage is rebased to by digest.
+        let s = format!("quay.io/openshift/os@sha256:{}", "a".repeat(64));
+        assert_eq!(
+            argv(&command(
+                Consumer::RpmOstree,
+                "containers-storage",
+                &s,
+                false
+            )),
+            [
+                "rpm-ostree".to_owned(),
+                "rebase".to_owned(),
+                format!("ostree-unverified-image:containers-storage:{s}")
+            ]
+        );
+        assert_eq!(
+            argv(&command(Consumer::Bootc, "containers-storage", &s, true)),
+            [
+                "bootc",
+                "switch",
+                "--transport",
+                "containers-storage",
+                &s,
+                "--apply"
             ]
         );
     }

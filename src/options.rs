@@ -54,7 +54,10 @@ pub struct Options {
     pub image: Option<String>,
     /// oci:DIR[:TAG], TAG defaulting to the image's tag; or ostree:REPO[:REF]:
     /// import into the ostree repository REPO as rpm-ostree and bootc store
-    /// images, and point REF at the commit (needs the `ostree` build feature)
+    /// images, and point REF at the commit (needs the `ostree` build feature);
+    /// or containers-storage:[STORE][NAME[:TAG]]: the store podman and bootc
+    /// read (STORE `driver@graphroot+runroot:options`, storage.conf's when
+    /// left out; NAME the image's own when left out)
     #[arg(long)]
     pub dest: Option<String>,
     /// containers-auth.json(5) file to take credentials from (repeatable;

@@ -50,6 +50,10 @@ pub struct Report {
     /// With `--dest ostree:`, what the import did (`dest` is then the repository).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ostree: Option<crate::store::ostree::Imported>,
+    /// With `--dest containers-storage:`, how consumers name the image in the
+    /// store: `containers-storage:[STORE]NAME@DIGEST`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stored: Option<String>,
 }
 
 /// Where the credential for one host came from (never the secret).
@@ -89,9 +93,10 @@ impl CredentialReport {
 impl Report {
     /// The one line a person reads when the pull is done.
     pub fn summary(&self) -> String {
-        let into = match &self.ostree {
-            Some(o) => format!("ostree:{} (commit {})", self.dest, o.commit),
-            None => format!("oci:{}:{}", self.dest, self.tag),
+        let into = match (&self.ostree, &self.stored) {
+            (Some(o), _) => format!("ostree:{} (commit {})", self.dest, o.commit),
+            (None, Some(s)) => s.clone(),
+            (None, None) => format!("oci:{}:{}", self.dest, self.tag),
         };
         format!(
             "Pulled {} ({}) into {into}: {} layers, {} fetched, {} reused, {:.1} MiB in {:.2} s",

@@ -22,12 +22,13 @@ use crate::error::{Failure, Kind, fail};
 use crate::manifest::Descriptor;
 use crate::verify::Verifier;
 
+pub mod cstorage;
 mod dest;
 pub mod import;
 pub mod ostree;
 pub mod proxy;
 
-pub use dest::Destination;
+pub use dest::{Destination, Finished};
 
 const BLOBS: &str = "blobs/sha256";
 const INDEX: &str = "index.json";

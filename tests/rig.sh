@@ -45,7 +45,8 @@ PACKAGES=(skopeo docker-registry apache2-utils openssl umoci curl python3 python
           python3-dbus python3-gi                       # tests/stand-ins/networkmanager.py
           ostree libostree-dev libzstd-dev pkg-config    # ostree: the `ostree` feature and its tests
           make bzip2 man-db selinux-policy-dev rpm rpmlint # make install, contrib/packaging/check.sh
-          squid)                                         # tests/worker/proxy.rs: a real HTTP(S) proxy
+          squid                                          # tests/worker/proxy.rs: a real HTTP(S) proxy
+          podman)                                        # tests/once/cstorage.rs: reads what containers-storage holds
 TESTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/sign.sh
 source "$TESTS/sign.sh"

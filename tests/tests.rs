@@ -15,6 +15,7 @@
 
 mod once {
     mod architecture;
+    mod cstorage;
     mod edges;
     mod handoff;
     mod layout_proxy;

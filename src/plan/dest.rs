@@ -32,6 +32,10 @@ pub(super) fn destination(
         d => Dest::parse(d.unwrap_or_default())?,
     };
     let target = match dest {
+        Dest::Storage(dest) => Target::Storage {
+            dest: dest.resolve(&image),
+            tag: image.tag.clone().unwrap_or_else(|| "latest".to_owned()),
+        },
         Dest::Ostree(dest) => {
             check_ostree(host, &dest, cfg!(feature = "ostree"))?;
             let tag = image.tag.clone().unwrap_or_else(|| "latest".to_owned());

@@ -1,6 +1,8 @@
 //! Image references (`docker://HOST[:PORT]/PATH[:TAG|@sha256:HEX]`) and pull
 //! destinations (`oci:DIR[:TAG]`). Pure parsers: `&str` in, typed value out.
 
+pub mod cstorage;
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -303,6 +305,8 @@ pub enum Dest {
     },
     /// `ostree:REPO[:REF]`: the repository to import into.
     Ostree(OstreeDest),
+    /// `containers-storage:[STORE]NAME[:TAG]`.
+    Storage(cstorage::StorageDest),
 }
 
 /// Where a planned pull goes, and the tag its layout gets.
@@ -325,21 +329,34 @@ pub enum Target {
         /// The staging layout's tag, which nobody else sees.
         tag: String,
     },
+    /// `containers-storage:[STORE]NAME[:TAG]`: the pull goes into a staging
+    /// layout, which containers/storage's own code copies into the store
+    /// once the pull has verified it (`store::cstorage`).
+    Storage {
+        /// The store, and the name the image is written under.
+        dest: cstorage::StorageRef,
+        /// The staging layout's tag, which nobody else sees.
+        tag: String,
+    },
 }
 
 impl Target {
     /// The tag the pull's layout gets.
     pub fn tag(&self) -> &str {
         match self {
-            Self::Oci { tag, .. } | Self::Ostree { tag, .. } => tag,
+            Self::Oci { tag, .. } | Self::Ostree { tag, .. } | Self::Storage { tag, .. } => tag,
         }
     }
 
-    /// The layout's directory, or the repository.
+    /// The layout's directory, or the repository, or the store's graph root
+    /// (storage.conf's when the destination names none).
     pub fn path(&self) -> &Path {
         match self {
             Self::Oci { dir, .. } => dir,
             Self::Ostree { dest, .. } => &dest.repo,
+            Self::Storage { dest, .. } => dest
+                .graph_root()
+                .unwrap_or(Path::new(cstorage::DEFAULT_GRAPH_ROOT)),
         }
     }
 }
@@ -355,14 +372,22 @@ pub struct OstreeDest {
 }
 
 impl Dest {
-    /// Parse `oci:DIR[:TAG]` or `ostree:REPO[:REF]`. As in containers/image, DIR
+    /// Parse `oci:DIR[:TAG]`, `ostree:REPO[:REF]` or
+    /// `containers-storage:[STORE]NAME[:TAG]`. As in containers/image, DIR
     /// ends at the first colon.
     pub fn parse(input: &str) -> anyhow::Result<Self> {
         let bad = |why: &str| invalid("destination", why, input);
+        if let Some(rest) = input.strip_prefix(cstorage::PREFIX) {
+            return cstorage::StorageDest::parse(rest, input).map(Self::Storage);
+        }
         let (ostree, rest) = match (input.strip_prefix("oci:"), input.strip_prefix("ostree:")) {
             (Some(rest), _) => (false, rest),
             (_, Some(rest)) => (true, rest),
-            _ => return bad("only oci:DIR[:TAG] and ostree:REPO[:REF] are supported"),
+            _ => {
+                return bad(
+                    "only oci:DIR[:TAG], ostree:REPO[:REF] and containers-storage:[STORE]NAME[:TAG] are supported",
+                );
+            }
         };
         let (dir, tag) = match rest.split_once(':') {
             Some((d, t)) => (d, Some(t)),

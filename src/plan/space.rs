@@ -131,6 +131,12 @@ pub fn check(
 pub(super) fn rule(host: &dyn Host, dest: &Target) -> anyhow::Result<Rule> {
     let (path, reserve, ostree) = match dest {
         Target::Oci { dir, .. } => (dir.clone(), Reserve::Nothing, false),
+        // The staging layout's: the store's own growth is its driver's.
+        Target::Storage { .. } => (
+            super::imgref::cstorage::STAGING_DIR.into(),
+            Reserve::Nothing,
+            false,
+        ),
         Target::Ostree { dest, .. } => {
             let config = dest.repo.join("config");
             let bad = |e: String| Failure::new(Kind::Usage, format!("{}: {e}", config.display()));

@@ -51,6 +51,10 @@ pub struct Summary {
     /// `--dest ostree:`: `dest` is then the repository.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ostree: Option<OstreeDest>,
+    /// With `--dest containers-storage:`, the reference the image is written
+    /// under (`@DIGEST` when the name has no tag: the pulled digest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub containers_storage: Option<String>,
     /// The root plugins run to make this plan ([`Plan::plugins_run`]).
     pub plugins_run: Vec<String>,
     /// The destination's room, measured now; none without `--dest`.
@@ -141,6 +145,14 @@ impl Plan {
                 Some(Target::Ostree { dest, .. }) => Some(dest.clone()),
                 _ => None,
             },
+            containers_storage: match self.dest.as_ref().map(|d| &d.target) {
+                Some(Target::Storage { dest, .. }) => Some(format!(
+                    "{}{}",
+                    super::imgref::cstorage::PREFIX,
+                    dest.shown("DIGEST")
+                )),
+                _ => None,
+            },
             plugins_run: self.plugins_run.clone(),
             space: self.dest.as_ref().map(|d| &d.space).map(|r| SpaceSummary {
                 path: r.path.display().to_string(),
@@ -204,6 +216,11 @@ impl Summary {
             self.tag.as_deref().unwrap_or_default(),
         );
         let dest = match (&self.ostree, &self.dest) {
+            _ if self.containers_storage.is_some() => format!(
+                "{} (staged in {}, then copied in by root's skopeo)",
+                self.containers_storage.as_deref().unwrap_or_default(),
+                super::imgref::cstorage::STAGING_DIR,
+            ),
             (Some(o), _) => match &o.ostree_ref {
                 Some(r) => format!("ostree:{d}:{r}"),
                 None => format!("ostree:{d}"),

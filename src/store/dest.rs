@@ -41,6 +41,9 @@ pub enum Destination {
         /// Notified when an import fails before the pull is done.
         failed: Arc<tokio::sync::Notify>,
     },
+    /// `containers-storage:`: a staging layout, copied into the store by
+    /// root's skopeo after a good pull ([`crate::store::cstorage`]).
+    Storage(Box<crate::store::cstorage::Storage>),
 }
 
 impl Destination {
@@ -51,6 +54,9 @@ impl Destination {
     pub fn of(target: &Target, image: &ImageRef) -> anyhow::Result<Self> {
         Ok(match target {
             Target::Oci { dir, .. } => Self::Oci(dir.clone()),
+            Target::Storage { dest, .. } => {
+                Self::Storage(Box::new(crate::store::cstorage::Storage::new(dest, image)?))
+            }
             Target::Ostree { dest, .. } => {
                 let handoff = |e: anyhow::Error| Failure::new(Kind::Handoff, format!("{e:#}"));
                 let program = crate::store::import::program().map_err(handoff)?;
@@ -80,6 +86,7 @@ impl Destination {
     pub fn layout(&self) -> anyhow::Result<PathBuf> {
         match self {
             Self::Oci(dir) => Ok(dir.clone()),
+            Self::Storage(s) => s.layout(),
             Self::Ostree { start, staging, .. } => {
                 if let Some(s) = staging.get() {
                     return Ok(s.layout());
@@ -93,7 +100,7 @@ impl Destination {
     /// Whether the layout is only a means (the staging layout): it keeps no
     /// old images and is not synced as a published one.
     pub fn ephemeral(&self) -> bool {
-        matches!(self, Self::Ostree { .. })
+        !matches!(self, Self::Oci(_))
     }
 
     /// The manifest `digest` if an `oci:` layout holds it: a regular file
@@ -102,9 +109,14 @@ impl Destination {
     /// at most [`MANIFEST_MAX`](crate::manifest::MANIFEST_MAX) bytes, that
     /// hashes to it. A copy that does not (a layout changed by hand) is not
     /// used: the registry's is, and the layout gets it back. Reads only; never
-    /// for `ostree:`, whose repository keeps no manifest as served.
-    pub fn held_manifest(&self, digest: &Sha256Digest, size: Option<u64>) -> Option<Vec<u8>> {
-        let Self::Oci(dir) = self else { return None };
+    /// for `ostree:`, whose repository keeps no manifest as served. For
+    /// `containers-storage:`, the image under the name, if it is `digest`.
+    pub async fn held_manifest(&self, digest: &Sha256Digest, size: Option<u64>) -> Option<Vec<u8>> {
+        let dir = match self {
+            Self::Oci(dir) => dir,
+            Self::Storage(s) => return s.held_manifest(digest).await,
+            Self::Ostree { .. } => return None,
+        };
         let max = crate::manifest::MANIFEST_MAX;
         let raw = read_plain(&dir.join("blobs/sha256").join(digest.hex()), max)?;
         if size.is_some_and(|s| s != raw.len() as u64) {
@@ -129,6 +141,7 @@ impl Destination {
                 })
                 .unwrap_or(false),
             Self::Ostree { .. } => self.holdings().await.is_ok_and(|h| h.manifest.is_some()),
+            Self::Storage(s) => s.holds_name().await,
         }
     }
 
@@ -162,8 +175,10 @@ impl Destination {
         digest: &Sha256Digest,
         manifest: &Manifest,
     ) -> anyhow::Result<HashSet<Sha256Digest>> {
-        if !matches!(self, Self::Ostree { .. }) {
-            return Ok(HashSet::new());
+        match self {
+            Self::Oci(_) => return Ok(HashSet::new()),
+            Self::Storage(s) => return Ok(s.held_blobs(digest, manifest).await),
+            Self::Ostree { .. } => {}
         }
         // A failed answer fails the pull (exit 10, never retried).
         let holdings =
@@ -178,7 +193,7 @@ impl Destination {
     /// image: a retry goes on with the running import; a different manifest
     /// (the tag moved between two credentials' tries) abandons it, and a new
     /// one starts (`ostree::a_tag_that_moves_between_credentials_imports_what_it_names_last`).
-    /// Nothing for `oci:`.
+    /// Nothing for `oci:`; `containers-storage:` notes the digest.
     pub async fn begin(
         &self,
         layout: &Layout,
@@ -193,6 +208,9 @@ impl Destination {
             ..
         } = self
         else {
+            if let Self::Storage(s) = self {
+                s.begin(digest);
+            }
             return Ok(());
         };
         let mut running = {
@@ -227,11 +245,18 @@ impl Destination {
     }
 
     /// After a good pull: nothing more for `oci:`; for `ostree:`, tell the
-    /// import the pull is done, and wait for it. Dropped, it stops the import.
-    pub async fn finish(&self) -> anyhow::Result<Option<Imported>> {
+    /// import the pull is done, and wait for it (dropped, it stops the
+    /// import); for `containers-storage:`, copy the staging layout's `tag`
+    /// into the store.
+    pub async fn finish(&self, tag: &str) -> anyhow::Result<Finished> {
+        if let Self::Storage(s) = self {
+            return s.finish(tag).await.map(Finished::Stored);
+        }
         match self.take_import() {
-            Some(running) if running.digest().is_some() => running.finish().await.map(Some),
-            None if matches!(self, Self::Oci(_)) => Ok(None),
+            Some(running) if running.digest().is_some() => {
+                running.finish().await.map(Finished::Imported)
+            }
+            None if matches!(self, Self::Oci(_)) => Ok(Finished::Published),
             unbegun => {
                 if let Some(running) = unbegun {
                     running.abandon().await;
@@ -252,17 +277,28 @@ impl Destination {
     /// not go on. Never for `oci:`.
     pub async fn import_failed(&self) {
         match self {
-            Self::Oci(_) => std::future::pending().await,
+            Self::Oci(_) | Self::Storage(_) => std::future::pending().await,
             Self::Ostree { failed, .. } => failed.notified().await,
         }
     }
 
     fn take_import(&self) -> Option<Box<Running>> {
         match self {
-            Self::Oci(_) => None,
+            Self::Oci(_) | Self::Storage(_) => None,
             Self::Ostree { import, .. } => import.lock().unwrap().take(),
         }
     }
+}
+
+/// What finishing a destination did.
+#[derive(Debug)]
+pub enum Finished {
+    /// The `oci:` layout is published; nothing more.
+    Published,
+    /// What the ostree import did.
+    Imported(Imported),
+    /// How consumers name the image in the store: `containers-storage:[STORE]NAME@DIGEST`.
+    Stored(String),
 }
 
 /// An import taken out of its destination, put back when dropped.

@@ -50,11 +50,15 @@ pub struct Staging(tempfile::TempDir);
 impl Staging {
     /// A new staging directory in `REPO/tmp`.
     pub fn new(repo: &Path) -> anyhow::Result<Self> {
-        let tmp = repo.join("tmp");
+        Self::in_dir(&repo.join("tmp"))
+    }
+
+    /// A new staging directory in `tmp`, root's alone.
+    pub fn in_dir(tmp: &Path) -> anyhow::Result<Self> {
         tempfile::Builder::new()
             .prefix("hostpull-staging-")
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .tempdir_in(&tmp)
+            .tempdir_in(tmp)
             .map(Self)
             .with_context(|| format!("creating a staging layout in {}", tmp.display()))
     }

@@ -93,6 +93,47 @@ fn rebase_hands_the_layout_to_rpm_ostree_and_bootc() {
     );
 }
 
+/// Into containers-storage, the image is handed over by digest, as the
+/// machine-config daemon names an image in the node's storage (issue 47).
+#[test]
+fn rebase_hands_an_image_in_containers_storage_by_digest() {
+    let s = scratch();
+    let store = format!(
+        "[vfs@{}+{}]",
+        s.path().join("graph").display(),
+        s.path().join("run").display()
+    );
+    let dest = format!("containers-storage:{store}localhost/os:stable");
+    let sandbox = sandbox();
+    let args = [
+        var("RIG_IMG_SMALL"),
+        "--sandbox",
+        &sandbox,
+        "--authfile",
+        var("RIG_AUTHFILE"),
+        "--cert-dir",
+        var("RIG_CERT_DIR"),
+        "--dest",
+        &dest,
+    ]
+    .map(OsStr::new);
+    let digest = registry_digest(var("RIG_IMG_SMALL"));
+    let (r, log) = rebase_args(s.path(), "rpm-ostree", &args, None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        log,
+        format!(
+            "rpm-ostree rebase ostree-unverified-image:containers-storage:{store}localhost/os@{digest}\n"
+        )
+    );
+    let (r, log) = rebase_args(s.path(), "bootc", &args, None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        log,
+        format!("bootc switch --transport containers-storage {store}localhost/os@{digest}\n")
+    );
+}
+
 /// A consumer that is not on PATH (or not executable there) is the host's
 /// setup: exit 2 naming it, before the registry is asked for anything.
 #[test]

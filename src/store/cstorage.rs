@@ -1,0 +1,210 @@
+//! `--dest containers-storage:`: the pull goes into a root-only staging layout
+//! in [`STAGING_DIR`], and once it is verified and published there, root's own
+//! `skopeo copy --preserve-digests` (containers/storage's code, local: no
+//! network, no credentials) writes it into the store. What the store holds
+//! under the name is read before the fetch, with `skopeo inspect --raw`: its
+//! layers are not fetched again (the copy reuses them from the store), and an
+//! image it holds at the pulled digest is not copied at all.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+
+use anyhow::Context;
+
+use crate::digest::Sha256Digest;
+use crate::error::{Failure, Kind, fail, one_line};
+use crate::manifest::{Manifest, Parsed};
+use crate::plan::imgref::ImageRef;
+use crate::plan::imgref::cstorage::{PREFIX, STAGING_DIR, StorageRef};
+use crate::store::ostree::Staging;
+
+/// The environment root's skopeo keeps: where storage.conf and
+/// containers.conf are, as podman reads them.
+const KEPT_ENV: [&str; 2] = ["CONTAINERS_STORAGE_CONF", "CONTAINERS_CONF"];
+
+/// What the store holds under the destination's name, as read before the fetch.
+#[derive(Debug)]
+struct Held {
+    digest: Sha256Digest,
+    raw: Vec<u8>,
+}
+
+/// A `containers-storage:` destination of one pull.
+#[derive(Debug)]
+pub struct Storage {
+    dest: StorageRef,
+    /// The image as pulled: a pinned one is looked for by its digest.
+    image: ImageRef,
+    /// Root's skopeo, found on `PATH` before anything is fetched.
+    skopeo: PathBuf,
+    staging: OnceLock<Staging>,
+    held: tokio::sync::OnceCell<Option<Held>>,
+    /// The manifest the pull published in the staging layout.
+    pulled: OnceLock<Sha256Digest>,
+}
+
+impl Storage {
+    /// The destination `dest` for a pull of `image`; without a skopeo on
+    /// `PATH` the pull fails now (exit 10), before it fetches.
+    pub fn new(dest: &StorageRef, image: &ImageRef) -> anyhow::Result<Self> {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let Some(skopeo) = std::env::split_paths(&path)
+            .map(|d| d.join("skopeo"))
+            .find(|p| p.is_file())
+        else {
+            return fail(
+                Kind::Handoff,
+                "skopeo, which writes into containers-storage, is not on PATH",
+            );
+        };
+        Ok(Self {
+            dest: dest.clone(),
+            image: image.clone(),
+            skopeo,
+            staging: OnceLock::new(),
+            held: tokio::sync::OnceCell::new(),
+            pulled: OnceLock::new(),
+        })
+    }
+
+    /// The staging layout, made on the first call.
+    pub fn layout(&self) -> anyhow::Result<PathBuf> {
+        if let Some(s) = self.staging.get() {
+            return Ok(s.layout());
+        }
+        let made = Staging::in_dir(Path::new(STAGING_DIR))?;
+        Ok(self.staging.get_or_init(|| made).layout())
+    }
+
+    /// The image the store holds under the name (for a pinned pull without
+    /// a tag, under NAME@DIGEST), read once. What cannot be read (no such
+    /// image, no store yet) is not held; a store that is broken says so when
+    /// the copy writes it.
+    async fn held(&self) -> Option<&Held> {
+        let read = async {
+            let written = self.dest.written(self.image.digest.as_ref())?;
+            let raw = self
+                .skopeo(["inspect", "--raw", &format!("{PREFIX}{written}")])
+                .await
+                .inspect_err(|e| tracing::debug!("reading {PREFIX}{written}: {e:#}"))
+                .ok()
+                .filter(|r| r.len() as u64 <= crate::manifest::MANIFEST_MAX)?;
+            Some(Held {
+                digest: crate::digest::sha256(&raw),
+                raw,
+            })
+        };
+        self.held.get_or_init(|| read).await.as_ref()
+    }
+
+    /// The held manifest's bytes, if they are `digest`'s.
+    pub async fn held_manifest(&self, digest: &Sha256Digest) -> Option<Vec<u8>> {
+        self.held()
+            .await
+            .filter(|h| h.digest == *digest)
+            .map(|h| h.raw.clone())
+    }
+
+    /// Whether the store has an image under the name.
+    pub async fn holds_name(&self) -> bool {
+        self.held().await.is_some()
+    }
+
+    /// The blobs of `manifest` (`digest`) the store has: all of them when it
+    /// holds that very image; else the layers of the image under the name,
+    /// which the copy reuses from the store.
+    pub async fn held_blobs(
+        &self,
+        digest: &Sha256Digest,
+        manifest: &Manifest,
+    ) -> HashSet<Sha256Digest> {
+        let Some(held) = self.held().await else {
+            return HashSet::new();
+        };
+        if held.digest == *digest {
+            return manifest.blobs().map(|d| d.digest.clone()).collect();
+        }
+        match crate::manifest::parse(&held.raw) {
+            Ok(Parsed::Manifest(m, _)) => m.layers.into_iter().map(|d| d.digest).collect(),
+            _ => HashSet::new(),
+        }
+    }
+
+    /// The image is accepted: `digest` is what the staging layout gets.
+    pub fn begin(&self, digest: &Sha256Digest) {
+        let _ = self.pulled.set(digest.clone());
+    }
+
+    /// After a good pull: copy the staging layout's `tag` into the store,
+    /// unless it holds that image under the name already. Returns how
+    /// consumers name it, `containers-storage:[STORE]NAME@DIGEST`.
+    pub async fn finish(&self, tag: &str) -> anyhow::Result<String> {
+        let Some(digest) = self.pulled.get() else {
+            return fail(Kind::Handoff, "the pull staged no image");
+        };
+        let stored = format!("{PREFIX}{}", self.dest.pinned(digest));
+        if self.held().await.is_some_and(|h| h.digest == *digest) {
+            return Ok(stored);
+        }
+        let Some(written) = self.dest.written(Some(digest)) else {
+            return fail(Kind::Handoff, "nothing names the image in the store");
+        };
+        let from = format!("oci:{}:{tag}", self.layout()?.display());
+        let to = format!("{PREFIX}{written}");
+        self.skopeo([
+            "copy",
+            "--quiet",
+            "--preserve-digests",
+            // Root has applied the signature policy to the registry's image;
+            // this copy is between two of its own stores.
+            "--insecure-policy",
+            &from,
+            &to,
+        ])
+        .await
+        .with_context(|| format!("copying the image into {to}"))?;
+        Ok(stored)
+    }
+
+    /// Run root's skopeo with `args`, locally: a clean environment, no
+    /// stdin. Its stdout, if it succeeds.
+    async fn skopeo<const N: usize>(&self, args: [&str; N]) -> anyhow::Result<Vec<u8>> {
+        let mut c = tokio::process::Command::new(&self.skopeo);
+        c.args(args)
+            .env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .envs(
+                KEPT_ENV
+                    .iter()
+                    .filter_map(|k| Some((k, std::env::var_os(k)?))),
+            )
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let out = c
+            .output()
+            .await
+            .with_context(|| format!("starting {}", self.skopeo.display()))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let last = err
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            let msg = last
+                .split_once("msg=")
+                .map_or(last, |(_, m)| m.trim_matches('"'));
+            return Err(Failure::new(
+                Kind::Handoff,
+                format!("skopeo failed ({}): {}", out.status, one_line(msg)),
+            )
+            .into());
+        }
+        Ok(out.stdout)
+    }
+}

@@ -1,0 +1,181 @@
+//! `--dest containers-storage:` (issue 47), into a store of the test's own
+//! (vfs, in its scratch directory), read back with real podman.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// A store of the test's own: `[vfs@GRAPH+RUN]`.
+fn store(dir: &Path) -> String {
+    format!(
+        "[vfs@{}+{}]",
+        dir.join("graph").display(),
+        dir.join("run").display()
+    )
+}
+
+/// `podman ARGS` on `dir`'s store: its stdout, or `None` when it failed.
+fn podman(dir: &Path, args: &[&str]) -> Option<String> {
+    let (graph, run) = (dir.join("graph"), dir.join("run"));
+    let out = std::process::Command::new("podman")
+        .arg("--root")
+        .arg(graph)
+        .arg("--runroot")
+        .arg(run)
+        .args(["--storage-driver", "vfs"])
+        .args(args)
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8(out.stdout).unwrap())
+}
+
+/// What podman says of `image` in `dir`'s store.
+fn inspected(dir: &Path, image: &str) -> Value {
+    let out = podman(dir, &["image", "inspect", image]).unwrap_or_else(|| panic!("{image}"));
+    serde_json::from_str::<Value>(&out).unwrap()[0].clone()
+}
+
+/// A repository of the test's own, its tag `stable` at the rig's `image`.
+fn own_repo(name: &str, image: &str) -> (String, String) {
+    let repo = format!("hostpull/{name}-{}", std::process::id());
+    let tagged = format!("{}/{repo}:stable", var("RIG_REGISTRY"));
+    rig_copy(image, &tagged, &[]);
+    (repo, tagged)
+}
+
+#[test]
+fn the_store_gets_the_registry_digest_and_an_update_fetches_only_what_changed() {
+    let s = scratch();
+    let (repo, tagged) = own_repo("cs-update", var("RIG_IMG_SMALL"));
+    let dest = format!("containers-storage:{}", store(s.path()));
+    let first = pulled(&tagged, &dest);
+    let digest = registry_digest(&tagged);
+    let name = format!("{}/{repo}", var("RIG_REGISTRY"));
+    assert_eq!(first["manifest_digest"], digest);
+    assert_eq!(
+        first["stored"],
+        format!("containers-storage:{}{name}@{digest}", store(s.path()))
+    );
+    let image = inspected(s.path(), &format!("{name}:stable"));
+    assert_eq!(image["Digest"], digest);
+    assert_eq!(
+        image["RootFS"]["Layers"].as_array().unwrap().len(),
+        first["layers_total"].as_u64().unwrap() as usize
+    );
+    // Found by the digest, as consumers name it.
+    assert!(podman(s.path(), &["image", "exists", &format!("{name}@{digest}")]).is_some());
+
+    // The tag moves to an image with one layer changed.
+    rig_copy(var("RIG_IMG_SMALL2"), &tagged, &[]);
+    let digest2 = registry_digest(&tagged);
+    let mark = registry_log_mark();
+    let update = pulled(&tagged, &dest);
+    assert_eq!(update["manifest_digest"], digest2);
+    assert_eq!(
+        (
+            update["layers_fetched"].as_u64(),
+            update["layers_reused"].as_u64()
+        ),
+        (Some(1), Some(2))
+    );
+    // The changed layer and the config, nothing else.
+    assert_eq!(fetched_since(mark, &repo, "blobs").len(), 2);
+    let image = inspected(s.path(), &format!("{name}:stable"));
+    assert_eq!(image["Digest"], digest2);
+    assert_eq!(image["RootFS"]["Layers"].as_array().unwrap().len(), 3);
+
+    // Nothing new: nothing fetched, the store as it was.
+    let images = podman(
+        s.path(),
+        &["images", "--all", "--format", "{{.ID}} {{.Digest}}"],
+    );
+    let again = pulled(&tagged, &dest);
+    assert_eq!(again["layers_fetched"], 0);
+    assert_eq!(
+        podman(
+            s.path(),
+            &["images", "--all", "--format", "{{.ID}} {{.Digest}}"]
+        ),
+        images
+    );
+}
+
+/// The machine-config daemon's pull, pinned by digest, of an image the store
+/// has (P6): no registry asked, no worker started.
+#[test]
+fn a_pinned_image_the_store_holds_asks_no_registry() {
+    let s = scratch();
+    let (repo, tagged) = own_repo("cs-pinned", var("RIG_IMG_SMALL"));
+    let digest = registry_digest(&tagged);
+    let pinned = format!("{}/{repo}@{digest}", var("RIG_REGISTRY"));
+    let dest = format!("containers-storage:{}", store(s.path()));
+    let first = pulled(&pinned, &dest);
+    assert_eq!(first["layers_fetched"], 3);
+    let name = format!("{}/{repo}", var("RIG_REGISTRY"));
+    assert!(podman(s.path(), &["image", "exists", &format!("{name}@{digest}")]).is_some());
+
+    let mark = registry_log_mark();
+    let again = pulled(&pinned, &dest);
+    let log = std::fs::read(var("RIG_REGISTRY_LOG")).unwrap();
+    let asked = String::from_utf8_lossy(&log[mark as usize..])
+        .lines()
+        .filter(|l| l.contains(&format!("/v2/{repo}/")))
+        .count();
+    assert_eq!(asked, 0, "the registry was asked");
+    assert_eq!(again["layers_fetched"], 0);
+    assert!(again["worker"]["unit"].is_null(), "{again}");
+    assert!(again["worker"]["startup_ms"].is_null(), "{again}");
+    assert_eq!(
+        again["stored"],
+        format!("containers-storage:{}{name}@{digest}", store(s.path()))
+    );
+}
+
+/// A pull that fails verification writes nothing podman shows, and leaves
+/// no staging layout behind.
+#[test]
+fn a_failed_pull_leaves_the_store_as_it_was() {
+    let s = scratch();
+    let dest = format!("containers-storage:{}localhost/os:stable", store(s.path()));
+    pulled(var("RIG_IMG_SMALL"), &dest);
+    let before = podman(
+        s.path(),
+        &["images", "--all", "--format", "{{.ID}} {{.Names}}"],
+    );
+    let r = run(&mut with_rig_creds(pull_cmd(var("RIG_IMG_TAMPER"), &dest)));
+    r.assert_failure(7);
+    assert_eq!(
+        podman(
+            s.path(),
+            &["images", "--all", "--format", "{{.ID}} {{.Names}}"]
+        ),
+        before
+    );
+    assert_eq!(
+        inspected(s.path(), "localhost/os:stable")["Digest"],
+        registry_digest(var("RIG_IMG_SMALL"))
+    );
+}
+
+#[test]
+fn a_destination_the_transport_refuses_is_exit_2() {
+    let s = scratch();
+    for bad in [
+        "containers-storage:[vfs@relative]x/y",
+        "containers-storage:[vfs@/g",
+        "containers-storage:x/y@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+    ] {
+        let r = run(&mut with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), bad)));
+        r.assert_failure(2);
+        assert!(
+            r.stderr.starts_with("error: invalid destination: "),
+            "{}",
+            r.stderr
+        );
+    }
+    assert!(std::fs::read_dir(s.path()).unwrap().next().is_none());
+}
