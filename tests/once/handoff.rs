@@ -11,20 +11,23 @@ use crate::util::*;
 /// directory, with the stand-ins first on PATH.
 fn rebase(dir: &Path, consumer: &str, extra: &[&str], fail: Option<&str>) -> (Run, String) {
     let (layout, sandbox) = (dir.join("layout"), sandbox());
-    let mut args = [
+    let mut args: Vec<&OsStr> = small(&sandbox).map(OsStr::new).to_vec();
+    args.extend([OsStr::new("--layout"), layout.as_os_str()]);
+    args.extend(extra.iter().map(OsStr::new));
+    rebase_args(dir, consumer, &args, fail)
+}
+
+/// The small image, the suite's `sandbox`, the rig's credential and CA.
+fn small(sandbox: &str) -> [&str; 7] {
+    [
         var("RIG_IMG_SMALL"),
         "--sandbox",
-        &sandbox,
+        sandbox,
         "--authfile",
         var("RIG_AUTHFILE"),
         "--cert-dir",
         var("RIG_CERT_DIR"),
     ]
-    .map(OsStr::new)
-    .to_vec();
-    args.extend([OsStr::new("--layout"), layout.as_os_str()]);
-    args.extend(extra.iter().map(OsStr::new));
-    rebase_args(dir, consumer, &args, fail)
 }
 
 /// `hostpull rebase --consumer CONSUMER ARGS`, with the stand-ins first on PATH.
@@ -105,18 +108,8 @@ fn rebase_hands_an_image_in_containers_storage_by_digest() {
     );
     let dest = format!("containers-storage:{store}localhost/os:stable");
     let sandbox = sandbox();
-    let args = [
-        var("RIG_IMG_SMALL"),
-        "--sandbox",
-        &sandbox,
-        "--authfile",
-        var("RIG_AUTHFILE"),
-        "--cert-dir",
-        var("RIG_CERT_DIR"),
-        "--dest",
-        &dest,
-    ]
-    .map(OsStr::new);
+    let mut args: Vec<&OsStr> = small(&sandbox).map(OsStr::new).to_vec();
+    args.extend(["--dest", &dest].map(OsStr::new));
     let digest = registry_digest(var("RIG_IMG_SMALL"));
     let (r, log) = rebase_args(s.path(), "rpm-ostree", &args, None);
     assert_eq!(r.code, 0, "{}", r.stderr);
