@@ -179,3 +179,23 @@ fn a_destination_the_transport_refuses_is_exit_2() {
     }
     assert!(std::fs::read_dir(s.path()).unwrap().next().is_none());
 }
+
+/// Two pulls into one store at once, of images that share layers: both land
+/// whole (containers/storage's own locks).
+#[test]
+fn two_pulls_into_one_store_at_once_both_land() {
+    let s = scratch();
+    let pulls = [("a", var("RIG_IMG_SMALL")), ("b", var("RIG_IMG_SMALL2"))].map(|(n, image)| {
+        let dest = format!("containers-storage:{}localhost/{n}:1", store(s.path()));
+        let c = with_rig_creds(pull_cmd(image, &dest));
+        std::thread::spawn(move || run(&mut { c }))
+    });
+    for p in pulls {
+        p.join().unwrap().json();
+    }
+    for (n, image) in [("a", var("RIG_IMG_SMALL")), ("b", var("RIG_IMG_SMALL2"))] {
+        let got = inspected(s.path(), &format!("localhost/{n}:1"));
+        assert_eq!(got["Digest"], registry_digest(image), "{n}");
+        assert_eq!(got["RootFS"]["Layers"].as_array().unwrap().len(), 3, "{n}");
+    }
+}
