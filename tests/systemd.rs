@@ -840,6 +840,47 @@ fn the_installed_pull_service_pulls_its_profile() {
             && workers.contains("experimental-image-proxy"),
         "{worker}: {workers}"
     );
+    // The same service into containers-storage (issue 47): root's skopeo
+    // copies the verified image into an overlay store under its sandbox.
+    let store = format!(
+        "[overlay@{}+{}]",
+        s.path().join("graph").display(),
+        s.path().join("run").display()
+    );
+    let stored = format!("containers-storage:{store}localhost/demo:stable");
+    std::fs::write(
+        DEMO_PROFILE,
+        format!(
+            "image = \"docker://{}\"\ndest = \"{stored}\"\nauthfile = [\"{}\"]\ncert-dir = \"{}\"\nallow-metered = true\n",
+            var("RIG_IMG_SMALL"),
+            auth.display(),
+            certs.display()
+        ),
+    )
+    .unwrap();
+    let st = Command::new("systemctl")
+        .args(["start", "hostpull-pull@demo.service"])
+        .status()
+        .unwrap();
+    let log = Command::new("journalctl")
+        .args(["-u", "hostpull-pull@demo.service", "-n", "20"])
+        .args(["-o", "cat", "--no-pager"])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(st.success(), "{log}");
+    let inspected: serde_json::Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        &format!("containers-storage:{store}localhost/demo:stable"),
+    ]))
+    .unwrap();
+    assert_eq!(inspected["Digest"], registry_digest(var("RIG_IMG_SMALL")));
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    for m in mounts.lines().filter_map(|l| l.split(' ').nth(1)) {
+        if m.starts_with(&*s.path().to_string_lossy()) {
+            let _ = Command::new("umount").arg(m).status();
+        }
+    }
     // The timer an admin enables: it loads, and systemd shows its next elapse.
     assert!(
         Command::new("systemctl")
