@@ -361,7 +361,7 @@ async fn pull_to_dest(
     if !dest.ephemeral() {
         return Ok(report);
     }
-    let finish = dest.finish(target.tag());
+    let finish = dest.finish();
     match tokio::select! {
         r = finish => r.map_err(|e| {
             error::Failure::new(Kind::Handoff, error::one_line(&format!("{e:#}")))

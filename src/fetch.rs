@@ -29,6 +29,8 @@ struct Resolved {
     toplevel: Sha256Digest,
     /// The digest of the registry's manifest, which the worker opens.
     source_digest: Sha256Digest,
+    /// The registry's bytes of it, as served (`raw` before its conversion).
+    served: Vec<u8>,
     /// The digest and bytes of the manifest as the layout stores it: the
     /// registry's own, or its OCI form when the registry served Docker schema2.
     digest: Sha256Digest,
@@ -45,6 +47,7 @@ impl Resolved {
         raw: Vec<u8>,
         parsed: Parsed,
     ) -> anyhow::Result<Self> {
+        let served = raw.clone();
         let (manifest, raw) = match parsed {
             Parsed::Manifest(m, manifest::OCI_MANIFEST) => (m, raw),
             Parsed::Manifest(..) => {
@@ -61,6 +64,7 @@ impl Resolved {
         Ok(Self {
             toplevel,
             source_digest,
+            served,
             digest: digest::sha256(&raw),
             raw,
             manifest,
@@ -402,7 +406,12 @@ async fn open_layout(
         anyhow::Ok(layout)
     })
     .await??;
-    let held = dest.held(&resolved.digest, &resolved.manifest).await?;
+    let held = (dest.held(
+        &resolved.digest,
+        &resolved.source_digest,
+        &resolved.manifest,
+    ))
+    .await?;
     let mut missing: Vec<Descriptor> = Vec::new();
     for d in resolved.manifest.blobs() {
         if !layout.has_blob(d)?
@@ -423,7 +432,9 @@ async fn open_layout(
     let root = rustix::process::geteuid().is_root();
     crate::plan::space::check(rule, &fs, root, &sizes, resolved.raw.len() as u64)?;
     let manifest = (&resolved.digest, resolved.raw.as_slice());
-    dest.begin(&layout, planned.target.tag(), manifest).await?;
+    let served = (&resolved.source_digest, resolved.served.as_slice());
+    dest.begin(&layout, planned.target.tag(), manifest, served)
+        .await?;
     Ok((Arc::new(layout), missing))
 }
 

@@ -1,7 +1,10 @@
 //! `--dest containers-storage:`: the pull goes into a root-only staging layout
-//! in [`STAGING_DIR`], and once it is verified and published there, root's own
+//! in `STAGING_DIR`, and once it is verified and published there, root's own
 //! `skopeo copy --preserve-digests` (containers/storage's code, local: no
-//! network, no credentials) writes it into the store. What the store holds
+//! network, no credentials) writes it into the store, from a `dir:` view of
+//! the staging (hard links) whose manifest is the registry's as served: a
+//! Docker schema2 one too, which containers/image's `oci:` source would not
+//! take, so that the store's digest is the registry's. What the store holds
 //! under the name is read before the fetch, with `skopeo inspect --raw`: its
 //! layers are not fetched again (the copy reuses them from the store), and an
 //! image it holds at the pulled digest is not copied at all.
@@ -41,8 +44,8 @@ pub struct Storage {
     skopeo: PathBuf,
     staging: OnceLock<Staging>,
     held: tokio::sync::OnceCell<Option<Held>>,
-    /// The manifest the pull published in the staging layout.
-    pulled: OnceLock<Sha256Digest>,
+    /// The registry's manifest of the image the pull staged: its digest and bytes.
+    pulled: OnceLock<Held>,
 }
 
 impl Storage {
@@ -132,16 +135,20 @@ impl Storage {
         }
     }
 
-    /// The image is accepted: `digest` is what the staging layout gets.
-    pub fn begin(&self, digest: &Sha256Digest) {
-        let _ = self.pulled.set(digest.clone());
+    /// The image is accepted: `served` (the registry's manifest, digest and
+    /// bytes) is what the store gets.
+    pub fn begin(&self, (digest, raw): (&Sha256Digest, &[u8])) {
+        let _ = self.pulled.set(Held {
+            digest: digest.clone(),
+            raw: raw.to_vec(),
+        });
     }
 
-    /// After a good pull: copy the staging layout's `tag` into the store,
-    /// unless it holds that image under the name already. Returns how
-    /// consumers name it, `containers-storage:[STORE]NAME@DIGEST`.
-    pub async fn finish(&self, tag: &str) -> anyhow::Result<String> {
-        let Some(digest) = self.pulled.get() else {
+    /// After a good pull: copy the staged image into the store, unless it
+    /// holds that image under the name already. Returns how consumers name
+    /// it, `containers-storage:[STORE]NAME@DIGEST`.
+    pub async fn finish(&self) -> anyhow::Result<String> {
+        let Some(Held { digest, raw }) = self.pulled.get() else {
             return fail(Kind::Handoff, "the pull staged no image");
         };
         let stored = format!("{PREFIX}{}", self.dest.pinned(digest));
@@ -151,7 +158,7 @@ impl Storage {
         let Some(written) = self.dest.written(Some(digest)) else {
             return fail(Kind::Handoff, "nothing names the image in the store");
         };
-        let from = format!("oci:{}:{tag}", self.layout()?.display());
+        let from = format!("dir:{}", self.dir_view(raw)?.display());
         let to = format!("{PREFIX}{written}");
         self.skopeo([
             "copy",
@@ -166,6 +173,34 @@ impl Storage {
         .await
         .with_context(|| format!("copying the image into {to}"))?;
         Ok(stored)
+    }
+
+    /// containers-image's `dir:` layout beside the staging layout: `raw` as
+    /// its manifest.json, and a hard link to each of its blobs the staging
+    /// has (those it lacks the store has: the copy reuses them).
+    fn dir_view(&self, raw: &[u8]) -> anyhow::Result<PathBuf> {
+        let layout = self.layout()?;
+        let dir = layout.with_file_name("dir");
+        let made = (|| {
+            std::fs::create_dir(&dir)?;
+            std::fs::write(dir.join("version"), "Directory Transport Version: 1.1\n")?;
+            std::fs::write(dir.join("manifest.json"), raw)?;
+            let blobs = match crate::manifest::parse(raw) {
+                Ok(Parsed::Manifest(m, _)) => {
+                    m.blobs().map(|d| d.digest.hex().to_owned()).collect()
+                }
+                _ => Vec::new(),
+            };
+            for hex in blobs {
+                let blob = layout.join("blobs/sha256").join(&hex);
+                if blob.is_file() {
+                    std::fs::hard_link(blob, dir.join(hex))?;
+                }
+            }
+            std::io::Result::Ok(())
+        })();
+        made.with_context(|| format!("making {}", dir.display()))?;
+        Ok(dir)
     }
 
     /// Run root's skopeo with `args`, locally: a clean environment, no

@@ -168,16 +168,18 @@ impl Destination {
         held.as_deref().map_err(|e| anyhow::anyhow!("{e}"))
     }
 
-    /// The blobs of the verified image that the destination has already, so
-    /// that the fetch leaves them out (an OCI layout's own are found there).
+    /// The blobs of the verified image (`digest`, the registry's `served`
+    /// before a conversion) that the destination has already, so that the
+    /// fetch leaves them out (an OCI layout's own are found there).
     pub async fn held(
         &self,
         digest: &Sha256Digest,
+        served: &Sha256Digest,
         manifest: &Manifest,
     ) -> anyhow::Result<HashSet<Sha256Digest>> {
         match self {
             Self::Oci(_) => return Ok(HashSet::new()),
-            Self::Storage(s) => return Ok(s.held_blobs(digest, manifest).await),
+            Self::Storage(s) => return Ok(s.held_blobs(served, manifest).await),
             Self::Ostree { .. } => {}
         }
         // A failed answer fails the pull (exit 10, never retried).
@@ -193,12 +195,14 @@ impl Destination {
     /// image: a retry goes on with the running import; a different manifest
     /// (the tag moved between two credentials' tries) abandons it, and a new
     /// one starts (`ostree::a_tag_that_moves_between_credentials_imports_what_it_names_last`).
-    /// Nothing for `oci:`; `containers-storage:` notes the digest.
+    /// Nothing for `oci:`; `containers-storage:` keeps the registry's
+    /// manifest as `served`, which is what the store gets.
     pub async fn begin(
         &self,
         layout: &Layout,
         tag: &str,
         (digest, raw): (&Sha256Digest, &[u8]),
+        served: (&Sha256Digest, &[u8]),
     ) -> anyhow::Result<()> {
         let Self::Ostree {
             start,
@@ -209,7 +213,7 @@ impl Destination {
         } = self
         else {
             if let Self::Storage(s) = self {
-                s.begin(digest);
+                s.begin(served);
             }
             return Ok(());
         };
@@ -246,11 +250,11 @@ impl Destination {
 
     /// After a good pull: nothing more for `oci:`; for `ostree:`, tell the
     /// import the pull is done, and wait for it (dropped, it stops the
-    /// import); for `containers-storage:`, copy the staging layout's `tag`
-    /// into the store.
-    pub async fn finish(&self, tag: &str) -> anyhow::Result<Finished> {
+    /// import); for `containers-storage:`, copy the staged image into the
+    /// store.
+    pub async fn finish(&self) -> anyhow::Result<Finished> {
         if let Self::Storage(s) = self {
-            return s.finish(tag).await.map(Finished::Stored);
+            return s.finish().await.map(Finished::Stored);
         }
         match self.take_import() {
             Some(running) if running.digest().is_some() => {

@@ -199,3 +199,36 @@ fn two_pulls_into_one_store_at_once_both_land() {
         assert_eq!(got["RootFS"]["Layers"].as_array().unwrap().len(), 3, "{n}");
     }
 }
+
+/// A Docker schema2 image keeps the registry's digest in the store (layouts
+/// hold it in OCI form), and pinned to it, once held, asks no registry.
+#[test]
+fn a_docker_image_keeps_the_registry_digest() {
+    let s = scratch();
+    let repo = format!("hostpull/cs-docker-{}", std::process::id());
+    let tagged = format!("{}/{repo}:v1", var("RIG_REGISTRY"));
+    rig_copy(var("RIG_IMG_SMALL"), &tagged, &["--format", "v2s2"]);
+    let digest = registry_digest(&tagged);
+    let dest = format!("containers-storage:{}", store(s.path()));
+    let first = pulled(&tagged, &dest);
+    assert_eq!(first["source_digest"], digest);
+    assert_ne!(
+        first["manifest_digest"], digest,
+        "the layout's is the OCI form"
+    );
+    let name = format!("{}/{repo}", var("RIG_REGISTRY"));
+    assert_eq!(
+        first["stored"],
+        format!("containers-storage:{}{name}@{digest}", store(s.path()))
+    );
+    let image = inspected(s.path(), &format!("{name}:v1"));
+    assert_eq!(image["Digest"], digest);
+    assert_eq!(
+        image["ManifestType"],
+        "application/vnd.docker.distribution.manifest.v2+json"
+    );
+    let again = pulled(&format!("{name}@{digest}"), &dest);
+    assert_eq!(again["layers_fetched"], 0);
+    assert!(again["worker"]["unit"].is_null(), "{again}");
+    assert!(again["worker"]["startup_ms"].is_null(), "{again}");
+}
