@@ -23,6 +23,9 @@
 #   oci:    `skopeo copy docker://... oci:DIR:bench` (the peer), `hostpull pull --dest oci:DIR:bench`
 #   ostree: examples/ostree-peer (ostree-ext's ImageImporter, as rpm-ostree and bootc pull; the
 #           peer), `hostpull pull --dest ostree:REPO:bench`, into a fresh bare repository
+#   cstorage: `skopeo copy docker://... containers-storage:[overlay@D/graph+D/run]localhost/link:bench`
+#           (the peer), `hostpull pull --dest` the same, into a fresh overlay store (issue 47)
+# LINK_DESTS chooses them (default "oci ostree").
 # hostpull with --sandbox none and, unless `--sandbox none` is given, --sandbox systemd: then
 # everything runs inside one systemd (tests/sysd.sh if PID 1 is not systemd). One warm-up
 # run, then RUNS (5); medians (min-max) of wall and CPU time. The same skopeo ($SKOPEO) for
@@ -35,7 +38,7 @@
 # (/usr/bin/skopeo), BENCH_DIR (/tmp/hostpull-bench), RTT_MS (40), FLOW_RATE (16M), LINK_RATE
 # (64M; rates in bytes/s, K/M/G powers of 1000, Ki/Mi/Gi of 1024, 0: none), INIT_CWND (0: no
 # TCP slow start; 10: Linux's initial window, see bench/relay.py), BASE_MIB (32), LAYER_MIB (8),
-# LAYERS (16), LARGE_BASE_MIB (64), LARGE_LAYERS (44), LARGE_SIZES ("1 2 4 8 16 32").
+# LAYERS (16), LARGE_BASE_MIB (64), LARGE_LAYERS (44), LARGE_SIZES ("1 2 4 8 16 32"), LINK_DESTS.
 set -euo pipefail
 
 die() { echo "bench: $*" >&2; exit 1; }
@@ -69,6 +72,7 @@ BASE_MIB=${BASE_MIB:-32} LAYER_MIB=${LAYER_MIB:-8} LAYERS=${LAYERS:-16}
 LARGE_BASE_MIB=${LARGE_BASE_MIB:-64} LARGE_LAYERS=${LARGE_LAYERS:-44} LARGE_SIZES=${LARGE_SIZES:-1 2 4 8 16 32}
 export SKOPEO=${SKOPEO:-/usr/bin/skopeo}
 BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
+read -ra DESTS <<<"${LINK_DESTS:-oci ostree}"
 FIX=$BENCH_DIR/link-$IMG
 for n in ostree jq tar gzip python3 /usr/bin/time "$SKOPEO"; do command -v "$n" >/dev/null || die "$n missing"; done
 
@@ -155,6 +159,10 @@ measure() {
     case $2/$4 in
         oci/peer) cmd=("$SKOPEO" copy -q --src-authfile "$AUTH" --src-cert-dir "$CERTS" "docker://$img" "oci:$6:bench") ;;
         ostree/peer) cmd=("$PEER" "$img" "$6" "$AUTH" "$CERTS" "$SKOPEO") ;;
+        cstorage/peer) cmd=("$SKOPEO" copy -q --src-authfile "$AUTH" --src-cert-dir "$CERTS" "docker://$img"
+                            "containers-storage:[overlay@$6/graph+$6/run]localhost/link:bench") ;;
+        cstorage/*) cmd=("$HOSTPULL" pull --authfile "$AUTH" --cert-dir "$CERTS" --skopeo "$SKOPEO" --sandbox "$4"
+                         "docker://$img" --dest "containers-storage:[overlay@$6/graph+$6/run]localhost/link:bench") ;;
         *) cmd=("$HOSTPULL" pull --authfile "$AUTH" --cert-dir "$CERTS" --skopeo "$SKOPEO"
                 --sandbox "$4" "docker://$img" --dest "$2:$6:bench") ;;
     esac
@@ -165,9 +173,11 @@ measure() {
     read -r c1 d1 _ <"$COUNTS"
     sed -i "\$s/\$/\t$((c1 - c0))\t$((d1 - d0))/" "$RESULTS"
 }
+# unmount D: what containers/storage's overlay driver left mounted under D.
+unmount() { grep -o " $1[/.][^ ]*" /proc/mounts | sort -r | xargs -r umount 2>/dev/null || true; }
 # fresh DEST D: an empty destination at D.
 fresh() {
-    rm -rf "$2"
+    unmount "$2"; rm -rf "$2"
     if [ "$1" = ostree ]; then ostree --repo="$2" init --mode=bare; else mkdir -p "$2"; fi
 }
 
@@ -177,14 +187,14 @@ echo "bench: $LINK -> $REGISTRY: RTT $RTT_MS ms, $FLOW_RATE/connection, $LINK_RA
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg) T0=$(date -u '+%F %H:%M')
 for i in $(seq 0 "$RUNS"); do   # run 0 is the warm-up
     echo "bench: run $i/$RUNS" >&2
-    for dest in oci ostree; do
+    for dest in "${DESTS[@]}"; do
         for v in "${VARIANTS[@]}"; do
             fresh $dest "$D"
             measure "$i" $dest full "$v" :v1 "$D"
-            rm -rf "$D.pin"; cp -a "$D" "$D.pin"
+            unmount "$D"; fresh $dest "$D.pin"; cp -a "$D/." "$D.pin"; rm -rf "$D.pin/run"
             measure "$i" $dest update "$v" :v2 "$D"
             measure "$i" $dest pinned "$v" "@$PIN" "$D.pin"
-            rm -rf "$D" "$D.pin"
+            unmount "$D"; rm -rf "$D" "$D.pin"
         done
     done
 done
@@ -213,7 +223,7 @@ echo "bench/link.sh, $T0 UTC, $NAME: ${#SIZES[@]} + 1 layers, $(awk -v b="$FULL_
 echo "load (1/5/15 min): $LOAD0 before, $LOAD1 after; 1-min before each pull: $(awk -F'\t' 'NR > 1 { print $7 }' "$RESULTS" | sort -g | sed -n '1p;$p' | paste -sd-);" \
     "nproc $(nproc); the relay used $RELAY_CPU CPU-s in all (not counted below)"
 echo "CPU: the command and its reaped children$([ -n "$CGROUP_CPU" ] && echo ", plus the systemd's cgroup (worker units)")." \
-    "peer: skopeo copy (oci), ImageImporter (ostree). Link limit: bytes / $LINK_RATE/s."
+    "peer: skopeo copy (oci, cstorage), ImageImporter (ostree). Link limit: bytes / $LINK_RATE/s."
 echo
 hdr="| dest | pull | link limit | peer wall s | hostpull \`none\` wall s |"
 sep="| --- | --- | --- | --- | --- |"
@@ -221,7 +231,7 @@ if [ "$MODE" = systemd ]; then hdr="$hdr hostpull \`systemd\` wall s |"; sep="$s
 names=$(IFS=/; echo "${VARIANTS[*]}"); names=${names//\// \/ }
 echo "$hdr CPU s: $names | connections: $names |"
 echo "$sep --- | --- |"
-for dest in oci ostree; do
+for dest in "${DESTS[@]}"; do
     for k in full update pinned; do
         if [ $k = full ]; then bytes=$FULL_BYTES; else bytes=$UPDATE_BYTES; fi
         lim=$(limit "$bytes")
