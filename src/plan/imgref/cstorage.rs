@@ -70,7 +70,7 @@ impl StorageDest {
         })
     }
 
-    /// The name in the store for a pull of `image`: NAME[:TAG] as given, else
+    /// The name in the store for a pull of `image`: `NAME[:TAG]` as given, else
     /// the image's own name and tag (none when it is pinned: it is then
     /// stored under NAME@DIGEST alone, as `podman pull NAME@DIGEST` does).
     pub fn resolve(&self, image: &ImageRef) -> StorageRef {
