@@ -706,6 +706,36 @@ pub fn registry_log_mark() -> u64 {
     std::fs::metadata(var("RIG_REGISTRY_LOG")).unwrap().len()
 }
 
+/// The requests a pull of repository `repo` made since `mark` (GETs of its
+/// manifests and blobs, whatever their answer). Not HEADs: another test's
+/// `skopeo copy` into a repository of its own asks for blobs here
+/// (`HEAD`, then a cross-repository mount) where its blob cache saw them.
+pub fn pulled_since(mark: u64, repo: &str) -> usize {
+    let log = std::fs::read(var("RIG_REGISTRY_LOG")).unwrap();
+    let get = format!("\"GET /v2/{repo}/");
+    String::from_utf8_lossy(&log[mark as usize..])
+        .lines()
+        .filter(|l| l.contains(&get))
+        .count()
+}
+
+/// The rig's tamper image, its layer's bytes overwritten in the registry's
+/// storage (its size kept): it fails verification (exit 7). Idempotent, so
+/// the suite can run again on the same rig, and tests may do it at once.
+pub fn tampered_image() -> &'static str {
+    let blob = var("RIG_TAMPER_BLOB");
+    let mut bytes = std::fs::read(blob).unwrap();
+    let mid = bytes.len() / 2;
+    let mark = b"hostpull-tampered";
+    if bytes[mid..mid + mark.len()] != mark[..] {
+        bytes[mid..mid + mark.len()].copy_from_slice(mark);
+        let tmp = format!("{blob}.{}", std::process::id());
+        std::fs::write(&tmp, &bytes).unwrap();
+        std::fs::rename(tmp, blob).unwrap();
+    }
+    var("RIG_IMG_TAMPER")
+}
+
 /// What of repository `repo` (e.g. `hostpull/x`) was fetched (GET, 200) since
 /// `mark`, from `kind` (`blobs` or `manifests`): digests or tags, in order.
 pub fn fetched_since(mark: u64, repo: &str, kind: &str) -> Vec<String> {

@@ -120,12 +120,7 @@ fn a_pinned_image_the_store_holds_asks_no_registry() {
 
     let mark = registry_log_mark();
     let again = pulled(&pinned, &dest);
-    let log = std::fs::read(var("RIG_REGISTRY_LOG")).unwrap();
-    let asked = String::from_utf8_lossy(&log[mark as usize..])
-        .lines()
-        .filter(|l| l.contains(&format!("/v2/{repo}/")))
-        .count();
-    assert_eq!(asked, 0, "the registry was asked");
+    assert_eq!(pulled_since(mark, &repo), 0, "the registry was asked");
     assert_eq!(again["layers_fetched"], 0);
     assert!(again["worker"]["unit"].is_null(), "{again}");
     assert!(again["worker"]["startup_ms"].is_null(), "{again}");
@@ -146,7 +141,7 @@ fn a_failed_pull_leaves_the_store_as_it_was() {
         s.path(),
         &["images", "--all", "--format", "{{.ID}} {{.Names}}"],
     );
-    let r = run(&mut with_rig_creds(pull_cmd(var("RIG_IMG_TAMPER"), &dest)));
+    let r = run(&mut with_rig_creds(pull_cmd(tampered_image(), &dest)));
     r.assert_failure(7);
     assert_eq!(
         podman(
