@@ -38,12 +38,9 @@
 //! What root does not control is the rest of the worker's socket buffer:
 //! Linux grows a socket's receive buffer as its reader drains it, to twice
 //! what it copied in a round trip plus 16 segments (`tcp_rcv_space_adjust`).
-//! On the test rig's loopback a segment is 64 KiB, and the buffer reached
-//! 1.4 MiB; on Ethernet 16 segments are 23 KiB. Measured at a forwarder that
-//! counts what the worker's host acknowledged (tests/once/rate.rs, the paced image
-//! at 512 KiB/s, one blob at a time), the highest 1 s window was the cap plus
-//! 0.1 to 0.85 MiB; before, with four 1 MiB pipes and 5 MiB charges, the cap
-//! plus 1.8 to 2.6 MiB in the first second, then nothing for 6 s.
+//! What that comes to at the registry, on the rig's loopback and before this
+//! design, is measured in docs/benchmarks.md, "Bandwidth cap"; tests/once/rate.rs
+//! states its tolerance from it.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
