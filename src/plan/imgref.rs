@@ -349,7 +349,9 @@ impl Target {
     }
 
     /// The layout's directory, or the repository, or the store's graph root
-    /// (storage.conf's when the destination names none).
+    /// (root's default, `/var/lib/containers/storage`, when the destination
+    /// names none: what the host's storage.conf says is containers/storage's
+    /// to read).
     pub fn path(&self) -> &Path {
         match self {
             Self::Oci { dir, .. } => dir,
