@@ -17,8 +17,9 @@
 # Knobs: RIG_DIR (/tmp/hostpull-rig), HOSTPULL (target/release/hostpull), SKOPEO
 # (/usr/bin/skopeo), BENCH_DIR (/tmp/hostpull-bench), LAYERS (16), LAYER_MIB (8).
 set -euo pipefail
-
-die() { echo "bench: $*" >&2; exit 1; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 usage() { echo "usage: $0 [-n RUNS] [--sandbox none|systemd]" >&2; exit 2; }
 
 ARGS=("$@")
@@ -33,13 +34,11 @@ done
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "-n wants a positive number"
 case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=tests/cargo-target.sh
 . "$ROOT/tests/cargo-target.sh"
 TARGET=$(cargo_target_dir "$ROOT")
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
-rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }
 AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR) REGISTRY=$(rig RIG_REGISTRY) SMALL=$(rig RIG_IMG_SMALL)
 LAYERS=${LAYERS:-16} LAYER_MIB=${LAYER_MIB:-8}
 SKOPEO=${SKOPEO:-/usr/bin/skopeo}
@@ -49,8 +48,6 @@ for n in podman jq tar gzip /usr/bin/time; do command -v $n >/dev/null || die "$
 HOSTPULL=${HOSTPULL:-$TARGET/release/hostpull}
 [ -x "$HOSTPULL" ] || (cd "$ROOT" && cargo build --release --locked --bin hostpull >&2)
 mkdir -p "$BENCH_DIR"
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 
 IMAGE=$REGISTRY/hostpull/cstorage-bench
 if [ -z "${BENCH_IN_SYSD:-}" ]; then

@@ -1,5 +1,12 @@
 # bench/lib.sh - helpers sourced by bench/pull.sh and bench/suite.sh (not run by itself).
-# The caller sets ROOT (repo root), BENCH_DIR and RIG_DIR and defines die().
+# The caller sets ROOT (repo root), BENCH_DIR and RIG_DIR before it calls them. A die() or
+# rig() of the caller's own, defined before, is kept.
+
+declare -F die >/dev/null || die() { echo "bench: $*" >&2; exit 1; }
+# rig NAME: the rig's NAME (RIG_AUTHFILE, ...) from $RIG_DIR/env, shell-quoted as
+# tests/rig.sh env_line writes it.
+# shellcheck disable=SC1091 # the rig's, written by tests/rig.sh up
+declare -F rig >/dev/null || rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }
 
 # bench_in_systemd SCRIPT ARGS...: return if systemd is PID 1 (directly or because we already
 # run inside tests/sysd.sh). Otherwise boot a private systemd with tests/sysd.sh (state in

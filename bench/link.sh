@@ -40,8 +40,9 @@
 # TCP slow start; 10: Linux's initial window, see bench/relay.py), BASE_MIB (32), LAYER_MIB (8),
 # LAYERS (16), LARGE_BASE_MIB (64), LARGE_LAYERS (44), LARGE_SIZES ("1 2 4 8 16 32"), LINK_DESTS.
 set -euo pipefail
-
-die() { echo "bench: $*" >&2; exit 1; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 usage() { echo "usage: $0 [-n RUNS] [--large] [--sandbox none|systemd]" >&2; exit 2; }
 
 ARGS=("$@")
@@ -58,14 +59,11 @@ done
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "-n wants a positive number"
 case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=tests/cargo-target.sh
 . "$ROOT/tests/cargo-target.sh"
 TARGET=$(cargo_target_dir "$ROOT")
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
-# shellcheck disable=SC1091 # the rig's, written by tests/rig.sh up
-rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
 AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR) REGISTRY=$(rig RIG_REGISTRY)
 export RTT_MS=${RTT_MS:-40} FLOW_RATE=${FLOW_RATE:-16M} LINK_RATE=${LINK_RATE:-64M} INIT_CWND=${INIT_CWND:-0}
 BASE_MIB=${BASE_MIB:-32} LAYER_MIB=${LAYER_MIB:-8} LAYERS=${LAYERS:-16}
@@ -86,8 +84,6 @@ if [ ! -x "$HOSTPULL" ] || [ ! -x "$IMPORTER" ] || [ ! -x "$PEER" ] || [ ! -x "$
         --example ostree-peer --example ostree-encapsulate)
 fi
 mkdir -p "$BENCH_DIR"
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 
 # The image's layers (MiB, the base's excluded), the last one the one v2 changes.
 if [ $IMG = quick ]; then

@@ -422,7 +422,7 @@ async fn open_layout(
         }
     }
     // An ostree import takes the layers in their order, and gets them so.
-    if !staging {
+    if !matches!(dest, Destination::Ostree { .. }) {
         largest_first(&mut missing, &resolved.manifest.config.digest);
     }
     let rule = &planned.space;
