@@ -32,11 +32,12 @@ DBUSD = "system_u:system_r:system_dbusd_t:s0-s0:c0.c1023"
 ORCH = "system_u:system_r:hostpull_t:s0"
 WORKER = "system_u:system_r:hostpull_worker_t:s0"
 IMPORT = "system_u:system_r:hostpull_ostree_t:s0"
+STORAGE = "system_u:system_r:hostpull_storage_t:s0"
 # Fedora's rpm-ostree and bootc (tests/stand-ins/fedora_install.te on refpolicy).
 INSTALL = "system_u:system_r:install_t:s0"
 SHELL = "unconfined_u:unconfined_r:unconfined_t:s0-s0:c0.c1023"
 ALIASES = {"@init": INIT, "@dbusd": DBUSD, "@orch": ORCH, "@worker": WORKER, "@import": IMPORT,
-           "@shell": SHELL, "@install": INSTALL}
+           "@shell": SHELL, "@install": INSTALL, "@storage": STORAGE}
 
 
 def obj(t):
@@ -56,9 +57,9 @@ def obj(t):
 # stays allowed when NAME is off). A verdict
 # "tunable:NAME" is allowed now, but only by rules under the boolean NAME
 # (so turning NAME off denies it). A verdict "filetrans:TYPE" is not an access: what the
-# source creates (class) in a directory of the target type is created as TYPE, by a
-# type_transition: under the tunable hostpull_import_ostree for hostpull_t, and
-# unconditional for the import's domain (which only that tunable lets hostpull_t enter).
+# source creates (class) in a directory of the target type is created as TYPE, by one
+# type_transition, unconditional; "filetrans:TYPE if BOOL", by one under the tunable
+# BOOL. A class "CLASS:NAME" is a named transition: what is created under that name.
 EXPECT = [
     # --- systemd starts skopeo in the worker domain (SELinuxContext=)
     ("allow", "@init", "@worker", "process", "transition rlimitinh", "setexeccon + execve"),
@@ -254,7 +255,7 @@ EXPECT = [
     ("deny", "@orch", "hostpull_exec_t", "file", "execute_no_trans", "runs no second hostpull in its own domain"),
     ("deny", "@orch", "@orch", "process", "setfscreate", "labels nothing it creates by hand"),
     # The staging layout, REPO/tmp/hostpull-staging-*: hostpull_t writes, the import reads.
-    ("filetrans:hostpull_staging_t", "@orch", "hostpull_ostree_repo_t", "dir", "", "the staging directory"),
+    ("filetrans:hostpull_staging_t if hostpull_import_ostree", "@orch", "hostpull_ostree_repo_t", "dir", "", "the staging directory"),
     ("tunable:hostpull_import_ostree", "@orch", "hostpull_staging_t", "file", "create write read open unlink",
      "the verified blobs"),
     ("tunable:hostpull_import_ostree", "@orch", "hostpull_ostree_repo_t", "dir", "search read add_name remove_name",
@@ -333,6 +334,30 @@ EXPECT = [
     ("deny", "@orch", "policy_config_t", "dir", "add_name relabelto", "never the binary policy"),
     ("deny", "@orch", "policy_config_t", "file", "relabelto", "never the binary policy"),
     ("deny", "@orch", "default_t", "file", "execute", "never runs what it imports"),
+    # --- --dest containers-storage: root's skopeo writes the store in its own domain
+    ("allow", "@orch", "@orch", "process", "setexec", "setexeccon() before root's skopeo"),
+    ("allow", "@orch", "@storage", "process", "transition sigkill", "root's skopeo, in hostpull_storage_t"),
+    ("allow", "@orch", "@storage", "process2", "nnp_transition", "NoNewPrivileges=yes"),
+    ("allow", "@storage", "bin_t", "file", "entrypoint execute read open map", "skopeo, and its re-exec"),
+    ("filetrans:hostpull_tmp_t", "@orch", "tmp_t", "dir", "", "the staging in /var/tmp"),
+    ("allow", "@orch", "hostpull_tmp_t", "file", "create write link unlink", "the staging, and its dir: view"),
+    ("allow", "@storage", "hostpull_tmp_t", "file", "read open getattr", "the copy reads the staging"),
+    ("filetrans:container_var_lib_t", "@storage", "var_lib_t", "dir:containers", "", "/var/lib/containers"),
+    ("filetrans:container_ro_file_t", "@storage", "container_var_lib_t", "dir:overlay", "", "the overlay layers"),
+    ("filetrans:container_ro_file_t", "@storage", "container_var_lib_t", "dir:overlay-images", "", "the overlay images"),
+    ("filetrans:container_ro_file_t", "@storage", "container_var_lib_t", "dir:overlay-layers", "", "the layer index"),
+    ("allow", "@storage", "container_ro_file_t", "file", "create write setattr", "a layer's files"),
+    ("allow", "@storage", "container_var_lib_t", "dir", "create add_name write mounton", "the store"),
+    ("allow", "@storage", "root_t", "dir", "mounton", "/ made private in the re-exec's mount namespace"),
+    ("allow", "@storage", "@storage", "capability", "sys_admin setfcap dac_override", "unpacking layers (guest)"),
+    ("allow", "@orch", "container_var_lib_t", "file", "read open", "a lookaside in /var/lib/containers/sigstore"),
+    ("deny", "@orch", "container_var_lib_t", "dir", "add_name write", "hostpull_t never writes the store"),
+    ("deny", "@orch", "container_ro_file_t", "file", "write create", "nor a layer"),
+    ("deny", "@orch", "@orch", "capability", "sys_admin", "nor mounts"),
+    ("deny", "@storage", "@storage", "tcp_socket", "create", "no network"),
+    ("deny", "@storage", "hostpull_runtime_t", "file", "read", "never the worker's credentials"),
+    ("deny", "@storage", "hostpull_var_lib_t", "file", "write", "never a layout"),
+    ("deny", "@worker", "@storage", "process", "transition", "the worker never enters it"),
     # --- hostpull rebase from a unit: the consumer runs in its own domain
     ("tunable:hostpull_rebase", "@orch", "@install", "process", "transition", "rpm-ostree, bootc: install_t"),
     ("tunable:hostpull_rebase", "@orch", "@install", "process2", "nnp_transition", "NoNewPrivileges=yes"),
@@ -395,28 +420,29 @@ class Checker:
                 return False
         return bool(rules)
 
-    def filetrans(self, default, src, tgt, tclass, why):
-        """src creating a tclass object in a tgt directory gets default: for hostpull_t
-        under the tunable, for the import's domain always."""
+    def filetrans(self, want, src, tgt, tclass, why):
+        """src creating a tclass object (named, for "CLASS:NAME") in a tgt directory
+        gets the type want names, under the condition it names if any."""
         t = self.pick(tgt)
+        tclass, _, name = tclass.partition(":")
         got = []
         for r, targets in self.rules_from(ALIASES.get(src, src).split(":")[2]):
             if (r.ruletype != setools.TERuletype.type_transition or str(r.tclass) != tclass
                     or t not in targets):
                 continue
             try:
-                r.filename
-                continue  # a named transition: not this one
+                filename = r.filename
             except setools.exception.TERuleNoFilename:
-                pass
+                filename = ""
+            if filename != name:
+                continue
             try:
                 cond = str(r.conditional)
             except setools.exception.RuleNotConditional:
                 cond = ""
             got.append(f"{r.default}" + (f" if {cond}" if cond else ""))
-        want = f"{default} if hostpull_import_ostree" if src == "@orch" else default
-        ok = got == [want]
-        self.result(ok, f"filetrans:{default} {src} {tgt} {tclass} ({why}): {got or 'no type_transition'}")
+        named = f"{tclass}:{name}" if name else tclass
+        self.result(got == [want], f"filetrans:{want} {src} {tgt} {named} ({why}): {got or 'no type_transition'}")
 
     def access(self, verdict, src, tgt, tclass, perms, why):
         if verdict.startswith("filetrans:"):
@@ -465,18 +491,21 @@ class Checker:
     def structure(self):
         """Over all rules, whatever the booleans (one pass over the policy):
         - only init_t may transition into the worker, and only hostpull_t into the
-          import, apart from unconfined domains (which may transition anywhere);
-        - no type_transition lands in the worker: that would pull other
-          programs into it (what init_daemon_domain() on bin_t would do);
+          import and the store's domain, apart from unconfined domains (which may
+          transition anywhere);
+        - no type_transition lands in the worker or the store's domain: both are
+          entered on bin_t, and that would pull other programs into them (what
+          init_daemon_domain() on bin_t would do);
         - the only type_transition into the import is hostpull_t's on
           hostpull_ostree_exec_t;
         - init_t enters hostpull_t through hostpull_exec_t;
-        - hostpull_t enters the import and, where the policy has it, install_t
+        - hostpull_t enters the import, the store's domain and, where the policy has it, install_t
           (the rebase consumer), and no other domain;
         - no allow rule names the worker on a capability class."""
         unconfined = {str(t) for t in self.p.lookup_typeattr("unconfined_domain_type").expand()}
         caps = {"capability", "capability2", "cap_userns", "cap2_userns"}
-        domains = {"hostpull_worker_t": "init_t", "hostpull_ostree_t": "hostpull_t"}
+        domains = {"hostpull_worker_t": "init_t", "hostpull_ostree_t": "hostpull_t",
+                   "hostpull_storage_t": "hostpull_t"}
         entering = {d: set() for d in domains}
         auto = {d: [] for d in domains}
         cap_rules, orch_entry, leaving = [], False, set()
@@ -503,13 +532,13 @@ class Checker:
             extra = entering[d] - unconfined - {parent}
             self.result(parent in entering[d] and not extra,
                         f"domains that may enter {d}: {sorted(entering[d] - unconfined)}, expected only {parent}")
-        self.result(not auto["hostpull_worker_t"],
-                    f"type_transition rules into hostpull_worker_t: {auto['hostpull_worker_t'][:5]}")
+        for d in ("hostpull_worker_t", "hostpull_storage_t"):
+            self.result(not auto[d], f"type_transition rules into {d}: {auto[d][:5]}")
         want = ["type_transition hostpull_t hostpull_ostree_exec_t:process hostpull_ostree_t;"]
         self.result([a.split(" [")[0] for a in auto["hostpull_ostree_t"]] == want,
                     f"type_transition rules into hostpull_ostree_t: {auto['hostpull_ostree_t'][:5]}, expected {want}")
         self.result(orch_entry, "no type_transition init_t hostpull_exec_t:process hostpull_t")
-        want = {"hostpull_ostree_t"} | ({"install_t"} & self.types)
+        want = {"hostpull_ostree_t", "hostpull_storage_t"} | ({"install_t"} & self.types)
         self.result(leaving == want, f"domains hostpull_t may enter: {sorted(leaving)}, expected {sorted(want)}")
         self.result(not cap_rules, f"capability rules for hostpull_worker_t: {cap_rules[:5]}")
 

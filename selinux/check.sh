@@ -92,15 +92,19 @@ variant() {
 }
 link() {
     secilc --mls=true -c 33 -o "$work/$1/policy.33" -f "$work/$1/file_contexts" \
-        "$work"/store/*.cil "$work/fedora_install.cil" "$work/$1/hostpull.cil" >"$work/$1/link.log" 2>&1
+        "$work"/store/*.cil "$work"/standin-*.cil "$work/$1/hostpull.cil" >"$work/$1/link.log" 2>&1
 }
-# Fedora's install_t and install_exec_t, which refpolicy lacks: without them the
-# rebase rules' optional block would be left out of every link.
+# What Fedora has and refpolicy lacks: install_t and install_exec_t, and
+# container-selinux's file types. Without them the optional blocks of the rebase
+# and containers-storage rules would be left out of every link.
 standin() {
-    local d=$work/standin
-    mkdir -p "$d" && cp "$here"/../tests/stand-ins/fedora_install.{te,fc} "$d/" && : >"$d/fedora_install.if" &&
-        make -s -C "$d" -f "$devel_makefile" fedora_install.pp >"$d/build.log" 2>&1 &&
-        /usr/libexec/selinux/hll/pp <"$d/fedora_install.pp" >"$work/fedora_install.cil"
+    local d=$work/standin m
+    mkdir -p "$d" || return 1
+    for m in fedora_install fedora_container; do
+        cp "$here/../tests/stand-ins/$m".{te,fc} "$d/" && : >"$d/$m.if" &&
+            make -s -C "$d" -f "$devel_makefile" "$m.pp" >>"$d/build.log" 2>&1 &&
+            /usr/libexec/selinux/hll/pp <"$d/$m.pp" >"$work/standin-$m.cil" || return 1
+    done
 }
 
 # --- 2. build ---------------------------------------------------------------
@@ -116,7 +120,7 @@ mutants=(
     # --dest ostree: hostpull_t enters the import's domain (under hostpull_import_ostree)
     # and stages the layout; the import's proxy, the binary policy, the repository rules.
     $'import|\tdomtrans_pattern(hostpull_t, hostpull_ostree_exec_t, hostpull_ostree_t)|tunable:hostpull_import_ostree @orch @import process '
-    $'staging|\ttype_transition hostpull_t hostpull_ostree_repo_t:dir hostpull_staging_t;|filetrans:hostpull_staging_t @orch hostpull_ostree_repo_t dir '
+    $'staging|\ttype_transition hostpull_t hostpull_ostree_repo_t:dir hostpull_staging_t;|filetrans:hostpull_staging_t if hostpull_import_ostree @orch hostpull_ostree_repo_t dir '
     'proxy|can_exec(hostpull_ostree_t, hostpull_exec_t)|allow @import hostpull_exec_t file '
     'binpolicy|seutil_relabelto_bin_policy(hostpull_ostree_t)|allow @import policy_config_t file '
     'repo|manage_files_pattern(hostpull_ostree_t, hostpull_ostree_repo_t, hostpull_ostree_repo_t)|allow @import hostpull_ostree_repo_t file '
@@ -124,13 +128,18 @@ mutants=(
     'checkout|allow hostpull_ostree_t { hostpull_object_dirs }:dir { write add_name remove_name };|allow @import etc_t dir '
     'filetrans|type_transition hostpull_ostree_t { hostpull_object_dirs }:{ dir file lnk_file } hostpull_ostree_repo_t;|filetrans:hostpull_ostree_repo_t @import etc_t dir '
     'caps|allow hostpull_ostree_t self:capability { chown fowner fsetid setfcap dac_read_search };|allow @import @import capability '
+    # --dest containers-storage: root's skopeo in hostpull_storage_t, which gives the
+    # overlay directories container-selinux's type and may make / private.
+    'storage|allow hostpull_t hostpull_storage_t:process { transition signal sigkill };|allow @orch @storage process '
+    $'storage-overlay|\tfiletrans_pattern(hostpull_storage_t, container_var_lib_t, container_ro_file_t, dir, "overlay")|filetrans:container_ro_file_t @storage container_var_lib_t dir:overlay '
+    'storage-mount|allow hostpull_storage_t root_t:dir mounton;|allow @storage root_t dir '
     # hostpull rebase from a unit: the consumer runs in install_t.
     $'rebase|\t\tdomtrans_pattern(hostpull_t, install_exec_t, install_t)|tunable:hostpull_rebase @orch @install process '
     $'rebase-nnp|\t\tallow hostpull_t install_t:process2 nnp_transition;|tunable:hostpull_rebase @orch @install process2 '
 )
 if variant main; then ok "build hostpull.pp (refpolicy headers)"; else bad "build hostpull.pp"; summary; fi
-if standin; then ok "build the stand-in for Fedora's install_t (tests/stand-ins/fedora_install.te)"; else
-    sed 's/^/  /' "$work/standin/build.log"; bad "build fedora_install.pp"; summary; fi
+if standin; then ok "build the stand-ins for Fedora's install_t and container-selinux's types (tests/stand-ins)"; else
+    sed 's/^/  /' "$work/standin/build.log"; bad "build the stand-in modules"; summary; fi
 
 # --- 3. link with the installed store ----------------------------------------
 # The enabled modules as libsemanage would link them: highest priority

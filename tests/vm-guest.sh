@@ -78,6 +78,8 @@ EOF
         'authfile = ["/etc/hostpull/auth.json"]' "$ca"
     profile rebase "docker://$RIG_IMG_SMALL2" oci:/var/lib/hostpull/images/rebase \
         'authfile = ["/etc/hostpull/auth.json"]' "$ca"
+    profile cstorage "docker://$RIG_IMG_SMALL2" containers-storage:hostpull/cstorage:v1 \
+        'authfile = ["/etc/hostpull/auth.json"]' "$ca"
     profile ostree-base "docker://$RIG_REGISTRY/hostpull/ostree:v1" ostree:/ostree/repo:hostpull-test \
         'authfile = ["/etc/hostpull/auth.json"]' "$ca"
     profile ostree-update "docker://$RIG_REGISTRY/hostpull/ostree:v2" ostree:/ostree/repo:hostpull-test \
@@ -91,6 +93,9 @@ EOF
     profile proxy "docker://$proxied/hostpull/small:v1" oci:/var/lib/hostpull/images/proxy \
         'authfile = ["/etc/hostpull/proxied-auth.json"]' "ca = [\"$proxied=/etc/hostpull/rig-ca.crt\"]"
     mkdir -p /ostree && ostree --repo=/ostree/repo init --mode=bare
+    # The overlay driver needs the module, which a node's container engine has loaded:
+    # hostpull_storage_t loads no kernel module.
+    modprobe overlay
     restorecon -R /etc/hostpull /etc/containers /etc/pki/hostpull /var/lib/containers /ostree
     systemctl daemon-reload
 }
@@ -285,6 +290,31 @@ t_ostree() {
     ! ls -d $repo/tmp/hostpull-staging-* 2>/dev/null || fail "a staging layout was left in $repo/tmp"
     ostree --repo=$repo fsck -q || fail "ostree fsck failed after the update"
 }
+# containers-storage: the installed hostpull-pull@.service pulls into the host's own store
+# (no storage.conf: overlay in /var/lib/containers/storage, run root /run/containers),
+# which carries container-selinux's types (tests/stand-ins/fedora_container.te). Root's
+# skopeo writes it in hostpull_storage_t, which alone makes the overlay directories
+# container_ro_file_t by name; the store then holds the registry's digest, and a second
+# pull finds it there and copies nothing.
+t_cstorage() {
+    local ref=containers-storage:hostpull/cstorage:v1 want got
+    pull_service cstorage | tee "$R/cstorage.out"
+    want=$(grep -o 'containers-storage:[^ ]*hostpull/cstorage@sha256:[0-9a-f]*' "$R/cstorage.out" | head -1)
+    [ -n "$want" ] || fail "the summary names no image in containers-storage"
+    got=$(skopeo inspect --format '{{.Digest}}' "$ref") || fail "skopeo cannot read $ref back"
+    [ "${want#*@}" = "$got" ] || fail "the store holds $got, the pull reported ${want#*@}"
+    skopeo inspect --format '{{len .Layers}}' "$ref"
+    label_is /var/lib/containers/storage container_var_lib_t
+    label_is /var/lib/containers/storage/overlay container_ro_file_t
+    label_is /var/lib/containers/storage/overlay-images container_ro_file_t
+    label_is /run/containers container_var_run_t
+    pull_service cstorage
+    [ "$(skopeo inspect --format '{{.Digest}}' "$ref")" = "$got" ] || fail "the second pull changed the image"
+}
+label_is() { # PATH TYPE
+    [ "$(stat -c %C "$1" | cut -d: -f3)" = "$2" ] || fail "$1 is $(stat -c %C "$1"), not $2"
+}
+
 # rebase from a unit: hostpull, in hostpull_t, pulls and then runs each consumer (the
 # stand-ins, labelled install_exec_t as Fedora labels rpm-ostree and bootc), which runs
 # in install_t, the domain that may change the host; NoNewPrivileges=yes, as in
@@ -395,7 +425,7 @@ SQUID
     echo "squid tunnelled $host for proxyuser; the password in no unit's properties, argv or journal"
 }
 
-TESTS=(pull_mirror domains timer sigterm oom gpg sigstore security ostree labels rebase proxy)
+TESTS=(pull_mirror domains timer sigterm oom gpg sigstore security ostree labels rebase proxy cstorage)
 
 # ------------------------------------------------------------------- runner
 # Audit records of hostpull types since line N of the audit log (AVC and USER_AVC).
@@ -440,7 +470,7 @@ run_test() {
 # fetches and imports again rather than finding its image held.
 reset_state() {
     systemctl reset-failed
-    rm -rf /var/lib/hostpull/images/* /ostree/repo
+    rm -rf /var/lib/hostpull/images/* /ostree/repo /var/lib/containers/storage /run/containers
     ostree --repo=/ostree/repo init --mode=bare
     restorecon -R /ostree /var/lib/hostpull
 }

@@ -147,11 +147,15 @@ install_hostpull() {
     # The module into the guest's policy store (the binary policy is rebuilt there).
     semodule -p "$root" -s default -i "$root/usr/share/selinux/packages/default/hostpull.pp.bz2"
     # Fedora's install_t, where rpm-ostree and bootc run: the consumer stand-ins below
-    # carry its install_exec_t (tests/stand-ins/fedora_install.te).
-    local s=$VM_DIR/standin
-    rm -rf "$s"; mkdir -p "$s"; cp tests/stand-ins/fedora_install.{te,fc} "$s/"; : >"$s/fedora_install.if"
-    make -s -C "$s" -f /usr/share/selinux/devel/Makefile fedora_install.pp >&2
-    semodule -p "$root" -s default -i "$s/fedora_install.pp"
+    # carry its install_exec_t (tests/stand-ins/fedora_install.te); and container-selinux's
+    # types, which /var/lib/containers carries (tests/stand-ins/fedora_container.te).
+    local s=$VM_DIR/standin m
+    rm -rf "$s"; mkdir -p "$s"
+    for m in fedora_install fedora_container; do
+        cp tests/stand-ins/$m.{te,fc} "$s/"; : >"$s/$m.if"
+        make -s -C "$s" -f /usr/share/selinux/devel/Makefile $m.pp >&2
+        semodule -p "$root" -s default -i "$s/$m.pp"
+    done
     # VM_DONTAUDIT=0: no dontaudit rules, so that silent denials are logged too (to
     # find what a failure hides; the counted denials then include dontaudit'ed ones).
     [ "${VM_DONTAUDIT:-1}" = 1 ] || semodule -p "$root" -s default -DB
@@ -375,6 +379,10 @@ MUTANTS=(
     'proxy|can_exec(hostpull_ostree_t, hostpull_exec_t)|ostree|denied  \{ [a-z_ ]*execute[a-z_ ]* \} .*scontext=system_u:system_r:hostpull_ostree_t:s0 tcontext=system_u:object_r:hostpull_exec_t'
     'rebase|		domtrans_pattern(hostpull_t, install_exec_t, install_t)|rebase|denied  \{ [a-z_ ]*(execute|getattr)[a-z_ ]* \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:install_exec_t'
     'rebase-nnp|		allow hostpull_t install_t:process2 nnp_transition;|rebase|denied  \{ nnp_transition \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:system_r:install_t:s0 tclass=process2'
+    # containers-storage: root's skopeo enters hostpull_storage_t by setexeccon(), whose
+    # re-exec makes / private to unpack a layer.
+    'storage|allow hostpull_t hostpull_storage_t:process { transition signal sigkill };|cstorage|denied  \{ [a-z ]*transition[a-z ]* \} .*scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:system_r:hostpull_storage_t:s0 tclass=process'
+    'storage-mount|allow hostpull_storage_t root_t:dir mounton;|cstorage|denied  \{ mounton \} .*scontext=system_u:system_r:hostpull_storage_t:s0 tcontext=system_u:object_r:root_t'
     'root|filetrans_pattern(hostpull_t, hostpull_runtime_t, hostpull_worker_conf_t, dir, "root")|pull_mirror|denied  \{ create \} .*name="bin" scontext=system_u:system_r:hostpull_t:s0 tcontext=system_u:object_r:hostpull_runtime_t:s0 tclass=lnk_file'
 )
 

@@ -35,6 +35,7 @@ pub(super) fn destination(
         Dest::Storage(dest) => Target::Storage {
             dest: dest.resolve(&image),
             tag: image.tag.clone().unwrap_or_else(|| "latest".to_owned()),
+            domain: storage_domain(host),
         },
         Dest::Ostree(dest) => {
             check_ostree(host, &dest, cfg!(feature = "ostree"))?;
@@ -60,6 +61,23 @@ pub(super) fn destination(
         }
     };
     Ok((image, Some(target)))
+}
+
+/// The domain in which root's skopeo writes containers-storage: with SELinux
+/// on, in `hostpull_t`, that is `hostpull_storage_t` (selinux/hostpull.te),
+/// which may mount and unpack layers as containers/storage does, as
+/// `hostpull_t` may not; nothing enters it but a `setexeccon` of
+/// `hostpull_t`. Run from any other domain (an admin's shell), skopeo keeps
+/// the caller's, as it would run by hand. The user, role and level are the
+/// caller's.
+pub(super) fn storage_domain(host: &dyn Host) -> Option<String> {
+    if !host.selinux_enabled() {
+        return None;
+    }
+    let current = host.read_text(Path::new("/proc/self/attr/current")).ok()?;
+    let mut parts = current.trim_end_matches(['\0', '\n']).splitn(4, ':');
+    let (user, role, kind, level) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    (kind == "hostpull_t").then(|| format!("{user}:{role}:hostpull_storage_t:{level}"))
 }
 
 /// An ostree destination needs a build with the `ostree` feature, and an
@@ -271,6 +289,47 @@ mod tests {
             let e = destination(&req(Some(""), dry_run), &h).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{e}");
             assert!(e.to_string().starts_with("invalid destination: "), "{e}");
+        }
+    }
+
+    /// Root's skopeo enters the store's domain from `hostpull_t` alone, and
+    /// keeps the caller's user, role and level; without SELinux, from another
+    /// domain, or with no readable context, it keeps the caller's domain.
+    #[test]
+    fn the_store_is_written_in_its_own_domain_from_hostpull_t_alone() {
+        let cases: [(bool, Option<&str>, Option<&str>); 6] = [
+            (
+                true,
+                Some("system_u:system_r:hostpull_t:s0\0"),
+                Some("system_u:system_r:hostpull_storage_t:s0"),
+            ),
+            (
+                true,
+                Some("system_u:system_r:hostpull_t:s0-s0:c0.c1023\n"),
+                Some("system_u:system_r:hostpull_storage_t:s0-s0:c0.c1023"),
+            ),
+            (
+                true,
+                Some("unconfined_u:unconfined_r:unconfined_t:s0-s0:c0.c1023"),
+                None,
+            ),
+            (true, Some("system_u:system_r:hostpull_worker_t:s0"), None),
+            (true, None, None),
+            (false, Some("system_u:system_r:hostpull_t:s0"), None),
+        ];
+        for (selinux, current, want) in cases {
+            let mut h = MemHost::new("/root");
+            if let Some(c) = current {
+                h = h.file("/proc/self/attr/current", c);
+            }
+            h.selinux = selinux;
+            assert_eq!(storage_domain(&h).as_deref(), want, "{current:?}");
+            let r = req(Some("containers-storage:x/y:v1"), false);
+            let (_, target) = destination(&r, &h).unwrap();
+            let Some(Target::Storage { domain, .. }) = target else {
+                panic!("{target:?}")
+            };
+            assert_eq!(domain.as_deref(), want);
         }
     }
 }

@@ -10,6 +10,7 @@
 //! image it holds at the pulled digest is not copied at all.
 
 use std::collections::HashSet;
+use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::OnceLock;
@@ -42,6 +43,8 @@ pub struct Storage {
     image: ImageRef,
     /// Root's skopeo, found on `PATH` before anything is fetched.
     skopeo: PathBuf,
+    /// The SELinux context it runs in, if one was decided.
+    domain: Option<CString>,
     staging: OnceLock<Staging>,
     held: tokio::sync::OnceCell<Option<Held>>,
     /// The registry's manifest of the image the pull staged: its digest and bytes.
@@ -49,9 +52,10 @@ pub struct Storage {
 }
 
 impl Storage {
-    /// The destination `dest` for a pull of `image`; without a skopeo on
-    /// `PATH` the pull fails now (exit 10), before it fetches.
-    pub fn new(dest: &StorageRef, image: &ImageRef) -> anyhow::Result<Self> {
+    /// The destination `dest` for a pull of `image`, written by a skopeo
+    /// that runs in `domain` if one is given; without a skopeo on `PATH` the
+    /// pull fails now (exit 10), before it fetches.
+    pub fn new(dest: &StorageRef, image: &ImageRef, domain: Option<&str>) -> anyhow::Result<Self> {
         let path = std::env::var_os("PATH").unwrap_or_default();
         let Some(skopeo) = std::env::split_paths(&path)
             .map(|d| d.join("skopeo"))
@@ -66,6 +70,7 @@ impl Storage {
             dest: dest.clone(),
             image: image.clone(),
             skopeo,
+            domain: domain.map(CString::new).transpose()?,
             staging: OnceLock::new(),
             held: tokio::sync::OnceCell::new(),
             pulled: OnceLock::new(),
@@ -220,6 +225,15 @@ impl Storage {
             )
             .stdin(Stdio::null())
             .kill_on_drop(true);
+        if let Some(domain) = self.domain.clone() {
+            #[allow(unsafe_code)]
+            // SAFETY: between fork and exec the child only makes the
+            // open(2), write(2) and close(2) calls of `set_exec_context`, on
+            // memory made before the fork: nothing that allocates or locks.
+            unsafe {
+                c.pre_exec(move || set_exec_context(&domain));
+            }
+        }
         let out = c
             .output()
             .await
@@ -242,4 +256,26 @@ impl Storage {
         }
         Ok(out.stdout)
     }
+}
+
+/// Make the next `execve` of this thread enter the SELinux context `domain`
+/// (libselinux's `setexeccon`), in the child between fork and exec.
+fn set_exec_context(domain: &CStr) -> std::io::Result<()> {
+    const ATTR: &CStr = c"/proc/thread-self/attr/exec";
+    let bytes = domain.to_bytes_with_nul();
+    #[allow(unsafe_code)]
+    // SAFETY: `ATTR` and `bytes` are valid for the calls; the fd is ours.
+    unsafe {
+        let fd = libc::open(ATTR.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if usize::try_from(n).ok() != Some(bytes.len()) {
+            return Err(err);
+        }
+    }
+    Ok(())
 }

@@ -54,9 +54,9 @@ impl Destination {
     pub fn of(target: &Target, image: &ImageRef) -> anyhow::Result<Self> {
         Ok(match target {
             Target::Oci { dir, .. } => Self::Oci(dir.clone()),
-            Target::Storage { dest, .. } => {
-                Self::Storage(Box::new(crate::store::cstorage::Storage::new(dest, image)?))
-            }
+            Target::Storage { dest, domain, .. } => Self::Storage(Box::new(
+                crate::store::cstorage::Storage::new(dest, image, domain.as_deref())?,
+            )),
             Target::Ostree { dest, .. } => {
                 let handoff = |e: anyhow::Error| Failure::new(Kind::Handoff, format!("{e:#}"));
                 let program = crate::store::import::program().map_err(handoff)?;
