@@ -104,11 +104,9 @@ fresh; rm -rf "$STORE"
 
 # stat KIND VARIANT COLUMN: "median (min-max)" over runs 1..RUNS
 stat() {
-    awk -F'\t' -v k="$1" -v v="$2" -v c="$3" 'NR > 1 && $1 > 0 && $2 == k && $3 == v { print $c }' "$RESULTS" |
-        sort -g | awk '{ a[NR] = $1 } END { m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%.2f (%.2f-%.2f)", m, a[1], a[NR] }'
+    awk -F'\t' -v k="$1" -v v="$2" -v c="$3" 'NR > 1 && $1 > 0 && $2 == k && $3 == v { print $c }' "$RESULTS" | spread
 }
 med() { stat "$@" | cut -d' ' -f1; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 echo
 echo "into containers-storage, $(date -u '+%F %H:%M UTC'), $RUNS runs, load $(awk -F'\t' 'NR > 1 { print $6 }' "$RESULTS" | sort -g | sed -n '1p;$p' | paste -sd-) (1-min, before each pull)"
 echo "CPU: the command and its reaped children$([ -n "$CGROUP_CPU" ] && echo ", plus the systemd's cgroup (worker units)")"

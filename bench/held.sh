@@ -12,7 +12,6 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/tests/cargo-target.sh"
 TARGET=$(cargo_target_dir "$ROOT")
 export RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig} BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
-die() { echo "bench: $*" >&2; exit 1; }
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 RUNS=9

@@ -1,4 +1,4 @@
-# bench/lib.sh - helpers sourced by bench/pull.sh and bench/suite.sh (not run by itself).
+# bench/lib.sh - helpers every bench script sources first (not run by itself).
 # The caller sets ROOT (repo root), BENCH_DIR and RIG_DIR before it calls them. A die() or
 # rig() of the caller's own, defined before, is kept.
 
@@ -7,6 +7,14 @@ declare -F die >/dev/null || die() { echo "bench: $*" >&2; exit 1; }
 # tests/rig.sh env_line writes it.
 # shellcheck disable=SC1091 # the rig's, written by tests/rig.sh up
 declare -F rig >/dev/null || rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }
+
+# spread: the numbers on stdin as "MEDIAN (MIN-MAX)", two decimals each.
+spread() {
+    sort -g | awk '{ a[NR] = $1 } END { m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+                                       printf "%.2f (%.2f-%.2f)", m, a[1], a[NR] }'
+}
+# ratio A B: A / B, two decimals (0 when B is not above 0).
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 # bench_in_systemd SCRIPT ARGS...: return if systemd is PID 1 (directly or because we already
 # run inside tests/sysd.sh). Otherwise boot a private systemd with tests/sysd.sh (state in

@@ -200,16 +200,13 @@ kill "$RELAY"; wait "$RELAY" 2>/dev/null || true; RELAY=
 
 # stat DEST PULL VARIANT COLUMN: "median (min-max)" over runs 1..RUNS; med: the median alone.
 stat() {
-    awk -F'\t' -v d="$1" -v p="$2" -v v="$3" -v c="$4" 'NR > 1 && $1 > 0 && $2 == d && $3 == p && $4 == v { print $c }' "$RESULTS" |
-        sort -g | awk '{ a[NR] = $1 } END { m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
-                                           printf "%.2f (%.2f-%.2f)", m, a[1], a[NR] }'
+    awk -F'\t' -v d="$1" -v p="$2" -v v="$3" -v c="$4" 'NR > 1 && $1 > 0 && $2 == d && $3 == p && $4 == v { print $c }' "$RESULTS" | spread
 }
 med() { stat "$@" | cut -d' ' -f1; }
 conns() {   # the median, and the range if it varied
     stat "$@" 8 | awk '{ m = $1 + 0; r = $2; gsub(/[()]/, "", r); split(r, a, "-")
                           if (a[1] == a[2]) printf "%d", m; else printf "%g (%d-%d)", m, a[1], a[2] }'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 limit() { awk -v b="$1" -v r="$RATE" 'BEGIN { printf "%.2f", (r > 0 ? b / r : 0) }'; }
 
 echo

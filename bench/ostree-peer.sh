@@ -23,7 +23,9 @@
 # (/usr/bin/skopeo), BENCH_DIR (/tmp/hostpull-bench), BASE_MIB (32), LAYER_MIB (8), MANY (16).
 set -euo pipefail
 
-die() { echo "bench: $*" >&2; exit 1; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"   # die, rig and the helpers below
 usage() { echo "usage: $0 [-n RUNS] [--sandbox none|systemd]" >&2; exit 2; }
 
 ARGS=("$@")
@@ -39,13 +41,11 @@ done
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "-n wants a positive number"
 case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=tests/cargo-target.sh
 . "$ROOT/tests/cargo-target.sh"
 TARGET=$(cargo_target_dir "$ROOT")
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
-rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
 AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR) REGISTRY=$(rig RIG_REGISTRY)
 BASE_MIB=${BASE_MIB:-32} LAYER_MIB=${LAYER_MIB:-8} MANY=${MANY:-16}
 SKOPEO=${SKOPEO:-/usr/bin/skopeo}
@@ -63,8 +63,6 @@ if [ ! -x "$HOSTPULL" ] || [ ! -x "$IMPORTER" ] || [ ! -x "$PEER" ] || [ ! -x "$
         --example ostree-peer --example ostree-encapsulate)
 fi
 mkdir -p "$BENCH_DIR"
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 
 # ---- the fixtures (outside systemd: built and pushed once)
 if [ -z "${BENCH_IN_SYSD:-}" ]; then
@@ -120,8 +118,7 @@ rm -rf "$REPO"
 
 # stat IMAGE KIND VARIANT COLUMN: "median (min-max)" over runs 1..RUNS
 stat() {
-    awk -F'\t' -v i="$1" -v k="$2" -v v="$3" -v c="$4" 'NR > 1 && $1 > 0 && $2 == i && $3 == k && $4 == v { print $c }' "$RESULTS" |
-        sort -g | awk '{ a[NR] = $1 } END { m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%.2f (%.2f-%.2f)", m, a[1], a[NR] }'
+    awk -F'\t' -v i="$1" -v k="$2" -v v="$3" -v c="$4" 'NR > 1 && $1 > 0 && $2 == i && $3 == k && $4 == v { print $c }' "$RESULTS" | spread
 }
 med() { stat "$@" | cut -d' ' -f1; }
 echo

@@ -15,7 +15,9 @@
 # --features ostree if missing), ENCAPSULATE (its example fixture maker), BENCH_DIR (/tmp/hostpull-bench), BASE_MIB (448), LAYER_MIB (64).
 set -euo pipefail
 
-die() { echo "bench: $*" >&2; exit 1; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"   # die, rig and the helpers below
 usage() { echo "usage: $0 [-n RUNS] [--sandbox none|systemd]" >&2; exit 2; }
 
 ARGS=("$@")
@@ -31,13 +33,11 @@ done
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "-n wants a positive number"
 case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=tests/cargo-target.sh
 . "$ROOT/tests/cargo-target.sh"
 TARGET=$(cargo_target_dir "$ROOT")
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
-rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
 AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR) REGISTRY=$(rig RIG_REGISTRY)
 BASE_MIB=${BASE_MIB:-448} LAYER_MIB=${LAYER_MIB:-64}
 BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
@@ -52,8 +52,6 @@ if [ ! -x "$HOSTPULL" ] || [ ! -x "$ENCAPSULATE" ]; then
     (cd "$ROOT" && cargo build --release --features ostree --bin hostpull --example ostree-encapsulate)
 fi
 mkdir -p "$BENCH_DIR"
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 
 # ---- the fixture (outside systemd: it is only built and pushed once)
 if [ -z "${BENCH_IN_SYSD:-}" ]; then

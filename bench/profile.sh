@@ -43,7 +43,6 @@ export RIG_DIR=${RIG_DIR:-$BENCH_DIR/rig}
 P=$BENCH_DIR/profile D=$BENCH_DIR/dest-profile
 mkdir -p "$P"
 [ -f "$RIG_DIR/env" ] || die "no rig in $RIG_DIR: run bench/suite.sh first (or RIG_BENCH=1 tests/rig.sh up)"
-rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
 AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR) BIG=$(rig RIG_IMG_BIG) BIG2=$(rig RIG_IMG_BIG2)
 export HOSTPULL=${HOSTPULL:-$BENCH_DIR/bin/hostpull}
 [ -x "$HOSTPULL" ] || die "no $HOSTPULL: run bench/suite.sh first (or set HOSTPULL)"

@@ -13,7 +13,9 @@
 # destination.  Raw numbers: $BENCH_DIR/results.tsv; last run's output: $BENCH_DIR/*.out|err.
 set -euo pipefail
 
-die() { echo "bench: $*" >&2; exit 1; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"   # die, rig and the helpers below
 usage() { echo "usage: $0 [-n RUNS] [--sandbox none|systemd] [IMAGE]" >&2; exit 2; }
 
 ARGS=("$@")
@@ -31,13 +33,11 @@ done
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "-n wants a positive number"
 case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=tests/cargo-target.sh
 . "$ROOT/tests/cargo-target.sh"
 TARGET=$(cargo_target_dir "$ROOT")
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
-rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
 AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR)
 IMAGE=${IMAGE:-$(rig RIG_IMG_BIG)}
 [ -n "$IMAGE" ] || die "no RIG_IMG_BIG in $RIG_DIR/env (rig brought up with RIG_BIG=0?); name an IMAGE"
@@ -54,8 +54,6 @@ fi
 
 BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
 mkdir -p "$BENCH_DIR"
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"   # hwm, alive, kids, bench_systemd_for
 if [ "$MODE" = systemd ]; then
     bench_systemd_for "$ROOT/bench/pull.sh" "${ARGS[@]}"   # returns only if PID 1 is systemd
 fi

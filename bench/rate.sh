@@ -15,7 +15,9 @@
 # BENCH_DIR.
 set -euo pipefail
 
-die() { echo "bench: $*" >&2; exit 1; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"   # die, rig and the helpers below
 usage() { echo "usage: $0 [-n RUNS] [--sandbox none|systemd] [--image big|paced] [CAP...]" >&2; exit 2; }
 
 ARGS=("$@")
@@ -35,13 +37,11 @@ done
 case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 case $IMG in big|paced) ;; *) die "--image wants big or paced" ;; esac
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=tests/cargo-target.sh
 . "$ROOT/tests/cargo-target.sh"
 TARGET=$(cargo_target_dir "$ROOT")
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
-rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
 REGISTRY=$(rig RIG_REGISTRY) AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR)
 IMAGE=$(rig "RIG_IMG_${IMG^^}")
 [ -n "$IMAGE" ] || die "no RIG_IMG_${IMG^^} in $RIG_DIR/env (rig brought up with RIG_BIG=0, or before it had $IMG?)"
@@ -54,8 +54,6 @@ fi
 [ -x /usr/bin/time ] || die "GNU time is needed for peak RSS: apt-get install -y time"
 BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
 mkdir -p "$BENCH_DIR"
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 if [ "$MODE" = systemd ]; then
     bench_systemd_for "$ROOT/bench/rate.sh" "${ARGS[@]}"   # returns only if PID 1 is systemd
 fi

@@ -25,8 +25,9 @@
 # Knobs: RIG_DIR (/tmp/hostpull-rig), HOSTPULL (target/release/hostpull), SKOPEO
 # (/usr/bin/skopeo), BENCH_DIR (/tmp/hostpull-bench).
 set -euo pipefail
-die() { echo "bench: $*" >&2; exit 1; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"   # die, rig and the helpers below
 # shellcheck source=tests/cargo-target.sh
 . "$ROOT/tests/cargo-target.sh"
 TARGET=$(cargo_target_dir "$ROOT")
@@ -39,8 +40,6 @@ HOSTPULL=${HOSTPULL:-$TARGET/release/hostpull}
 [ -x "$HOSTPULL" ] || (cd "$ROOT" && cargo build --release --locked >&2)
 command -v /usr/bin/time >/dev/null || die "GNU time missing: apt-get install -y time"
 mkdir -p "$BENCH_DIR"
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 bench_systemd_for bash "$0" "$@"   # returns only if PID 1 is systemd
 # shellcheck disable=SC1091
 . "$RIG_DIR/env"
@@ -119,8 +118,7 @@ rm -rf "$DEST"
 
 # stat VARIANT COLUMN: "median (min-max)" over runs 1..RUNS; med: the median alone.
 stat() {
-    awk -F'\t' -v v="$1" -v c="$2" 'NR > 1 && $1 > 0 && $2 == v { print $c }' "$RESULTS" |
-        sort -g | awk '{ a[NR] = $1 } END { m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%.2f (%.2f-%.2f)", m, a[1], a[NR] }'
+    awk -F'\t' -v v="$1" -v c="$2" 'NR > 1 && $1 > 0 && $2 == v { print $c }' "$RESULTS" | spread
 }
 med() { stat "$@" | cut -d' ' -f1; }
 size() {

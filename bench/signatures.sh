@@ -11,7 +11,9 @@
 # Knobs: RIG_DIR (/tmp/hostpull-rig), HOSTPULL (target/release/hostpull), BENCH_DIR.
 set -euo pipefail
 
-die() { echo "bench: $*" >&2; exit 1; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"   # die, rig and the helpers below
 ARGS=("$@")
 RUNS=7 MODE=none
 while [ $# -gt 0 ]; do
@@ -23,20 +25,16 @@ while [ $# -gt 0 ]; do
 done
 case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=tests/cargo-target.sh
 . "$ROOT/tests/cargo-target.sh"
 TARGET=$(cargo_target_dir "$ROOT")
 RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
 [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
-rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
 HOSTPULL=${HOSTPULL:-$TARGET/release/hostpull}
 [ -x "$HOSTPULL" ] || (cd "$ROOT" && cargo build --release)
 BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
 mkdir -p "$BENCH_DIR"
 if [ "$MODE" = systemd ]; then
-    # shellcheck source=bench/lib.sh
-    . "$ROOT/bench/lib.sh"
     bench_systemd_for "$ROOT/bench/signatures.sh" "${ARGS[@]}"   # returns only if PID 1 is systemd
 fi
 

@@ -28,7 +28,9 @@
 # RIG_DIR=$BENCH_DIR/rig tests/rig.sh down.
 set -euo pipefail
 
-die() { echo "bench: $*" >&2; exit 1; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"   # die, rig and the helpers below
 note() { echo "bench: $*" >&2; }
 usage() { echo "usage: $0 [-n RUNS] [--only P1,P2,P3,P4,P5]" >&2; exit 2; }
 
@@ -47,14 +49,11 @@ want() { [[ ,$ONLY, == *,$1,* ]]; }
 want P2 && ONLY=$ONLY,P1
 want P4 && ONLY=$ONLY,P1,P5
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=tests/cargo-target.sh
 . "$ROOT/tests/cargo-target.sh"
 TARGET=$(cargo_target_dir "$ROOT")
 export BENCH_DIR=${BENCH_DIR:-/tmp/hostpull-bench}
 export RIG_DIR=${RIG_DIR:-$BENCH_DIR/rig}
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 mkdir -p "$BENCH_DIR/bin"
 
 # ---------------------------------------------------------------- host side: build, rig, systemd
@@ -82,7 +81,6 @@ if [ -z "${BENCH_IN_SYSD:-}" ]; then
 fi
 
 # ---------------------------------------------------------------- measurements
-rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }   # shell-quoted: tests/rig.sh env_line
 AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR)
 BIG=$(rig RIG_IMG_BIG) BIG2=$(rig RIG_IMG_BIG2) HUGE=$(rig RIG_IMG_HUGE)
 [ -n "$HUGE" ] && [ -n "$BIG2" ] || die "rig in $RIG_DIR lacks the benchmark images (RIG_BENCH=1)"
