@@ -312,7 +312,7 @@ fn sigterm_stops_the_unit_and_leaves_the_layout() {
     wait_for("the proxy", Duration::from_secs(30), || {
         units_of(pid).iter().any(|u| proxy_runs_in(u))
     });
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_reads(pid, 4 << 20);
     let t0 = Instant::now();
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(pid as i32).unwrap(),
@@ -613,7 +613,10 @@ fn in_cluster_registry_by_name() {
         .spawn()
         .expect("dnsmasq (tests/rig.sh install brings dnsmasq-base)");
     let _dnsmasq = KillOnDrop(dnsmasq);
-    std::thread::sleep(Duration::from_millis(300));
+    // Listening: 127.0.0.77:53 in /proc/net/udp (little-endian hex).
+    wait_for("dnsmasq", Duration::from_secs(10), || {
+        std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| t.contains("4D00007F:0035"))
+    });
     pull("dns", &["--dns", "127.0.0.77", "--ca", &ca]).json();
     assert_eq!(host_files(), before);
 }

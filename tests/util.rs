@@ -573,6 +573,27 @@ pub fn wait_for(what: &str, timeout: std::time::Duration, mut f: impl FnMut() ->
     }
 }
 
+/// Wait until the process `pid` has read `bytes` more than it had when
+/// called (`rchar` of /proc/PID/io: every read(2), pipes included), so that
+/// blobs are flowing through it rather than about to.
+pub fn wait_for_reads(pid: u32, bytes: u64) {
+    let rchar = || {
+        std::fs::read_to_string(format!("/proc/{pid}/io"))
+            .ok()
+            .and_then(|io| {
+                io.lines()
+                    .find_map(|l| l.strip_prefix("rchar: ")?.trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    let start = rchar();
+    wait_for(
+        &format!("{bytes} bytes read by {pid}"),
+        std::time::Duration::from_secs(30),
+        || rchar() >= start + bytes,
+    );
+}
+
 /// The skopeo processes of the hostpull with this pid: with systemd its units'
 /// (the unit name holds the pid), without systemd its children, whose
 /// authfile lies in the pull's staging directory (`hostpull-<pid>-…`).

@@ -718,7 +718,7 @@ fn sigint_leaves_the_layout_as_it_was() {
                 .all(|c| !c.contains("experimental-image-proxy"))
         },
     );
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    wait_for_reads(pid, 4 << 20);
     let sigint = rustix::process::Signal::INT;
     rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), sigint)
         .unwrap();
