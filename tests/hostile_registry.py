@@ -28,11 +28,12 @@ import hashlib
 import io
 import json
 import os
-import ssl
 import sys
 import tarfile
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from httpd import listen, serve_in_background
 
 SCENARIOS = {
     "ok": "the image as it is",
@@ -292,13 +293,10 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(404, body, json_type, head)
 
 
-def serve(registry, port, tls, addr="127.0.0.1"):
-    httpd = ThreadingHTTPServer((addr, port), Handler)
-    httpd.daemon_threads = True
-    httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+def serve_registry(registry, port, cert, key, addr="127.0.0.1"):
+    httpd = listen(Handler, cert, key, addr, port)
     httpd.registry = registry
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd.server_address[1]
+    return serve_in_background(httpd)
 
 
 def main():
@@ -314,8 +312,6 @@ def main():
         sys.exit("hostile_registry: set HOSTILE_AUTH=USER:PASS")
     auth = "Basic " + base64.b64encode(user_pass.encode()).decode()
 
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(a.cert, a.key)
     open(a.log, "a").close()
 
     # The second server comes first: the manifest may name its port.
@@ -324,14 +320,14 @@ def main():
     if a.scenario in ("foreign-urls", "config-urls") or redirects:
         # It listens before the image exists; it gets the image's blobs below.
         second = Registry("second", a.scenario, b"", {}, a.log, None)
-        second_port = serve(second, 0, tls, SECOND_ADDR.get(a.scenario, "127.0.0.1"))
+        second_port = serve_registry(second, 0, a.cert, a.key, SECOND_ADDR.get(a.scenario, "127.0.0.1"))
     manifest, blobs, extra = build_image(a.scenario, second_port)
     if second_port:
         second.manifest, second.digest, second.blobs = manifest, sha256(manifest), blobs
     main_reg = Registry("main", a.scenario, manifest, blobs, a.log, auth,
                         redirect_port=second_port if redirects else None,
                         extra=extra)
-    port = serve(main_reg, a.port, tls)
+    port = serve_registry(main_reg, a.port, a.cert, a.key)
     print(port, second_port, flush=True)
     threading.Event().wait()
 

@@ -20,7 +20,7 @@ import os
 import threading
 from http.server import BaseHTTPRequestHandler
 
-from status_registry import serve_tls
+from httpd import serve
 
 REPO = "moving/os"
 TAG = "v1"
@@ -124,7 +124,7 @@ def main():
         def do_HEAD(self):
             self.do_GET(head=True)
 
-    serve_tls(Handler, a.cert, a.key)
+    serve(Handler, a.cert, a.key)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,10 @@ Prints the port, then serves until killed.
 import argparse
 import hashlib
 import json
-import ssl
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from httpd import serve
 
 
 def sha256(b):
@@ -103,24 +104,12 @@ class Handler(BaseHTTPRequestHandler):
         self.send(200, blob, [("Content-Type", "application/octet-stream")])
 
 
-def serve_tls(handler, cert, key):
-    """Serve HANDLER over TLS on 127.0.0.1 at a free port; print the port, then serve
-    until killed (also for tests/moving_registry.py)."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(cert, key)
-    httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
-    print(httpd.server_address[1], flush=True)
-    httpd.serve_forever()
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cert", required=True)
     p.add_argument("--key", required=True)
     a = p.parse_args()
-    serve_tls(Handler, a.cert, a.key)
+    serve(Handler, a.cert, a.key)
 
 
 if __name__ == "__main__":

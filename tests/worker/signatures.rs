@@ -157,41 +157,22 @@ fn gpg_rejections() {
     assert_eq!(snapshot(&out), before, "a rejected pull changed the layout");
 }
 
-/// A static HTTP(S) server on 127.0.0.1 serving `dir`, killed on drop. It logs
-/// each request as `PATH STATUS uid=UID`, with the uid that owns the client's
-/// socket (from /proc/net/tcp): who fetched, root or the worker.
+/// A static HTTP(S) server on 127.0.0.1 serving `dir` (tests/httpd.py
+/// static), killed on drop. It logs each request as `PATH STATUS uid=UID`,
+/// with the uid that owns the client's socket: who fetched, root or the
+/// worker.
 struct HttpServer {
     child: KillOnDrop,
     port: u16,
     log: std::io::BufReader<std::process::ChildStderr>,
 }
 
-const SERVER: &str = r#"
-import functools, http.server, sys
-class H(http.server.SimpleHTTPRequestHandler):
-    def log_request(self, code="-", size="-"):
-        port = "%04X" % self.client_address[1]
-        uid = "?"
-        for line in open("/proc/net/tcp").readlines()[1:]:
-            f = line.split()
-            if f[1].endswith(":" + port) and f[2].endswith(":%04X" % self.server.server_port):
-                uid = f[7]
-        sys.stderr.write("%s %s uid=%s\n" % (self.path, int(code), uid))
-s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(H, directory=sys.argv[1]))
-if len(sys.argv) > 3:
-    import ssl
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(sys.argv[2], sys.argv[3])
-    s.socket = ctx.wrap_socket(s.socket, server_side=True)
-print(s.server_port, flush=True)
-s.serve_forever()
-"#;
-
 impl HttpServer {
-    /// `tls`: the certificate and key to serve HTTPS with.
+    /// `tls`: `--cert CRT --key KEY` to serve HTTPS with.
     fn start(dir: &str, tls: &[&str]) -> Self {
         let mut child = Command::new("python3")
-            .args(["-u", "-c", SERVER, dir])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/httpd.py"))
+            .args(["static", dir])
             .args(tls)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -589,7 +570,7 @@ fn gpg_lookaside_over_https_with_its_own_ca() {
     let (cert, key) = (ca_dir.join("server.crt"), ca_dir.join("server.key"));
     let server = HttpServer::start(
         &format!("{}/lookaside", var("RIG_SIG_DIR")),
-        &[cert.to_str().unwrap(), key.to_str().unwrap()],
+        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()],
     );
     let lookaside_host = format!("127.0.0.1:{}", server.port);
     let rd = registries_d(s.path(), &format!("https://{lookaside_host}"), false);
