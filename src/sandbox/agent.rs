@@ -27,7 +27,8 @@
 //! (`systemctl show`, readable by any local user) may.
 //!
 //! So one unit serves the whole pull: the manifests, the signatures' images
-//! and the blobs, where each used to be a unit of its own (about 80 ms each).
+//! and the blobs, where each used to be a unit of its own (a unit's start is
+//! P2 in docs/benchmarks.md).
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -12,14 +12,14 @@
 //! ([`crate::store::ostree::import_here`]), and prints what it did as JSON.
 //! The image proxy that ostree-ext starts ([`crate::store::proxy`]) is
 //! hostpull itself (`hostpull __layout-proxy LAYOUT ...`, its path the
-//! request's first argument), which starts without libostree (about 12 ms
-//! less than this program). Neither fetches nor checks anything that root
-//! has not checked already.
+//! request's first argument), which starts without libostree, so faster
+//! than this program (docs/benchmarks.md, "hostpull without libostree").
+//! Neither fetches nor checks anything that root has not checked already.
 //!
 //! It starts with the pull ([`start`], one process a pull) and first prints
 //! what the repository holds ([`Holdings`]), a JSON line, beside the worker,
-//! so that hostpull itself never loads libostree and what it brings (about
-//! 60 libraries, 20 ms of every start). Then it waits for the rest of its
+//! so that hostpull itself never loads libostree and the libraries it brings
+//! (their cost on every start is measured there too). Then it waits for the rest of its
 //! request on stdin ([`Running::begin`]), sent as soon as the signature
 //! policy has accepted the image and its verified manifest is staged; if
 //! stdin ends first (the pull failed, or stopped), it exits having done
