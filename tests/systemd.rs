@@ -49,7 +49,7 @@ fn proxy_runs_in(unit: &str) -> bool {
 #[test]
 fn one_worker_unit_serves_a_pull() {
     let s = scratch();
-    let dest = format!("oci:{}", s.path().join("l").display());
+    let dest = oci(&s.path().join("l"));
     for fetched in [1, 0] {
         let r = run(&mut systemd_pull(var("RIG_IMG_MULTI"), &dest)).json();
         assert_eq!(r["layers_fetched"], fetched);
@@ -67,7 +67,7 @@ fn systemd_pull(image: &str, dest: &str) -> Command {
 #[test]
 fn worker_runs_as_a_dynamic_user() {
     let s = scratch();
-    let dest = format!("oci:{}", s.path().join("l").display());
+    let dest = oci(&s.path().join("l"));
     let r = run(&mut systemd_pull(var("RIG_IMG_SMALL"), &dest)).json();
     let w = &r["worker"];
     assert_eq!(w["sandbox"], "systemd");
@@ -80,7 +80,7 @@ fn worker_runs_as_a_dynamic_user() {
 #[test]
 fn auto_means_systemd_here() {
     let s = scratch();
-    let dest = format!("oci:{}", s.path().join("l").display());
+    let dest = oci(&s.path().join("l"));
     let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &dest));
     c.args(["--sandbox", "auto"]);
     assert_eq!(run(&mut c).json()["worker"]["sandbox"], "systemd");
@@ -89,7 +89,7 @@ fn auto_means_systemd_here() {
 #[test]
 fn unit_has_the_configured_properties() {
     let s = scratch();
-    let dest = format!("oci:{}", s.path().join("l").display());
+    let dest = oci(&s.path().join("l"));
     // Memory and CPU from the configuration; the command line's tasks-max wins over it.
     let root = s.path().join("root");
     std::fs::create_dir_all(root.join("etc/hostpull/config.d")).unwrap();
@@ -207,10 +207,7 @@ fn worker_cannot_read_root_secrets() {
     let (dir, probe) = script_under_run("probe-worker.sh");
     write_private(&dir.path().join("secret"), b"root-only");
     let s = scratch();
-    let mut c = systemd_pull(
-        var("RIG_IMG_SMALL"),
-        &format!("oci:{}", s.path().join("l").display()),
-    );
+    let mut c = systemd_pull(var("RIG_IMG_SMALL"), &oci(&s.path().join("l")));
     c.env("HOSTPULL_SKOPEO", &probe);
     let r = run(&mut c);
     let report = r
@@ -255,10 +252,7 @@ fn worker_cannot_read_root_secrets() {
     );
     assert_eq!(field("var"), "tmp,", "{report}");
     // And the same probe without the sandbox runs as root: the check can fail.
-    let mut c = with_rig_creds(pull_cmd(
-        var("RIG_IMG_SMALL"),
-        &format!("oci:{}", s.path().join("m").display()),
-    ));
+    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&s.path().join("m"))));
     c.args(["--sandbox", "none"]).env("HOSTPULL_SKOPEO", &probe);
     let r = run(&mut c);
     assert!(r.stderr.contains("uid=0 secret=readable"), "{}", r.stderr);
@@ -274,13 +268,13 @@ fn worker_cannot_read_root_secrets() {
 fn out_of_memory_is_reported_and_nothing_published() {
     let s = scratch();
     let fits = s.path().join("fits");
-    let mut c = systemd_pull(var("RIG_IMG_BIG"), &format!("oci:{}", fits.display()));
+    let mut c = systemd_pull(var("RIG_IMG_BIG"), &oci(&fits));
     c.args(["--memory-max", "24M"]);
     let r = run(&mut c).json();
     assert!(r["worker"]["memory_peak_bytes"].as_u64().unwrap() <= 24 << 20);
 
     let dest = s.path().join("l");
-    let mut c = systemd_pull(var("RIG_IMG_BIG"), &format!("oci:{}", dest.display()));
+    let mut c = systemd_pull(var("RIG_IMG_BIG"), &oci(&dest));
     c.args(["--memory-max", "8M"]);
     let r = run(&mut c);
     r.assert_failure(8);
@@ -297,13 +291,9 @@ fn out_of_memory_is_reported_and_nothing_published() {
 fn sigterm_stops_the_unit_and_leaves_the_layout() {
     let s = scratch();
     let dest = s.path().join("l");
-    run(&mut systemd_pull(
-        var("RIG_IMG_SMALL"),
-        &format!("oci:{}", dest.display()),
-    ))
-    .json();
+    run(&mut systemd_pull(var("RIG_IMG_SMALL"), &oci(&dest))).json();
     let before = snapshot(&dest);
-    let mut child = systemd_pull(var("RIG_IMG_BIG"), &format!("oci:{}:big", dest.display()))
+    let mut child = systemd_pull(var("RIG_IMG_BIG"), &oci_tag(&dest, "big"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -403,7 +393,7 @@ fn leftover_units_of_a_dead_orchestrator_are_stopped() {
     let s = scratch();
     run(&mut systemd_pull(
         var("RIG_IMG_SMALL"),
-        &format!("oci:{}", s.path().join("l").display()),
+        &oci(&s.path().join("l")),
     ))
     .json();
     assert!(
@@ -424,10 +414,7 @@ fn worker_that_cannot_start_is_a_sandbox_failure() {
     let shown = scratch();
     let link = shown.path().join("skopeo");
     std::os::unix::fs::symlink(&hidden, &link).unwrap();
-    let mut c = systemd_pull(
-        var("RIG_IMG_SMALL"),
-        &format!("oci:{}", s.path().join("l").display()),
-    );
+    let mut c = systemd_pull(var("RIG_IMG_SMALL"), &oci(&s.path().join("l")));
     c.env("HOSTPULL_SKOPEO", &link);
     let r = run(&mut c);
     r.assert_failure(8);
@@ -495,7 +482,7 @@ fn ipv6_registry_by_name() {
         "{}",
         plan.stderr
     );
-    let mut c = systemd_pull(&literal, &oci_path(&s.path().join("literal")));
+    let mut c = systemd_pull(&literal, &oci(&s.path().join("literal")));
     c.arg("--config-root").arg(config_root(s.path()));
     run(&mut c).assert_failure(2);
     assert!(!s.path().join("literal").exists());
@@ -504,7 +491,7 @@ fn ipv6_registry_by_name() {
     let host = format!("{name}:{port}");
     let mut c = pull_cmd(
         &format!("{host}/hostpull/small:v1"),
-        &oci_path(&s.path().join("named")),
+        &oci(&s.path().join("named")),
     );
     c.args(["--sandbox", "systemd", "--add-host", &format!("{name}:::1")])
         .args(["--ca", &format!("{host}={}", var("RIG_CA")), "--authfile"])
@@ -538,7 +525,7 @@ fn in_cluster_registry_by_name() {
     };
     let before = host_files();
     let pull = |dest: &str, extra: &[&str]| {
-        let mut c = pull_cmd(&image, &oci_path(&s.path().join(dest)));
+        let mut c = pull_cmd(&image, &oci(&s.path().join(dest)));
         c.args(["--sandbox", "systemd", "--timeout", "8", "--config-root"])
             .arg(config_root(s.path()))
             .arg("--authfile")
@@ -561,7 +548,7 @@ fn in_cluster_registry_by_name() {
     // The CA from certs.d below the root, as MCO writes /etc/docker/certs.d, and
     // the name from the configuration's [cluster] section.
     let root = cluster_root(s.path(), &host, &add_host);
-    let mut c = pull_cmd(&image, &oci_path(&s.path().join("certs-d")));
+    let mut c = pull_cmd(&image, &oci(&s.path().join("certs-d")));
     c.args(["--sandbox", "systemd", "--config-root"])
         .arg(config_root(&root))
         .arg("--authfile")
@@ -581,7 +568,7 @@ fn in_cluster_registry_by_name() {
         &secret,
         rig_auth.replace(var("RIG_REGISTRY"), &wildcard).as_bytes(),
     );
-    let mut c = pull_cmd(&image, &oci_path(&s.path().join("wildcard-ok")));
+    let mut c = pull_cmd(&image, &oci(&s.path().join("wildcard-ok")));
     c.args([
         "--sandbox",
         "systemd",
@@ -619,10 +606,6 @@ fn in_cluster_registry_by_name() {
     });
     pull("dns", &["--dns", "127.0.0.77", "--ca", &ca]).json();
     assert_eq!(host_files(), before);
-}
-
-fn oci_path(p: &Path) -> String {
-    format!("oci:{}", p.display())
 }
 
 /// The installed layout of [`make_install`]: a scratch PREFIX whose units are
@@ -736,7 +719,7 @@ fn the_installed_pull_service_pulls_its_profile() {
     let certs = s.path().join("demo-certs");
     std::fs::create_dir_all(&certs).unwrap();
     std::fs::copy(var("RIG_CA"), certs.join("ca.crt")).unwrap();
-    let layout = format!("oci:{}:v1", s.path().join("images/demo").display());
+    let layout = oci_tag(&s.path().join("images/demo"), "v1");
     std::fs::create_dir_all(Path::new(DEMO_PROFILE).parent().unwrap()).unwrap();
     std::fs::write(
         DEMO_PROFILE,
@@ -967,7 +950,7 @@ fn mcd_call_sequence() {
         "rpm-ostree",
     ])
     .arg("--dest")
-    .arg(format!("oci:{}:mc-1", layout.display()))
+    .arg(oci_tag(&layout, "mc-1"))
     .arg("--pull-secret")
     .arg(&pull_secret)
     .args([
@@ -1097,7 +1080,7 @@ fn a_timer_pull_defers_on_a_metered_link() {
     let _policy = NmPolicy::install();
     let (image, repo) = crate::once::space::own_copy("metered");
     let pull = |name: &str, extra: &[&str]| {
-        let dest = oci_path(&s.path().join(name));
+        let dest = oci(&s.path().join(name));
         let mut c = systemd_pull(&image, &dest);
         c.args(extra);
         let mark = std::fs::metadata(var("RIG_REGISTRY_LOG")).unwrap().len();
@@ -1135,7 +1118,7 @@ fn a_timer_pull_defers_on_a_metered_link() {
             let profile = format!(
                 "image = \"{}\"\ndest = \"{}\"\nallow-metered = true\n",
                 var("RIG_IMG_SMALL"),
-                oci_path(&s.path().join("profile"))
+                oci(&s.path().join("profile"))
             );
             std::fs::write(pulls_d.join("m.toml"), profile).unwrap();
             let mut c = hostpull(&[]);

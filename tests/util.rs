@@ -573,6 +573,16 @@ pub fn wait_for(what: &str, timeout: std::time::Duration, mut f: impl FnMut() ->
     }
 }
 
+/// `oci:DIR`: an OCI layout as a destination, its tag the image's.
+pub fn oci(dir: &Path) -> String {
+    format!("oci:{}", dir.display())
+}
+
+/// `oci:DIR:TAG`: an OCI layout as a destination, with the tag to write.
+pub fn oci_tag(dir: &Path, tag: &str) -> String {
+    format!("oci:{}:{tag}", dir.display())
+}
+
 /// Wait until the process `pid` has read `bytes` more than it had when
 /// called (`rchar` of /proc/PID/io: every read(2), pipes included), so that
 /// blobs are flowing through it rather than about to.

@@ -139,7 +139,7 @@ fn output_that_cannot_be_written_is_no_panic() {
 #[test]
 fn pull_json_that_cannot_be_written_is_no_panic() {
     let s = scratch();
-    let dest = format!("oci:{}", s.path().join("l").display());
+    let dest = oci(&s.path().join("l"));
     let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &dest));
     let r = run_into(&mut c, Sink::ClosedPipe, false);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -163,7 +163,7 @@ fn pull_json_that_cannot_be_written_is_no_panic() {
 fn a_secret_in_an_image_reference_is_refused_and_never_echoed() {
     let s = tempfile::tempdir().unwrap();
     let root = config_root(s.path().join("root"));
-    let dest = format!("oci:{}", s.path().join("l").display());
+    let dest = oci(&s.path().join("l"));
     for image in [
         "docker://bob:S3CRET@quay.io/a/b",
         "bob:S3CRET@quay.io/a/b:v1",
@@ -287,9 +287,7 @@ fn host_pass_an_unwritable_destination_is_refused_before_the_network() {
     for dest in [ro.join("layout"), ro.join("new"), ro.join("new/deeper")] {
         let pull = {
             let mut c = quiet(&["pull", UNREACHABLE, "--sandbox", "none", "--dest"]);
-            c.arg(format!("oci:{}", dest.display()))
-                .arg("--config-root")
-                .arg(&root);
+            c.arg(oci(&dest)).arg("--config-root").arg(&root);
             c
         };
         let mut c = Command::new("unshare");
@@ -462,7 +460,7 @@ fn trust_files_without_a_certificate_and_unused_cas() {
     std::fs::write(certs_d.join("client.cert"), key_only).unwrap();
     std::fs::write(certs_d.join("client.key"), key_only).unwrap();
     let ca = format!("127.0.0.1:1={}", empty.display());
-    let dest = format!("oci:{}", s.path().join("d").display());
+    let dest = oci(&s.path().join("d"));
     let cases = [
         (&bare, vec!["--ca", &ca], empty.clone()),
         (&root, vec![], certs_d.join("client.cert")),

@@ -189,7 +189,7 @@ fn rebase_takes_the_image_and_layout_from_a_profile() {
     let s = searchable_scratch();
     let layout = s.path().join("from-profile");
     let image = format!("docker://{}", var("RIG_IMG_SMALL"));
-    let dest = format!("oci:{}", layout.display());
+    let dest = oci(&layout);
     let root = profile_root(s.path().join("root"), &image, &dest);
     let sandbox = sandbox();
     let args = ["--profile", "os", "--sandbox", &sandbox, "--config-root"].map(OsStr::new);

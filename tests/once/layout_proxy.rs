@@ -14,6 +14,8 @@ use hostpull::digest::sha256;
 use ostree_ext::containers_image_proxy::{ImageProxy, ImageProxyConfig, OpenedImage};
 use tokio::io::AsyncReadExt;
 
+use crate::util::oci_tag;
+
 const VERB: &str = "__layout-proxy";
 /// The proxy's program: hostpull, which the import runs (src/store/import.rs).
 const PROXY: &str = env!("CARGO_BIN_EXE_hostpull");
@@ -76,10 +78,6 @@ async fn proxy(layout: &Path, manifest: &[u8], control: Option<&OwnedFd>) -> Ima
     ImageProxy::new_with_config(config).await.unwrap()
 }
 
-fn oci(layout: &Path, tag: &str) -> String {
-    format!("oci:{}:{tag}", layout.display())
-}
-
 /// A layer read through the proxy, or the error of its request or its finish.
 async fn read_blob(
     p: &ImageProxy,
@@ -104,7 +102,7 @@ async fn the_layout_proxy_serves_the_staged_image() {
     let td = tempfile::tempdir().unwrap();
     let (root, manifest, blobs) = layout(td.path());
     let p = proxy(&root, &manifest, None).await;
-    let img = p.open_image(&oci(&root, "t")).await.unwrap();
+    let img = p.open_image(&oci_tag(&root, "t")).await.unwrap();
     let (digest, raw) = p.fetch_manifest_raw_oci(&img).await.unwrap();
     assert_eq!(
         (digest.as_str(), &raw),
@@ -131,7 +129,7 @@ async fn the_layout_proxy_refuses_what_is_not_staged() {
     let (root, manifest, blobs) = layout(td.path());
     let unstaged = proxy(&root, b"another manifest", None).await;
     let e = unstaged
-        .open_image(&oci(&root, "t"))
+        .open_image(&oci_tag(&root, "t"))
         .await
         .unwrap_err()
         .to_string();
@@ -139,14 +137,14 @@ async fn the_layout_proxy_refuses_what_is_not_staged() {
     let p = proxy(&root, &manifest, None).await;
     let other = td.path().join("other");
     for (r, want) in [
-        (oci(&other, "t"), "not oci:"),
-        (oci(&root, ""), "not oci:"),
+        (oci_tag(&other, "t"), "not oci:"),
+        (oci_tag(&root, ""), "not oci:"),
         (format!("docker://{}", root.display()), "not oci:"),
     ] {
         let e = p.open_image(&r).await.unwrap_err().to_string();
         assert!(e.contains(want), "{r}: {e}");
     }
-    let img = p.open_image(&oci(&root, "t")).await.unwrap();
+    let img = p.open_image(&oci_tag(&root, "t")).await.unwrap();
     let layer = sha256(&blobs[1]);
     let stranger = sha256(b"not in the image");
     for (digest, size, want) in [
@@ -194,7 +192,7 @@ async fn the_layout_proxy_waits_for_the_pull() {
     let (r, mut w) = control_pipe();
     let p = proxy(&root, &manifest, Some(&r)).await;
     drop(r);
-    let img = p.open_image(&oci(&root, "t")).await.unwrap();
+    let img = p.open_image(&oci_tag(&root, "t")).await.unwrap();
     let late = {
         let blobs = blobs.clone();
         std::thread::spawn(move || {
@@ -244,7 +242,7 @@ async fn the_layout_proxy_fails_with_the_pull() {
         let (r, mut w) = control_pipe();
         let p = proxy(&root, &manifest, Some(&r)).await;
         drop(r);
-        let img = p.open_image(&oci(&root, "t")).await.unwrap();
+        let img = p.open_image(&oci_tag(&root, "t")).await.unwrap();
         let writer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
             std::io::Write::write_all(&mut w, said).unwrap();

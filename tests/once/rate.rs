@@ -137,12 +137,7 @@ fn max_rate_holds_at_the_registry_and_changes_no_byte() {
     let fw = Forwarder::start(var("RIG_REGISTRY"), 0);
     let clean = s.path().join("clean");
     let t0 = Instant::now();
-    let r = run(&mut pull_via(
-        &fw,
-        s.path(),
-        &format!("oci:{}", clean.display()),
-    ))
-    .json();
+    let r = run(&mut pull_via(&fw, s.path(), &oci(&clean))).json();
     let uncapped = fw.bytes_delivered() as f64 / t0.elapsed().as_secs_f64();
     assert_eq!(r["max_rate"], serde_json::Value::Null, "{r}");
     // A quarter, in whole MiB/s, at most 64 MiB/s (8 s for the image) and at
@@ -152,7 +147,7 @@ fn max_rate_holds_at_the_registry_and_changes_no_byte() {
 
     let fw = Forwarder::start(var("RIG_REGISTRY"), 0);
     let capped = s.path().join("capped");
-    let mut pull = pull_via(&fw, s.path(), &format!("oci:{}", capped.display()));
+    let mut pull = pull_via(&fw, s.path(), &oci(&capped));
     // The watchdog must not take the paced pull for a stalled one.
     pull.args(["--max-rate", &format!("{cap_mib}M"), "--stall-timeout", "2"]);
     pull.args(["--progress-fd", "3"]);
@@ -230,7 +225,7 @@ fn max_rate_holds_at_the_registry_and_changes_no_byte() {
 fn max_rate_low_cap_holds_every_second() {
     let s = scratch();
     let image = var("RIG_IMG_PACED");
-    let oci = |name: &str| format!("oci:{}", s.path().join(name).display());
+    let oci = |name: &str| oci(&s.path().join(name));
     let fw = Forwarder::start(var("RIG_REGISTRY"), 0);
     run(&mut pull_image_via(&fw, image, s.path(), &oci("clean"))).json();
 
@@ -278,13 +273,7 @@ fn max_rate_wait_longer_than_the_stall_timeout_is_no_stall() {
     let image = var("RIG_IMG_PACED");
     let clean = s.path().join("clean");
     let fw = Forwarder::start(var("RIG_REGISTRY"), 0);
-    run(&mut pull_image_via(
-        &fw,
-        image,
-        s.path(),
-        &format!("oci:{}", clean.display()),
-    ))
-    .json();
+    run(&mut pull_image_via(&fw, image, s.path(), &oci(&clean))).json();
     // The same layout less that layer: only it is fetched.
     let layer = registry_raw(image)["layers"][2].clone();
     let size = layer["size"].as_u64().unwrap();
@@ -305,7 +294,7 @@ fn max_rate_wait_longer_than_the_stall_timeout_is_no_stall() {
     std::fs::remove_file(dest.join("blobs/sha256").join(&digest["sha256:".len()..])).unwrap();
 
     let fw = Forwarder::start(var("RIG_REGISTRY"), 0);
-    let mut pull = pull_image_via(&fw, image, s.path(), &format!("oci:{}", dest.display()));
+    let mut pull = pull_image_via(&fw, image, s.path(), &oci(&dest));
     pull.args(["--max-rate", "96K", "--stall-timeout", "2"]);
     let t0 = Instant::now();
     let r = run(&mut pull).json();
@@ -332,7 +321,7 @@ fn max_rate_from_flag_profile_and_config() {
         std::fs::write(p, text).unwrap();
     };
     let image = var("RIG_IMG_SMALL");
-    let dest = format!("oci:{}", s.path().join("never").display());
+    let dest = oci(&s.path().join("never"));
     write(
         "etc/hostpull/pulls.d/os.toml",
         &format!("image = \"{image}\"\ndest = \"{dest}\"\nmax-rate = \"500K\"\n"),
@@ -389,7 +378,7 @@ fn a_stalled_registry_is_caught_under_a_cap() {
     let s = scratch();
     let fw = Forwarder::start(var("RIG_REGISTRY"), 0);
     let dest = s.path().join("l");
-    let mut c = pull_via(&fw, s.path(), &format!("oci:{}", dest.display()));
+    let mut c = pull_via(&fw, s.path(), &oci(&dest));
     c.args([
         "--max-rate",
         "32M",

@@ -40,7 +40,7 @@ fn unreadable_trust_files_are_usage_errors_naming_them() {
         }
         let bad = certs_d.join(name);
         make(&bad);
-        let dest = format!("oci:{}", s.path().join(format!("l{i}")).display());
+        let dest = oci(&s.path().join(format!("l{i}")));
         let r = run(pull_cmd("127.0.0.1:1/x:v1", &dest)
             .arg("--config-root")
             .arg(&root));

@@ -130,7 +130,7 @@ fn host_pass_an_oci_pull_that_cannot_fit_is_refused_before_its_first_blob() {
     let fs = Tmpfs::new(&s.path().join("small-disk"), "4m");
     let layout = fs.0.join("l");
     empty_layout(&layout);
-    let dest = format!("oci:{}", layout.display());
+    let dest = oci(&layout);
     let (image, repo) = own_copy("oci");
     let files = image_files(&image);
     // Every blob comes (the manifest is no blob).

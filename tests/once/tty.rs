@@ -138,7 +138,7 @@ fn assert_summary_alone(screen: &[String], counts: &str) {
 fn bars_on_a_terminal_and_none_in_a_pipe() {
     let s = scratch();
     let image = var("RIG_IMG_BIG");
-    let dest = format!("oci:{}", s.path().join("l").display());
+    let dest = oci(&s.path().join("l"));
     let blobs = blobs_of(image);
 
     let r = run_on_terminal(&with_rig_creds(pull_cmd(image, &dest)), s.path(), SIZE);
@@ -185,7 +185,7 @@ fn bars_on_a_terminal_and_none_in_a_pipe() {
     assert_summary_alone(&t.screen(), "0 fetched, 8 reused");
 
     // stderr a pipe: no bar and no escape sequence, only the summary.
-    let dest = format!("oci:{}", s.path().join("p").display());
+    let dest = oci(&s.path().join("p"));
     let r = run(&mut with_rig_creds(pull_cmd(image, &dest)));
     r.json();
     let lines: Vec<&str> = r.stderr.lines().collect();
@@ -198,7 +198,7 @@ fn bars_on_a_terminal_and_none_in_a_pipe() {
 #[test]
 fn bars_show_the_cap() {
     let s = scratch();
-    let dest = format!("oci:{}", s.path().join("l").display());
+    let dest = oci(&s.path().join("l"));
     let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &dest));
     c.args(["--max-rate", "200M"]);
     let r = run_on_terminal(&c, s.path(), SIZE);
@@ -225,7 +225,7 @@ fn bars_show_the_cap() {
 fn log_lines_and_the_error_stay_readable_under_bars() {
     let s = scratch();
     let fw = Forwarder::start(var("RIG_REGISTRY"), 32 << 20);
-    let dest = format!("oci:{}", s.path().join("l").display());
+    let dest = oci(&s.path().join("l"));
     let mut c = pull_via(&fw, s.path(), &dest);
     c.args(["--timeout", "12"]);
     let r = std::thread::scope(|sc| {

@@ -122,10 +122,7 @@ fn only_the_needed_entry_reaches_the_worker() {
             B64.encode("decoy:two")
         ),
     );
-    let mut c = pull_cmd(
-        var("RIG_IMG_BIG"),
-        &format!("oci:{}", s.path().join("l").display()),
-    );
+    let mut c = pull_cmd(var("RIG_IMG_BIG"), &oci(&s.path().join("l")));
     c.args([
         "--cert-dir",
         var("RIG_CERT_DIR"),
@@ -310,7 +307,7 @@ fn plan_shows_sources_and_never_secrets() {
         "plan",
         &format!("{dead}/hostpull/small:v1"),
         "--dest",
-        &format!("oci:{}", dest.display()),
+        &oci(&dest),
     ])
     .args(["--sandbox", &sandbox(), "--pull-secret", &secret])
     .args([

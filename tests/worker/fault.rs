@@ -14,11 +14,7 @@ fn killed_registry_mid_blob_is_retried_to_an_identical_result() {
     // image takes seconds, so "mid-blob" is real.
     let fw = Forwarder::start(var("RIG_REGISTRY"), 64 << 20);
     let dest = s.path().join("retried");
-    let child = spawn_piped(&mut pull_via(
-        &fw,
-        s.path(),
-        &format!("oci:{}", dest.display()),
-    ));
+    let child = spawn_piped(&mut pull_via(&fw, s.path(), &oci(&dest)));
     wait_for(
         "100 MB through the forwarder",
         Duration::from_secs(60),
@@ -47,7 +43,7 @@ fn killed_registry_mid_blob_is_retried_to_an_identical_result() {
 
     // The same bytes as a pull that nothing disturbed.
     let clean = s.path().join("clean");
-    pulled(var("RIG_IMG_BIG"), &format!("oci:{}", clean.display()));
+    pulled(var("RIG_IMG_BIG"), &oci(&clean));
     assert_eq!(snapshot(&dest), snapshot(&clean));
 }
 
@@ -57,7 +53,7 @@ fn stalled_registry_fails_with_6_and_leaves_no_worker() {
     let fw = Forwarder::start(var("RIG_REGISTRY"), 64 << 20);
     let dest = s.path().join("l");
     let t0 = Instant::now();
-    let mut c = pull_via(&fw, s.path(), &format!("oci:{}", dest.display()));
+    let mut c = pull_via(&fw, s.path(), &oci(&dest));
     c.args(["--stall-timeout", "5"]);
     let child = spawn_piped(&mut c);
     let pid = child.id();
@@ -92,7 +88,7 @@ fn after_kill_9_the_next_pull_reuses_verified_blobs() {
     let s = scratch();
     let fw = Forwarder::start(var("RIG_REGISTRY"), 64 << 20);
     let dest = s.path().join("l");
-    let mut child = pull_via(&fw, s.path(), &format!("oci:{}", dest.display()))
+    let mut child = pull_via(&fw, s.path(), &oci(&dest))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -110,7 +106,7 @@ fn after_kill_9_the_next_pull_reuses_verified_blobs() {
         || workers_of(child.id()).is_empty(),
     );
 
-    let r = pulled(var("RIG_IMG_BIG"), &format!("oci:{}", dest.display()));
+    let r = pulled(var("RIG_IMG_BIG"), &oci(&dest));
     assert!(r["layers_reused"].as_u64().unwrap() >= 1, "{r}");
     assert_eq!(
         r["layers_reused"].as_u64().unwrap() + r["layers_fetched"].as_u64().unwrap(),
@@ -140,7 +136,7 @@ fn full_disk_is_a_clear_error_and_leaves_nothing() {
     assert!(st.success(), "mount tmpfs");
     let r = run(&mut with_rig_creds(pull_cmd(
         var("RIG_IMG_BIG"),
-        &format!("oci:{}", dest.display()),
+        &oci(&dest),
     )));
     let left: Vec<_> = std::fs::read_dir(&dest)
         .unwrap()

@@ -135,7 +135,7 @@ fn huge_referrers_index_is_refused() {
     std::fs::write(dir.join("policy.json"), policy.to_string()).unwrap();
     let rd = "default-docker:\n  use-sigstore-attachments: true\n";
     std::fs::write(dir.join("registries.d/all.yaml"), rd).unwrap();
-    let mut c = pull_cmd(&h.image(":v1"), &format!("oci:{}", h.dest.display()));
+    let mut c = pull_cmd(&h.image(":v1"), &oci(&h.dest));
     c.args(["--cert-dir", var("RIG_CERT_DIR"), "--timeout", "20"])
         .arg("--authfile")
         .arg(&h.authfile)
@@ -284,7 +284,7 @@ fn consumer_reads_what_root_verified(scenario: &str) -> i32 {
         assert!(!h.dest.exists(), "a failed pull published {:?}", h.dest);
         return r.code;
     }
-    let layout = format!("oci:{}:v1", h.dest.display());
+    let layout = oci_tag(&h.dest, "v1");
     let stored = skopeo(&["inspect", "--raw", &layout]);
     assert_eq!(
         hostpull::digest::sha256(stored.as_bytes()).as_str(),

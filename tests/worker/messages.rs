@@ -30,7 +30,7 @@ fn retry_warnings_name_their_cause() {
     ];
     let s = scratch();
     for (i, (image, cause)) in cases.iter().enumerate() {
-        let dest = format!("oci:{}", s.path().join(format!("l{i}")).display());
+        let dest = oci(&s.path().join(format!("l{i}")));
         let mut c = pull_cmd(image, &dest);
         c.args(["--cert-dir", var("RIG_CERT_DIR"), "--no-default-creds"])
             .args(["--timeout", "5"]);

@@ -46,7 +46,7 @@ fn pull(
     authfile: &str,
     registries_conf: &str,
 ) -> std::process::Command {
-    let mut c = pull_cmd(image, &format!("oci:{}", dir.join(dest).display()));
+    let mut c = pull_cmd(image, &oci(&dir.join(dest)));
     c.args([
         "--cert-dir",
         var("RIG_CERT_DIR"),
@@ -204,7 +204,7 @@ fn a_digest_only_mirror_serves_only_pulls_by_digest() {
         &conf,
     );
     c.arg("--dest")
-        .arg(format!("oci:{}:pinned", s.path().join("digest").display()));
+        .arg(oci_tag(&s.path().join("digest"), "pinned"));
     let r = run(&mut c).json();
     assert_eq!(r["manifest_digest"], digest);
     // A pinned image is opened beside its manifest (issue 46)...
@@ -517,7 +517,7 @@ fn plan_with_the_default_sandbox_reports_it() {
         // A pull still fails, before anything is written.
         let mut p = hostpull(&[]);
         p.args(["pull", var("RIG_IMG_SMALL"), "--no-default-creds", "--dest"])
-            .arg(format!("oci:{}", s.path().join("d").display()))
+            .arg(oci(&s.path().join("d")))
             .arg("--config-root")
             .arg(config_root(s.path()));
         run(&mut p).assert_failure(8);

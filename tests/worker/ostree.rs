@@ -134,7 +134,7 @@ fn push(layout: &Path, tag: &str, image: &str) {
         var("RIG_AUTHFILE"),
         "--dest-cert-dir",
         var("RIG_CERT_DIR"),
-        &format!("oci:{}:{tag}", layout.display()),
+        &oci_tag(layout, tag),
         &format!("docker://{image}"),
     ]);
 }

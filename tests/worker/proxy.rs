@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{KillOnDrop, hostpull, pull_cmd, run, sandbox, scratch, var};
+use crate::util::{KillOnDrop, hostpull, oci, pull_cmd, run, sandbox, scratch, var};
 
 /// The user squid knows.
 pub const PROXY_USER: &str = "proxyuser";
@@ -163,7 +163,7 @@ pub fn proxied_authfile(dir: &Path, password: &str) -> PathBuf {
 /// `hostpull pull` of [`proxied_image`] into `dir/out` with the rig's CA, the
 /// credential for the proxied name, no proxy from the test's environment.
 pub fn proxied_pull(dir: &Path) -> Command {
-    let dest = format!("oci:{}", dir.join("out").display());
+    let dest = oci(&dir.join("out"));
     let mut c = pull_cmd(&proxied_image(), &dest);
     c.arg("--authfile")
         .arg(proxied_authfile(dir, &crate::util::password()))

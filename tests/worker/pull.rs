@@ -5,19 +5,12 @@ use std::process::Command;
 
 use crate::util::*;
 
-fn oci(dir: &std::path::Path, tag: Option<&str>) -> String {
-    match tag {
-        Some(t) => format!("oci:{}:{t}", dir.display()),
-        None => format!("oci:{}", dir.display()),
-    }
-}
-
 #[test]
 fn authenticated_pull_then_reuse() {
     let s = scratch();
     let dest = s.path().join("layout");
     let image = var("RIG_IMG_SMALL");
-    let first = pulled(&format!("docker://{image}"), &oci(&dest, None));
+    let first = pulled(&format!("docker://{image}"), &oci(&dest));
     assert_eq!(first["manifest_digest"], registry_digest(image));
     assert_eq!(first["source_digest"], first["manifest_digest"]);
     assert_eq!(first["tag"], "v1");
@@ -30,18 +23,13 @@ fn authenticated_pull_then_reuse() {
     }
     // The result is a layout skopeo reads and copies, with the registry's digest.
     let inspected: serde_json::Value =
-        serde_json::from_str(&skopeo(&["inspect", &format!("oci:{}:v1", dest.display())])).unwrap();
+        serde_json::from_str(&skopeo(&["inspect", &oci_tag(&dest, "v1")])).unwrap();
     assert_eq!(inspected["Digest"], first["manifest_digest"]);
     let other = s.path().join("copy");
-    skopeo(&[
-        "copy",
-        "-q",
-        &format!("oci:{}:v1", dest.display()),
-        &format!("oci:{}:v1", other.display()),
-    ]);
+    skopeo(&["copy", "-q", &oci_tag(&dest, "v1"), &oci_tag(&other, "v1")]);
 
     // Pull again: nothing is fetched; without docker:// too.
-    let again = pulled(image, &oci(&dest, None));
+    let again = pulled(image, &oci(&dest));
     assert_eq!(again["layers_fetched"], 0);
     assert_eq!(again["layers_reused"], 3);
     assert_eq!(again["bytes_fetched"], 0);
@@ -52,8 +40,8 @@ fn authenticated_pull_then_reuse() {
 fn second_tag_shares_layers_and_index_keeps_both() {
     let s = scratch();
     let dest = s.path().join("layout");
-    pulled(var("RIG_IMG_SMALL"), &oci(&dest, None));
-    let v2 = pulled(var("RIG_IMG_SMALL2"), &oci(&dest, None));
+    pulled(var("RIG_IMG_SMALL"), &oci(&dest));
+    let v2 = pulled(var("RIG_IMG_SMALL2"), &oci(&dest));
     assert_eq!(v2["layers_fetched"], 1, "v2 differs from v1 in one layer");
     assert_eq!(v2["layers_reused"], 2);
     let index: serde_json::Value =
@@ -77,8 +65,8 @@ fn second_tag_shares_layers_and_index_keeps_both() {
 fn concurrent_pulls_into_one_layout_take_turns() {
     let s = scratch();
     let dest = s.path().join("layout");
-    let mut a = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest, None)));
-    let mut b = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL2"), &oci(&dest, None)));
+    let mut a = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest)));
+    let mut b = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL2"), &oci(&dest)));
     let (ra, rb) = std::thread::scope(|sc| {
         let ta = sc.spawn(|| run(&mut a));
         let tb = sc.spawn(|| run(&mut b));
@@ -87,7 +75,7 @@ fn concurrent_pulls_into_one_layout_take_turns() {
     ra.json();
     rb.json();
     for tag in ["v1", "v2"] {
-        skopeo(&["inspect", &format!("oci:{}:{tag}", dest.display())]);
+        skopeo(&["inspect", &oci_tag(&dest, tag)]);
     }
 }
 
@@ -102,7 +90,7 @@ fn a_held_image_from_an_index_fetches_only_the_index() {
     let image = format!("{}/{repo}:v1", var("RIG_REGISTRY"));
     rig_copy(var("RIG_IMG_MULTI"), &image, &["--all"]);
     let s = scratch();
-    let dest = oci(&s.path().join("l"), None);
+    let dest = oci(&s.path().join("l"));
     let mark = registry_log_mark();
     let first = pulled(&image, &dest);
     let digest = first["manifest_digest"].as_str().unwrap().to_owned();
@@ -148,13 +136,13 @@ fn a_held_pinned_image_asks_the_registry_nothing() {
     let s = scratch();
     let layout = s.path().join("l");
     let mark = registry_log_mark();
-    let first = pulled(&image, &oci(&layout, Some("first")));
+    let first = pulled(&image, &oci_tag(&layout, "first"));
     assert_eq!(first["manifest_digest"], digest);
     assert_eq!(first["layers_fetched"], 3);
     assert!(fetched_since(mark, &repo, "manifests").contains(&digest));
 
     let mark = registry_log_mark();
-    let again = pulled(&image, &oci(&layout, Some("again")));
+    let again = pulled(&image, &oci_tag(&layout, "again"));
     assert_eq!(pulled_since(mark, &repo), 0, "the registry was asked");
     assert_eq!(again["manifest_digest"], digest);
     assert_eq!(again["source_digest"], digest);
@@ -176,7 +164,7 @@ fn a_held_pinned_image_asks_the_registry_nothing() {
     let policy = s.path().join("policy.json");
     std::fs::write(&policy, r#"{"default":[{"type":"reject"}]}"#).unwrap();
     let mark = registry_log_mark();
-    let mut c = with_rig_creds(pull_cmd(&image, &oci(&layout, Some("rejected"))));
+    let mut c = with_rig_creds(pull_cmd(&image, &oci_tag(&layout, "rejected")));
     c.arg("--policy").arg(&policy);
     run(&mut c).assert_failure(9);
     assert_eq!(pulled_since(mark, &repo), 0, "the registry was asked");
@@ -192,7 +180,7 @@ fn a_held_pinned_image_asks_the_registry_nothing() {
     let layer = manifest["layers"][0]["digest"].as_str().unwrap().to_owned();
     std::fs::remove_file(blob(&layer)).unwrap();
     let mark = registry_log_mark();
-    let refilled = pulled(&image, &oci(&layout, Some("refilled")));
+    let refilled = pulled(&image, &oci_tag(&layout, "refilled"));
     assert_eq!(refilled["layers_fetched"], 1);
     // Once, as the proxy opens the image: no `inspect` before it.
     assert_eq!(fetched_since(mark, &repo, "manifests"), [digest.as_str()]);
@@ -217,7 +205,7 @@ fn a_held_pinned_image_asks_the_registry_nothing() {
             }
         }
         let mark = registry_log_mark();
-        let fixed = pulled(&image, &oci(&layout, Some(how)));
+        let fixed = pulled(&image, &oci_tag(&layout, how));
         // Twice: by `inspect`, and by the proxy opening the pinned image
         // beside it (issue 46), whose blobs are all held this time.
         assert_eq!(
@@ -252,27 +240,23 @@ fn platform_is_chosen_from_the_index() {
     for arch in ["arm64", "amd64"] {
         let s = scratch();
         let dest = s.path().join("layout");
-        let mut c = with_rig_creds(pull_cmd(image, &oci(&dest, None)));
+        let mut c = with_rig_creds(pull_cmd(image, &oci(&dest)));
         c.args(["--platform", &format!("linux/{arch}")]);
         let r = run(&mut c).json();
         assert_eq!(r["manifest_digest"], digest_for(arch), "{arch}");
         // The worker's proxy, opening the tag beside the index's `inspect`,
         // resolved it to this host's instance: another one is opened after.
         assert_eq!(r["worker"]["opened_beside"], arch == "amd64", "{arch}");
-        let config: serde_json::Value = serde_json::from_str(&skopeo(&[
-            "inspect",
-            "--config",
-            &format!("oci:{}:v1", dest.display()),
-        ]))
-        .unwrap();
+        let config: serde_json::Value =
+            serde_json::from_str(&skopeo(&["inspect", "--config", &oci_tag(&dest, "v1")])).unwrap();
         assert_eq!(config["architecture"], arch);
     }
     // The default is this host's platform.
     let s = scratch();
-    let r = pulled(image, &oci(&s.path().join("l"), None));
+    let r = pulled(image, &oci(&s.path().join("l")));
     assert_eq!(r["manifest_digest"], digest_for("amd64"));
     // A platform the index lacks is "not found".
-    let mut c = with_rig_creds(pull_cmd(image, &oci(&s.path().join("none"), None)));
+    let mut c = with_rig_creds(pull_cmd(image, &oci(&s.path().join("none"))));
     c.args(["--platform", "linux/s390x"]);
     run(&mut c).assert_failure(4);
     assert!(!s.path().join("none").exists());
@@ -293,8 +277,9 @@ fn platform_of_a_single_image_is_its_config() {
         .to_owned();
     let s = scratch();
     let dest = s.path().join("layout");
-    let on_s390x = |image: &str, tag| {
-        let mut c = with_rig_creds(pull_cmd(image, &oci(&dest, tag)));
+    let on_s390x = |image: &str, tag: Option<&str>| {
+        let dest = tag.map_or_else(|| oci(&dest), |t| oci_tag(&dest, t));
+        let mut c = with_rig_creds(pull_cmd(image, &dest));
         c.args(["--platform", "linux/s390x"]);
         let r = run(&mut c);
         r.assert_failure(13);
@@ -311,7 +296,7 @@ fn platform_of_a_single_image_is_its_config() {
     assert!(!dest.exists(), "nothing published, nothing left");
     // A variant amd64 has no order for, the image naming none: taken, and
     // reported as the config says.
-    let mut c = with_rig_creds(pull_cmd(&image, &oci(&dest, None)));
+    let mut c = with_rig_creds(pull_cmd(&image, &oci(&dest)));
     c.args(["--platform", "linux/amd64/v3"]);
     assert_eq!(run(&mut c).json()["platform"], "linux/amd64");
     // The layout holds the config: checked from there, nothing comes.
@@ -332,20 +317,20 @@ fn pull_by_digest() {
     let repo = image.rsplit_once(':').unwrap().0;
     let s = scratch();
     let dest = s.path().join("layout");
-    let r = pulled(&format!("{repo}@{digest}"), &oci(&dest, Some("pinned")));
+    let r = pulled(&format!("{repo}@{digest}"), &oci_tag(&dest, "pinned"));
     assert_eq!(r["manifest_digest"], digest);
     assert_eq!(r["tag"], "pinned");
     // A digest the registry does not have.
     let absent = format!("{repo}@sha256:{}", "0".repeat(64));
     run(&mut with_rig_creds(pull_cmd(
         &absent,
-        &oci(&s.path().join("x"), Some("t")),
+        &oci_tag(&s.path().join("x"), "t"),
     )))
     .assert_failure(4);
     // Pinned by digest without a destination tag is a usage error.
     run(&mut with_rig_creds(pull_cmd(
         &format!("{repo}@{digest}"),
-        &oci(&s.path().join("y"), None),
+        &oci(&s.path().join("y")),
     )))
     .assert_failure(2);
 }
@@ -357,12 +342,12 @@ fn docker_schema2_image_is_stored_as_oci() {
     rig_copy(var("RIG_IMG_SMALL"), &dst, &["--format", "v2s2"]);
     let s = scratch();
     let dest = s.path().join("layout");
-    let r = pulled(&dst, &oci(&dest, None));
+    let r = pulled(&dst, &oci(&dest));
     // Verified against the registry's digest, stored in OCI form as skopeo copy does.
     assert_eq!(r["source_digest"], registry_digest(&dst));
     assert_ne!(r["manifest_digest"], r["source_digest"]);
     let inspected: serde_json::Value =
-        serde_json::from_str(&skopeo(&["inspect", &format!("oci:{}:v1", dest.display())])).unwrap();
+        serde_json::from_str(&skopeo(&["inspect", &oci_tag(&dest, "v1")])).unwrap();
     assert_eq!(inspected["Digest"], r["manifest_digest"]);
 }
 
@@ -442,7 +427,7 @@ fn failures_have_exit_codes_and_write_nothing() {
     for (name, image, args, code) in cases {
         let s = scratch();
         let dest = s.path().join("layout");
-        let mut c = pull_cmd(&image, &oci(&dest, None));
+        let mut c = pull_cmd(&image, &oci(&dest));
         c.args(&args);
         let r = run(&mut c);
         eprintln!("{name}: {}", r.stderr.trim());
@@ -453,10 +438,7 @@ fn failures_have_exit_codes_and_write_nothing() {
     for bad in ["a/b", "a..b", "a b"] {
         let s = scratch();
         let dest = s.path().join("layout");
-        let r = run(&mut with_rig_creds(pull_cmd(
-            small,
-            &format!("oci:{}:{bad}", dest.display()),
-        )));
+        let r = run(&mut with_rig_creds(pull_cmd(small, &oci_tag(&dest, bad))));
         r.assert_failure(2);
         assert!(!dest.exists());
     }
@@ -469,16 +451,16 @@ fn tampered_blob_is_refused_and_nothing_is_published() {
     // A fresh destination is not created.
     let s = scratch();
     let dest = s.path().join("layout");
-    run(&mut with_rig_creds(pull_cmd(image, &oci(&dest, None)))).assert_failure(7);
+    run(&mut with_rig_creds(pull_cmd(image, &oci(&dest)))).assert_failure(7);
     assert!(!dest.exists());
 
     // An existing layout is left exactly as it was.
     let existing = s.path().join("existing");
-    pulled(var("RIG_IMG_SMALL"), &oci(&existing, None));
+    pulled(var("RIG_IMG_SMALL"), &oci(&existing));
     let before = snapshot(&existing);
     run(&mut with_rig_creds(pull_cmd(
         image,
-        &oci(&existing, Some("tampered")),
+        &oci_tag(&existing, "tampered"),
     )))
     .assert_failure(7);
     assert_eq!(
@@ -517,14 +499,11 @@ fn secret_leak_scan() {
     let s = scratch();
     let dest = s.path().join("l");
     let since = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
-    let child = with_rig_creds(pull_cmd(
-        var("RIG_IMG_BIG"),
-        &format!("oci:{}", dest.display()),
-    ))
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    let child = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &oci(&dest)))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let pid = child.id();
     let (mut scans, mut saw_worker, mut saw_staging, mut scanned_files) = (0, false, false, false);
     let scan_files = |since| {
@@ -673,8 +652,8 @@ fn prune_removes_only_unreferenced_blobs() {
     let s = scratch();
     let dest = s.path().join("layout");
     // Tag t is v1, then moves to v2: v1's manifest, config and last layer go stale.
-    pulled(var("RIG_IMG_SMALL"), &oci(&dest, Some("t")));
-    let v2 = pulled(var("RIG_IMG_SMALL2"), &oci(&dest, Some("t")));
+    pulled(var("RIG_IMG_SMALL"), &oci_tag(&dest, "t"));
+    let v2 = pulled(var("RIG_IMG_SMALL2"), &oci_tag(&dest, "t"));
     let prune = || {
         let r = run(hostpull(&[]).args(["prune", "--json"]).arg(&dest));
         assert_eq!(r.code, 0, "{}", r.stderr);
@@ -683,13 +662,13 @@ fn prune_removes_only_unreferenced_blobs() {
     assert_eq!(prune()["blobs"], 3);
     assert_eq!(prune()["blobs"], 0);
     let inspected: serde_json::Value =
-        serde_json::from_str(&skopeo(&["inspect", &format!("oci:{}:t", dest.display())])).unwrap();
+        serde_json::from_str(&skopeo(&["inspect", &oci_tag(&dest, "t")])).unwrap();
     assert_eq!(inspected["Digest"], v2["manifest_digest"]);
     skopeo(&[
         "copy",
         "-q",
-        &format!("oci:{}:t", dest.display()),
-        &format!("oci:{}:t", s.path().join("copy").display()),
+        &oci_tag(&dest, "t"),
+        &oci_tag(&s.path().join("copy"), "t"),
     ]);
     // Not a layout: a usage error, and nothing touched.
     let r = run(hostpull(&[]).args(["prune"]).arg(s.path()));
@@ -701,9 +680,9 @@ fn prune_removes_only_unreferenced_blobs() {
 fn sigint_leaves_the_layout_as_it_was() {
     let s = scratch();
     let dest = s.path().join("layout");
-    pulled(var("RIG_IMG_SMALL"), &oci(&dest, None));
+    pulled(var("RIG_IMG_SMALL"), &oci(&dest));
     let before = snapshot(&dest);
-    let mut child = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &oci(&dest, Some("big"))))
+    let mut child = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &oci_tag(&dest, "big")))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -752,7 +731,7 @@ fn a_lying_worker_is_caught_by_root() {
         let (_dir, liar) = fake_worker("lie", protocol);
         let s = scratch();
         let dest = s.path().join("layout");
-        let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest, None)));
+        let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest)));
         c.arg("--skopeo").arg(&liar);
         let r = run(&mut c);
         r.assert_failure(7);
@@ -782,7 +761,7 @@ fn a_retryable_raw_blob_error_is_retried_to_an_identical_result() {
     let (_dir, flaky) = fake_worker(&format!("retryable {port}"), "0.2.8");
     let s = scratch();
     let dest = s.path().join("retried");
-    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest, None)));
+    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest)));
     c.arg("--skopeo").arg(&flaky);
     let r = run(&mut c);
     // If no session took the token, this does (and the checks below fail).
@@ -801,7 +780,7 @@ fn a_retryable_raw_blob_error_is_retried_to_an_identical_result() {
         registry_digest(var("RIG_IMG_SMALL"))
     );
     let clean = s.path().join("clean");
-    pulled(var("RIG_IMG_SMALL"), &oci(&clean, None));
+    pulled(var("RIG_IMG_SMALL"), &oci(&clean));
     assert_eq!(snapshot(&dest), snapshot(&clean));
 }
 
@@ -834,10 +813,10 @@ fn configuration_is_read_and_checked() {
     };
     // The sandbox comes from the file (no --sandbox on the command line).
     std::fs::write(&config, format!("[worker]\nsandbox = \"{}\"\n", sandbox())).unwrap();
-    let r = run(&mut pull(&oci(&s.path().join("a"), None))).json();
+    let r = run(&mut pull(&oci(&s.path().join("a")))).json();
     assert_eq!(r["worker"]["sandbox"], sandbox());
     std::fs::write(&config, "[worker\nsandbox = 1\n").unwrap();
-    let r = run(&mut pull(&oci(&s.path().join("b"), None)));
+    let r = run(&mut pull(&oci(&s.path().join("b"))));
     r.assert_failure(2);
     assert!(
         r.stderr.contains("/etc/hostpull/config.toml"),
@@ -855,7 +834,7 @@ fn ca_for_one_host() {
     let image = format!("{host}/hostpull/small:v1");
     let auth = authfile_for(&host, s.path());
     let pull = |ca_host: &str, dest: &str| {
-        let mut c = pull_cmd(&image, &oci(&s.path().join(dest), None));
+        let mut c = pull_cmd(&image, &oci(&s.path().join(dest)));
         c.arg("--authfile")
             .arg(&auth)
             .args(["--ca", &format!("{ca_host}={}", var("RIG_CA"))]);
@@ -893,7 +872,7 @@ fn client_certificate_with_a_private_key() {
         .expect("a PEM body line")
         .to_owned();
     let pull = |dest: &str| {
-        let mut c = pull_cmd(&image, &oci(&s.path().join(dest), None));
+        let mut c = pull_cmd(&image, &oci(&s.path().join(dest)));
         c.arg("--authfile")
             .arg(&auth)
             .args(["--timeout", "60", "--config-root"])
@@ -941,7 +920,7 @@ fn client_certificate_with_a_private_key() {
 fn progress_events_follow_the_schema() {
     let s = scratch();
     let events = s.path().join("progress.jsonl");
-    let dest = oci(&s.path().join("l"), None);
+    let dest = oci(&s.path().join("l"));
     let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &dest));
     c.args(["--progress-fd", "3"]);
     // The shell gives the pull an fd 3 open on the events file.
@@ -992,10 +971,7 @@ fn progress_events_follow_the_schema() {
         String::from_utf8_lossy(&check.stderr)
     );
     // Standard input, output and error are not for progress.
-    let mut c = with_rig_creds(pull_cmd(
-        var("RIG_IMG_SMALL"),
-        &oci(&s.path().join("m"), None),
-    ));
+    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&s.path().join("m"))));
     c.args(["--progress-fd", "1"]);
     run(&mut c).assert_failure(2);
 }
@@ -1071,7 +1047,7 @@ fn parent(pid: u32) -> Option<u32> {
 fn pull_runs_as_batch_work() {
     let s = scratch();
     for (chrt, want) in [(None, 3), (Some("--idle"), 5)] {
-        let dest = oci(&s.path().join(format!("{want}")), None);
+        let dest = oci(&s.path().join(format!("{want}")));
         let pull = with_rig_creds(pull_cmd(var("RIG_IMG_BIG"), &dest));
         let mut c = match chrt {
             None => pull,

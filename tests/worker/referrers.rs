@@ -28,7 +28,7 @@ fn pull_under(dir: &Path, image: &str, reqs: Value, attachments: bool) -> (Run, 
     std::fs::create_dir_all(dir).unwrap();
     let rd = registries_d(dir, &file_lookaside(), attachments);
     let out = dir.join("out");
-    let mut c = with_rig_creds(pull_cmd(image, &format!("oci:{}:v1", out.display())));
+    let mut c = with_rig_creds(pull_cmd(image, &oci_tag(&out, "v1")));
     c.arg("--policy")
         .arg(policy(dir, reqs))
         .arg("--registries.d")

@@ -54,7 +54,7 @@ pub(crate) fn file_lookaside() -> String {
 /// Pull `image` into `dir/out` under `policy` and `registries.d`.
 fn pull(dir: &Path, image: &str, policy: &Path, rd: &Path) -> (Run, PathBuf) {
     let out = dir.join("out");
-    let mut c = with_rig_creds(pull_cmd(image, &format!("oci:{}", out.display())));
+    let mut c = with_rig_creds(pull_cmd(image, &oci(&out)));
     c.arg("--policy").arg(policy).arg("--registries.d").arg(rd);
     (run(&mut c), out)
 }
@@ -145,10 +145,7 @@ fn gpg_rejections() {
     let (r, out) = pull(s.path(), var("RIG_IMG_SIGNED"), &signer, &rd);
     r.json();
     let before = snapshot(&out);
-    let mut c = with_rig_creds(pull_cmd(
-        var("RIG_IMG_COPIED"),
-        &format!("oci:{}", out.display()),
-    ));
+    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_COPIED"), &oci(&out)));
     c.arg("--policy")
         .arg(&signer)
         .arg("--registries.d")
@@ -309,7 +306,7 @@ fn a_held_pinned_image_is_verified_again() {
     let pull_as = |key: &str, tag: &str| {
         let d = s.path().join(tag);
         std::fs::create_dir(&d).unwrap();
-        let mut c = with_rig_creds(pull_cmd(&pinned, &format!("oci:{}:{tag}", out.display())));
+        let mut c = with_rig_creds(pull_cmd(&pinned, &oci_tag(&out, tag)));
         c.arg("--policy").arg(policy(&d, sigstore_key(key)));
         run(c.arg("--registries.d").arg(&rd))
     };
@@ -491,10 +488,7 @@ fn require_signature_and_plan() {
     let d = s.path().join("required");
     std::fs::create_dir(&d).unwrap();
     let out = d.join("out");
-    let mut c = with_rig_creds(pull_cmd(
-        var("RIG_IMG_SMALL"),
-        &format!("oci:{}", out.display()),
-    ));
+    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&out)));
     c.arg("--policy").arg(&accept).arg("--require-signature");
     let r = run(&mut c);
     r.assert_failure(9);
@@ -532,10 +526,7 @@ fn broken_or_missing_policies_are_usage_errors() {
     let root = s.path().join("root");
     std::fs::create_dir(&root).unwrap();
     let out = s.path().join("out");
-    let mut c = with_rig_creds(pull_cmd(
-        var("RIG_IMG_SMALL"),
-        &format!("oci:{}", out.display()),
-    ));
+    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&out)));
     c.arg("--config-root").arg(&root);
     let r = run(&mut c);
     r.assert_failure(2);
@@ -570,14 +561,19 @@ fn gpg_lookaside_over_https_with_its_own_ca() {
     let (cert, key) = (ca_dir.join("server.crt"), ca_dir.join("server.key"));
     let server = HttpServer::start(
         &format!("{}/lookaside", var("RIG_SIG_DIR")),
-        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()],
+        &[
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ],
     );
     let lookaside_host = format!("127.0.0.1:{}", server.port);
     let rd = registries_d(s.path(), &format!("https://{lookaside_host}"), false);
     let p = policy(s.path(), gpg_key("signer.asc"));
     let pull = |dir: &Path, cas: &[&str]| {
         let out = dir.join("out");
-        let mut c = pull_cmd(var("RIG_IMG_SIGNED"), &format!("oci:{}", out.display()));
+        let mut c = pull_cmd(var("RIG_IMG_SIGNED"), &oci(&out));
         c.args(["--authfile", var("RIG_AUTHFILE"), "--policy"])
             .arg(&p)
             .arg("--registries.d")
@@ -721,7 +717,7 @@ fn remap_identity_accepts_a_mirrored_name() {
         )
         .unwrap();
         let out = d.join("out");
-        let mut c = with_rig_creds(pull_cmd(&image, &format!("oci:{}", out.display())));
+        let mut c = with_rig_creds(pull_cmd(&image, &oci(&out)));
         c.arg("--policy").arg(&p).arg("--registries.d").arg(&rd);
         c.arg("--registries-conf").arg(&conf);
         (run(&mut c), out)

@@ -49,10 +49,7 @@ fn the_hosts_policy_never_applies_in_the_worker() {
         let skopeo = worker_with_host_policy(dir.path(), host_policy);
         let s = scratch();
         let dest = s.path().join("l");
-        let mut c = with_rig_creds(pull_cmd(
-            var("RIG_IMG_SMALL"),
-            &format!("oci:{}", dest.display()),
-        ));
+        let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest)));
         c.arg("--skopeo").arg(&skopeo).args(["--policy", ACCEPT]);
         let r = run(&mut c).json();
         assert_eq!(
@@ -74,10 +71,7 @@ fn host_pass_a_rejecting_etc_policy_json_does_not_reach_any_worker() {
     let s = scratch();
     for (i, worker) in var("RIG_WORKERS").split(' ').enumerate() {
         let dest = s.path().join(format!("l{i}"));
-        let mut pull = with_rig_creds(pull_cmd(
-            var("RIG_IMG_SMALL"),
-            &format!("oci:{}", dest.display()),
-        ));
+        let mut pull = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &oci(&dest)));
         pull.args(["--skopeo", worker, "--policy", ACCEPT]);
         let r = run(&mut with_rejecting_etc_policy_json(&pull, s.path())).json();
         assert_eq!(
@@ -94,7 +88,7 @@ fn host_pass_a_rejecting_etc_policy_json_does_not_reach_any_worker() {
 #[test]
 fn the_report_names_the_worker_and_its_protocol() {
     let s = scratch();
-    let dest = format!("oci:{}", s.path().join("l").display());
+    let dest = oci(&s.path().join("l"));
     let r = pulled(var("RIG_IMG_SMALL"), &dest);
     let w = &r["worker"];
     assert_eq!(w["protocol"], worker_protocol());
@@ -108,10 +102,7 @@ fn the_report_names_the_worker_and_its_protocol() {
     let dir = dir_under_run();
     let link = dir.path().join("my-skopeo");
     std::os::unix::fs::symlink(other, &link).unwrap();
-    let mut c = with_rig_creds(pull_cmd(
-        var("RIG_IMG_SMALL2"),
-        &format!("oci:{}", s.path().join("m").display()),
-    ));
+    let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL2"), &oci(&s.path().join("m"))));
     c.env_remove("HOSTPULL_SKOPEO").arg("--skopeo").arg(&link);
     let w = &run(&mut c).json()["worker"];
     assert_eq!(
@@ -147,7 +138,7 @@ fn the_worker_version_is_asked_once_per_binary() {
         std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     };
     write_wrapper("first");
-    let dest = format!("oci:{}", s.path().join("l").display());
+    let dest = oci(&s.path().join("l"));
     let version = skopeo_version(&worker_skopeo());
     let times_asked = |with_state: bool| {
         let mut c = with_rig_creds(pull_cmd(var("RIG_IMG_SMALL"), &dest));
@@ -224,7 +215,7 @@ fn registry_errors_are_classified_by_code_and_status_not_by_words() {
     let s = scratch();
     let mut wrong = Vec::new();
     for (i, (repo, want)) in cases.iter().enumerate() {
-        let dest = format!("oci:{}", s.path().join(format!("l{i}")).display());
+        let dest = oci(&s.path().join(format!("l{i}")));
         let mut c = pull_cmd(&format!("127.0.0.1:{port}/{repo}:v1"), &dest);
         // A failure ends at --timeout; a pull that succeeds gets the time it needs.
         let timeout = if *want == 0 { "60" } else { "3" };
