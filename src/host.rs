@@ -14,6 +14,7 @@ use rustix::fd::{AsFd as _, OwnedFd};
 use rustix::fs::{OFlags, ResolveFlags};
 
 use crate::error::{Kind, fail};
+use crate::open::{self, Links};
 use crate::plan::host::{
     FileKind, Host, PLUGIN_ANSWER_MAX, PROVIDER_CACHE, PluginCall, PluginError,
 };
@@ -86,18 +87,21 @@ impl Host for System {
         &self.root
     }
 
+    /// A regular file's bytes (src/open.rs: a FIFO is refused, never
+    /// waited on).
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         use std::io::Read as _;
         let opened = self
             .below_root(path)
-            .and_then(|rel| self.open_in_root(rel, OFlags::RDONLY));
+            .and_then(|rel| self.open_in_root(rel, open::flags(Links::Follow)));
         match opened {
             Some(fd) => {
-                let mut bytes = Vec::new();
-                std::fs::File::from(fd?).read_to_end(&mut bytes)?;
+                let (file, len) = open::regular_fd(fd?)?;
+                let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+                (&file).read_to_end(&mut bytes)?;
                 Ok(bytes)
             }
-            None => std::fs::read(path),
+            None => open::read(path, Links::Follow),
         }
     }
 
@@ -273,22 +277,18 @@ fn run_root_plugin(
 }
 
 /// Open a trust file (a CA, a client certificate or key) to read, or fail with
-/// a usage error naming it: a directory, a dangling link or a file that cannot
-/// be read is configuration to fix. Anything but a regular file is refused
-/// before it is opened (opening a FIFO would block).
+/// a usage error naming it: a directory, a FIFO, a dangling link or a file
+/// that cannot be read is configuration to fix (src/open.rs: checked on
+/// the open file, and a FIFO is not waited on).
 pub fn open_trust_file(path: &Path) -> anyhow::Result<std::fs::File> {
-    match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => {
-            return fail(
-                Kind::Usage,
-                format!("{}: not a regular file", path.display()),
-            );
-        }
-        Ok(_) => {}
-        Err(e) => return fail(Kind::Usage, format!("reading {}: {e}", path.display())),
+    match open::regular(path, Links::Follow) {
+        Ok((file, _)) => Ok(file),
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => fail(
+            Kind::Usage,
+            format!("{}: not a regular file", path.display()),
+        ),
+        Err(e) => fail(Kind::Usage, format!("reading {}: {e}", path.display())),
     }
-    std::fs::File::open(path)
-        .or_else(|e| fail(Kind::Usage, format!("reading {}: {e}", path.display())))
 }
 
 /// A trust file's bytes, with [`open_trust_file`]'s errors.

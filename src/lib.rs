@@ -34,6 +34,7 @@ pub(crate) mod handoff;
 pub mod host;
 pub mod manifest;
 pub(crate) mod metered;
+pub(crate) mod open;
 pub mod options;
 pub mod plan;
 pub(crate) mod progress;

@@ -39,8 +39,8 @@ pub(super) async fn lookaside(
 
 fn read_limited(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
     use std::io::Read as _;
-    let f = match std::fs::File::open(path) {
-        Ok(f) => f,
+    let f = match crate::open::regular(path, crate::open::Links::Follow) {
+        Ok((f, _)) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
             return fail(

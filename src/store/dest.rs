@@ -322,14 +322,8 @@ impl Drop for PutBack<'_> {
 /// opened without following a link and without waiting on a FIFO.
 fn read_plain(path: &std::path::Path, max: u64) -> Option<Vec<u8>> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    let meta = file.metadata().ok()?;
-    if !meta.is_file() || meta.len() > max {
+    let (file, len) = crate::open::regular(path, crate::open::Links::Refuse).ok()?;
+    if len > max {
         return None;
     }
     let mut raw = Vec::new();

@@ -45,6 +45,7 @@ use serde_json::{Value, json};
 
 use crate::digest::Sha256Digest;
 use crate::manifest::{Descriptor, Manifest, OCI_MANIFEST};
+use crate::open::Links;
 
 /// The hidden first argument that makes `hostpull-ostree-import` the server.
 pub const VERB: &str = "__layout-proxy";
@@ -311,28 +312,19 @@ impl Server {
     /// `None` if it is not there. Only verified bytes are ever linked under
     /// a digest.
     fn staged(&self, blob: &Descriptor) -> anyhow::Result<Option<OwnedFd>> {
-        use rustix::fs::{Mode, OFlags};
-        let fd = match rustix::fs::open(
-            self.blob_path(&blob.digest),
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(rustix::io::Errno::NOENT) => return Ok(None),
-            Err(e) => {
+        let file = match crate::open::regular(&self.blob_path(&blob.digest), Links::Refuse) {
+            Ok((file, len)) if len == blob.size => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() != std::io::ErrorKind::InvalidInput => {
                 return Err(e).with_context(|| format!("opening staged blob {}", blob.digest));
             }
-        };
-        let st = rustix::fs::fstat(&fd)?;
-        let regular = rustix::fs::FileType::from_raw_mode(st.st_mode).is_file();
-        if !regular || st.st_size as u64 != blob.size {
-            anyhow::bail!(
+            _ => anyhow::bail!(
                 "staged blob {} is not a file of {} bytes",
                 blob.digest,
                 blob.size
-            );
-        }
-        Ok(Some(fd))
+            ),
+        };
+        Ok(Some(OwnedFd::from(file)))
     }
 
     /// [`Self::staged`], and while the pull that this server follows goes

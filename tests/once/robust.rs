@@ -49,6 +49,73 @@ fn unreadable_trust_files_are_usage_errors_naming_them() {
     }
 }
 
+/// A FIFO where a file is expected (the config root's policy.json, an
+/// authfile, a certs.d CA) is refused at once, exit 2 naming it: opening one
+/// to read would wait forever for a writer (src/open.rs). Each command gets
+/// 30 s; main waited past them on the first two.
+#[test]
+fn a_fifo_for_a_file_is_refused_not_waited_on() {
+    let s = scratch();
+    let mkfifo = |p: &std::path::Path| {
+        let _ = std::fs::remove_file(p);
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(p)
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    let policy_root = config_root(s.path().join("policy"));
+    let policy = policy_root.join("etc/containers/policy.json");
+    mkfifo(&policy);
+    let auth = s.path().join("auth.json");
+    mkfifo(&auth);
+    let ca_root = config_root(s.path().join("ca"));
+    let ca = ca_root.join("etc/containers/certs.d/127.0.0.1:1/ca.crt");
+    std::fs::create_dir_all(ca.parent().unwrap()).unwrap();
+    mkfifo(&ca);
+    let plain_root = config_root(s.path().join("plain"));
+    let cases = [
+        (&policy_root, None, &policy),
+        (&plain_root, Some(&auth), &auth),
+        (&ca_root, None, &ca),
+    ];
+    for (root, authfile, named) in cases {
+        let mut c = pull_cmd("127.0.0.1:1/x:v1", &oci(&s.path().join("l")));
+        c.arg("--config-root").arg(root);
+        if let Some(a) = authfile {
+            c.arg("--authfile").arg(a);
+        }
+        let mut child = c
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if start.elapsed() > std::time::Duration::from_secs(30) {
+                child.kill().unwrap();
+                panic!("still waiting on the FIFO {} after 30 s", named.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(2), "{err}");
+        assert!(err.contains(named.to_str().unwrap()), "{err}");
+        assert!(err.contains("not a regular file"), "{err}");
+        assert_eq!(
+            err.lines().filter(|l| l.starts_with("error:")).count(),
+            1,
+            "{err}"
+        );
+    }
+}
+
 #[path = "../../fuzz/src/contract.rs"]
 #[allow(dead_code)]
 mod contract;
