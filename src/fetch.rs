@@ -17,6 +17,7 @@ use crate::progress::Progress;
 use crate::report::{CredentialReport, Report, next_credentials, on_host};
 use crate::sandbox::{Worker, naming_proxy};
 use crate::signature::Verdict;
+use crate::store::cstorage::Served;
 use crate::store::{Destination, Layout};
 use crate::verify;
 use transfer::{Flow, Tally, transfer};
@@ -31,6 +32,8 @@ struct Resolved {
     source_digest: Sha256Digest,
     /// The registry's bytes of it, as served (`raw` before its conversion).
     served: Vec<u8>,
+    /// The registry's bytes of the index it was chosen from, if any.
+    index: Option<Vec<u8>>,
     /// The digest and bytes of the manifest as the layout stores it: the
     /// registry's own, or its OCI form when the registry served Docker schema2.
     digest: Sha256Digest,
@@ -65,6 +68,7 @@ impl Resolved {
             toplevel,
             source_digest,
             served,
+            index: None,
             digest: digest::sha256(&raw),
             raw,
             manifest,
@@ -432,7 +436,11 @@ async fn open_layout(
     let root = rustix::process::geteuid().is_root();
     crate::plan::space::check(rule, &fs, root, &sizes, resolved.raw.len() as u64)?;
     let manifest = (&resolved.digest, resolved.raw.as_slice());
-    let served = (&resolved.source_digest, resolved.served.as_slice());
+    let served = Served {
+        digest: &resolved.source_digest,
+        raw: &resolved.served,
+        index: resolved.index.as_deref(),
+    };
     dest.begin(&layout, planned.target.tag(), manifest, served)
         .await?;
     Ok((Arc::new(layout), missing))
@@ -482,17 +490,20 @@ async fn resolve(worker: &Worker, plan: &Plan, dest: &Destination) -> anyhow::Re
         Parsed::Index(index) => {
             let d = manifest::select(&index, &plan.platform)?;
             tracing::info!("{}: chose {} for {}", plan.image, d.digest, plan.platform);
-            let raw = match dest.held_manifest(&d.digest, Some(d.size)).await {
-                Some(raw) => raw,
+            let instance = match dest.held_manifest(&d.digest, Some(d.size)).await {
+                Some(instance) => instance,
                 None => {
                     worker
                         .inspect_raw(&plan.image.with_digest(&d.digest), MANIFEST_MAX)
                         .await?
                 }
             };
-            verify::check_bytes("manifest", &raw, &d.digest, d.size)?;
-            let parsed = manifest::parse(&raw)?;
-            Resolved::new(digest, d.digest.clone(), raw, parsed)
+            verify::check_bytes("manifest", &instance, &d.digest, d.size)?;
+            let parsed = manifest::parse(&instance)?;
+            Ok(Resolved {
+                index: Some(raw),
+                ..Resolved::new(digest, d.digest.clone(), instance, parsed)?
+            })
         }
         parsed => Resolved::new(digest.clone(), digest, raw, parsed),
     }

@@ -35,6 +35,18 @@ struct Held {
     raw: Vec<u8>,
 }
 
+/// What the registry served for the image, as the bytes came: its manifest,
+/// and the index it was chosen from, if any.
+#[derive(Debug, Clone, Copy)]
+pub struct Served<'a> {
+    /// The manifest's digest.
+    pub digest: &'a Sha256Digest,
+    /// The manifest.
+    pub raw: &'a [u8],
+    /// The index, if the reference named one.
+    pub index: Option<&'a [u8]>,
+}
+
 /// A `containers-storage:` destination of one pull.
 #[derive(Debug)]
 pub struct Storage {
@@ -47,8 +59,12 @@ pub struct Storage {
     domain: Option<CString>,
     staging: OnceLock<Staging>,
     held: tokio::sync::OnceCell<Option<Held>>,
-    /// The registry's manifest of the image the pull staged: its digest and bytes.
-    pulled: OnceLock<Held>,
+    /// Where the image under the name is an index: the instance of it the
+    /// store has, looked up by its digest, once.
+    instance: tokio::sync::OnceCell<Option<Held>>,
+    /// The registry's manifest of the image the pull staged (digest and
+    /// bytes), and the index it was chosen from.
+    pulled: OnceLock<(Held, Option<Held>)>,
 }
 
 impl Storage {
@@ -73,6 +89,7 @@ impl Storage {
             domain: domain.map(CString::new).transpose()?,
             staging: OnceLock::new(),
             held: tokio::sync::OnceCell::new(),
+            instance: tokio::sync::OnceCell::new(),
             pulled: OnceLock::new(),
         })
     }
@@ -93,26 +110,50 @@ impl Storage {
     async fn held(&self) -> Option<&Held> {
         let read = async {
             let written = self.dest.written(self.image.digest.as_ref())?;
-            let raw = self
-                .skopeo(["inspect", "--raw", &format!("{PREFIX}{written}")])
-                .await
-                .inspect_err(|e| tracing::debug!("reading {PREFIX}{written}: {e:#}"))
-                .ok()
-                .filter(|r| r.len() as u64 <= crate::manifest::MANIFEST_MAX)?;
-            Some(Held {
-                digest: crate::digest::sha256(&raw),
-                raw,
-            })
+            self.inspect(&written).await
         };
         self.held.get_or_init(|| read).await.as_ref()
     }
 
+    /// The manifest `written` names in the store, as `inspect --raw` reads it.
+    async fn inspect(&self, written: &str) -> Option<Held> {
+        let raw = self
+            .skopeo(&["inspect", "--raw", &format!("{PREFIX}{written}")])
+            .await
+            .inspect_err(|e| tracing::debug!("reading {PREFIX}{written}: {e:#}"))
+            .ok()
+            .filter(|r| r.len() as u64 <= crate::manifest::MANIFEST_MAX)?;
+        Some(Held {
+            digest: crate::digest::sha256(&raw),
+            raw,
+        })
+    }
+
+    /// The manifest `digest` the store holds: the image under the name, or,
+    /// where that is an index listing `digest`, the instance of it the store
+    /// has (the copy stores the index beside the instance it chose, as
+    /// `podman pull` does), looked up by its digest.
+    async fn held_instance(&self, digest: &Sha256Digest) -> Option<&Held> {
+        let held = self.held().await?;
+        if held.digest == *digest {
+            return Some(held);
+        }
+        let Ok(Parsed::Index(index)) = crate::manifest::parse(&held.raw) else {
+            return None;
+        };
+        if !index.manifests.iter().any(|d| d.digest == *digest) {
+            return None;
+        }
+        let read = async {
+            let name = self.dest.pinned(digest);
+            self.inspect(&name).await.filter(|h| h.digest == *digest)
+        };
+        self.instance.get_or_init(|| read).await.as_ref()
+    }
+
     /// The held manifest's bytes, if they are `digest`'s.
     pub async fn held_manifest(&self, digest: &Sha256Digest) -> Option<Vec<u8>> {
-        self.held()
-            .await
-            .filter(|h| h.digest == *digest)
-            .map(|h| h.raw.clone())
+        self.held_instance(digest).await.map(|h| h.raw.clone())
     }
 
     /// Whether the store has an image under the name.
@@ -128,69 +169,93 @@ impl Storage {
         digest: &Sha256Digest,
         manifest: &Manifest,
     ) -> HashSet<Sha256Digest> {
-        let Some(held) = self.held().await else {
-            return HashSet::new();
-        };
-        if held.digest == *digest {
+        if self.held_instance(digest).await.is_some() {
             return manifest.blobs().map(|d| d.digest.clone()).collect();
         }
-        match crate::manifest::parse(&held.raw) {
-            Ok(Parsed::Manifest(m, _)) => m.layers.into_iter().map(|d| d.digest).collect(),
+        match self.held().await.map(|h| crate::manifest::parse(&h.raw)) {
+            Some(Ok(Parsed::Manifest(m, _))) => m.layers.into_iter().map(|d| d.digest).collect(),
             _ => HashSet::new(),
         }
     }
 
-    /// The image is accepted: `served` (the registry's manifest, digest and
-    /// bytes) is what the store gets.
-    pub fn begin(&self, (digest, raw): (&Sha256Digest, &[u8])) {
-        let _ = self.pulled.set(Held {
-            digest: digest.clone(),
+    /// The image is accepted: `served` (the registry's manifest, and its
+    /// index) is what the store gets.
+    pub fn begin(&self, served: Served<'_>) {
+        let held = |raw: &[u8]| Held {
+            digest: crate::digest::sha256(raw),
             raw: raw.to_vec(),
-        });
+        };
+        let manifest = Held {
+            digest: served.digest.clone(),
+            raw: served.raw.to_vec(),
+        };
+        let _ = self.pulled.set((manifest, served.index.map(held)));
     }
 
     /// After a good pull: copy the staged image into the store, unless it
     /// holds that image under the name already. Returns how consumers name
     /// it, `containers-storage:[STORE]NAME@DIGEST`.
     pub async fn finish(&self) -> anyhow::Result<String> {
-        let Some(Held { digest, raw }) = self.pulled.get() else {
+        let Some((manifest, index)) = self.pulled.get() else {
             return fail(Kind::Handoff, "the pull staged no image");
         };
+        let digest = &manifest.digest;
         let stored = format!("{PREFIX}{}", self.dest.pinned(digest));
-        if self.held().await.is_some_and(|h| h.digest == *digest) {
+        if self.held_instance(digest).await.is_some() {
             return Ok(stored);
         }
-        let Some(written) = self.dest.written(Some(digest)) else {
+        // An image from an index is written under the index's digest where a
+        // digest names it: the name then finds the index, as the pin does.
+        let top = index.as_ref().unwrap_or(manifest);
+        let Some(written) = self.dest.written(Some(&top.digest)) else {
             return fail(Kind::Handoff, "nothing names the image in the store");
         };
-        let from = format!("dir:{}", self.dir_view(raw)?.display());
+        let from = format!("dir:{}", self.dir_view(manifest, index.as_ref())?.display());
         let to = format!("{PREFIX}{written}");
-        self.skopeo([
+        let mut args = vec![
             "copy",
             "--quiet",
             "--preserve-digests",
             // Root has applied the signature policy to the registry's image;
             // this copy is between two of its own stores.
             "--insecure-policy",
-            &from,
-            &to,
-        ])
-        .await
-        .with_context(|| format!("copying the image into {to}"))?;
+        ];
+        // The copy picks the index's instance by platform: the one the pull
+        // chose, by the platform its entry names.
+        let platform = index.as_ref().and_then(|i| entry_platform(&i.raw, digest));
+        if let Some(p) = &platform {
+            args.extend(["--override-os", &p.os, "--override-arch", &p.architecture]);
+            if let Some(v) = &p.variant {
+                args.extend(["--override-variant", v]);
+            }
+        }
+        args.extend([from.as_str(), to.as_str()]);
+        self.skopeo(&args)
+            .await
+            .with_context(|| format!("copying the image into {to}"))?;
         Ok(stored)
     }
 
-    /// containers-image's `dir:` layout beside the staging layout: `raw` as
-    /// its manifest.json, and a hard link to each of its blobs the staging
-    /// has (those it lacks the store has: the copy reuses them).
-    fn dir_view(&self, raw: &[u8]) -> anyhow::Result<PathBuf> {
+    /// containers-image's `dir:` layout beside the staging layout: the
+    /// manifest as served as its manifest.json, or the index it came from
+    /// with the manifest beside it as that instance's (`HEX.manifest.json`);
+    /// and a hard link to each of its blobs the staging has (those it lacks
+    /// the store has: the copy reuses them).
+    fn dir_view(&self, manifest: &Held, index: Option<&Held>) -> anyhow::Result<PathBuf> {
         let layout = self.layout()?;
         let dir = layout.with_file_name("dir");
         let made = (|| {
             std::fs::create_dir(&dir)?;
             std::fs::write(dir.join("version"), "Directory Transport Version: 1.1\n")?;
-            std::fs::write(dir.join("manifest.json"), raw)?;
-            let blobs = match crate::manifest::parse(raw) {
+            match index {
+                Some(index) => {
+                    std::fs::write(dir.join("manifest.json"), &index.raw)?;
+                    let instance = format!("{}.manifest.json", manifest.digest.hex());
+                    std::fs::write(dir.join(instance), &manifest.raw)?;
+                }
+                None => std::fs::write(dir.join("manifest.json"), &manifest.raw)?,
+            }
+            let blobs = match crate::manifest::parse(&manifest.raw) {
                 Ok(Parsed::Manifest(m, _)) => {
                     m.blobs().map(|d| d.digest.hex().to_owned()).collect()
                 }
@@ -210,7 +275,7 @@ impl Storage {
 
     /// Run root's skopeo with `args`, locally: a clean environment, no
     /// stdin. Its stdout, if it succeeds.
-    async fn skopeo<const N: usize>(&self, args: [&str; N]) -> anyhow::Result<Vec<u8>> {
+    async fn skopeo(&self, args: &[&str]) -> anyhow::Result<Vec<u8>> {
         let mut c = tokio::process::Command::new(&self.skopeo);
         c.args(args)
             .env_clear()
@@ -278,4 +343,17 @@ fn set_exec_context(domain: &CStr) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The platform the entry of `index` for `digest` names.
+fn entry_platform(index: &[u8], digest: &Sha256Digest) -> Option<crate::manifest::Platform> {
+    match crate::manifest::parse(index) {
+        Ok(Parsed::Index(i)) => {
+            i.manifests
+                .into_iter()
+                .find(|d| d.digest == *digest)?
+                .platform
+        }
+        _ => None,
+    }
 }

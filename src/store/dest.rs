@@ -202,7 +202,7 @@ impl Destination {
         layout: &Layout,
         tag: &str,
         (digest, raw): (&Sha256Digest, &[u8]),
-        served: (&Sha256Digest, &[u8]),
+        served: crate::store::cstorage::Served<'_>,
     ) -> anyhow::Result<()> {
         let Self::Ostree {
             start,

@@ -130,6 +130,42 @@ fn a_pinned_image_the_store_holds_asks_no_registry() {
     );
 }
 
+/// An index pinned by digest (a multi-arch OS image, as the daemon's
+/// `osImageURL` may name one): the store gets the index beside the instance
+/// chosen, as `podman pull` stores one, so that NAME@INDEX and NAME@INSTANCE
+/// both name the image; pinned again, held, it asks no registry (P6).
+#[test]
+fn an_index_pinned_by_digest_is_held_by_it() {
+    let s = scratch();
+    let repo = format!("hostpull/cs-index-{}", std::process::id());
+    let name = format!("{}/{repo}", var("RIG_REGISTRY"));
+    rig_copy(var("RIG_IMG_MULTI"), &format!("{name}:v1"), &["--all"]);
+    let index = registry_digest(&format!("{name}:v1"));
+    let pinned = format!("{name}@{index}");
+    let dest = format!("containers-storage:{}", store(s.path()));
+    let first = pulled(&pinned, &dest);
+    let instance = first["source_digest"].as_str().unwrap().to_owned();
+    assert_ne!(instance, index, "{first}");
+    for d in [&index, &instance] {
+        let image = format!("{name}@{d}");
+        assert!(
+            podman(s.path(), &["image", "exists", &image]).is_some(),
+            "{image}"
+        );
+    }
+    assert_eq!(inspected(s.path(), &pinned)["Digest"], index);
+
+    let mark = registry_log_mark();
+    let again = pulled(&pinned, &dest);
+    assert_eq!(pulled_since(mark, &repo), 0, "the registry was asked");
+    assert_eq!(again["layers_fetched"], 0);
+    assert!(again["worker"]["unit"].is_null(), "{again}");
+    assert_eq!(
+        again["stored"],
+        format!("containers-storage:{}{name}@{instance}", store(s.path()))
+    );
+}
+
 /// A pull that fails verification writes nothing podman shows, and leaves
 /// no staging layout behind.
 #[test]
