@@ -9,6 +9,7 @@ use std::path::Path;
 
 use super::Request;
 use super::host::{FileKind, Host};
+use super::imgref::cstorage::{KEPT_ENV, Writer};
 use super::imgref::{Dest, ImageRef, OstreeDest, Target};
 use crate::error::{Kind, fail};
 
@@ -35,7 +36,7 @@ pub(super) fn destination(
         Dest::Storage(dest) => Target::Storage {
             dest: dest.resolve(&image),
             tag: image.tag.clone().unwrap_or_else(|| "latest".to_owned()),
-            domain: storage_domain(host),
+            writer: storage_writer(host)?,
         },
         Dest::Ostree(dest) => {
             check_ostree(host, &dest, cfg!(feature = "ostree"))?;
@@ -61,6 +62,33 @@ pub(super) fn destination(
         }
     };
     Ok((image, Some(target)))
+}
+
+/// How root writes containers-storage: its own skopeo, the first on `PATH`
+/// (without one the pull fails now, exit 10, before it fetches), with the
+/// environment it keeps, in [`storage_domain`].
+fn storage_writer(host: &dyn Host) -> anyhow::Result<Writer> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let path = host.env("PATH").unwrap_or_default();
+    let Some(skopeo) = (path.as_bytes().split(|b| *b == b':'))
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(std::ffi::OsStr::from_bytes(d)).join("skopeo"))
+        .find(|p| host.kind(p).ok() == Some(FileKind::File))
+    else {
+        return fail(
+            Kind::Handoff,
+            "skopeo, which writes into containers-storage, is not on PATH",
+        );
+    };
+    let env = KEPT_ENV
+        .iter()
+        .filter_map(|k| Some(((*k).to_owned(), host.env(k)?)))
+        .collect();
+    Ok(Writer {
+        skopeo,
+        env,
+        domain: storage_domain(host),
+    })
 }
 
 /// The domain in which root's skopeo writes containers-storage: with SELinux
@@ -318,7 +346,9 @@ mod tests {
             (false, Some("system_u:system_r:hostpull_t:s0"), None),
         ];
         for (selinux, current, want) in cases {
-            let mut h = MemHost::new("/root");
+            let mut h = MemHost::new("/root")
+                .var("PATH", "/usr/bin")
+                .file("/usr/bin/skopeo", "");
             if let Some(c) = current {
                 h = h.file("/proc/self/attr/current", c);
             }
@@ -326,10 +356,36 @@ mod tests {
             assert_eq!(storage_domain(&h).as_deref(), want, "{current:?}");
             let r = req(Some("containers-storage:x/y:v1"), false);
             let (_, target) = destination(&r, &h).unwrap();
-            let Some(Target::Storage { domain, .. }) = target else {
+            let Some(Target::Storage { writer, .. }) = target else {
                 panic!("{target:?}")
             };
-            assert_eq!(domain.as_deref(), want);
+            assert_eq!(writer.domain.as_deref(), want);
         }
+    }
+
+    /// Root's skopeo is the first on the host's PATH, with what it keeps of
+    /// the environment; without one, the plan fails (exit 10) before any
+    /// fetch.
+    #[test]
+    fn the_store_is_written_by_the_skopeo_on_path_with_its_storage_conf() {
+        let h = MemHost::new("/root")
+            .var("PATH", "/nowhere:/sbin:/usr/bin")
+            .file("/usr/bin/skopeo", "")
+            .file("/sbin/skopeo/x", "")
+            .var("CONTAINERS_STORAGE_CONF", "/etc/s.conf")
+            .var("REGISTRY_AUTH_FILE", "/x");
+        let r = req(Some("containers-storage:x/y:v1"), false);
+        let Some(Target::Storage { writer, .. }) = destination(&r, &h).unwrap().1 else {
+            panic!()
+        };
+        assert_eq!(writer.skopeo, Path::new("/usr/bin/skopeo"));
+        assert_eq!(
+            writer.env,
+            [("CONTAINERS_STORAGE_CONF".to_owned(), "/etc/s.conf".into())]
+        );
+        let none = MemHost::new("/root").var("PATH", "/sbin");
+        let e = destination(&r, &none).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 10, "{e}");
+        assert!(e.to_string().contains("skopeo"), "{e}");
     }
 }

@@ -337,9 +337,8 @@ pub enum Target {
         dest: cstorage::StorageRef,
         /// The staging layout's tag, which nobody else sees.
         tag: String,
-        /// The SELinux context root's skopeo writes the store in, if any
-        /// (selinux/hostpull.te's `hostpull_storage_t`).
-        domain: Option<String>,
+        /// How root writes the store.
+        writer: cstorage::Writer,
     },
 }
 

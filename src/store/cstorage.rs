@@ -21,12 +21,8 @@ use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind, fail, one_line};
 use crate::manifest::{Manifest, Parsed};
 use crate::plan::imgref::ImageRef;
-use crate::plan::imgref::cstorage::{PREFIX, STAGING_DIR, StorageRef};
+use crate::plan::imgref::cstorage::{PREFIX, STAGING_DIR, StorageRef, Writer};
 use crate::store::ostree::Staging;
-
-/// The environment root's skopeo keeps: where storage.conf and
-/// containers.conf are, as podman reads them.
-const KEPT_ENV: [&str; 2] = ["CONTAINERS_STORAGE_CONF", "CONTAINERS_CONF"];
 
 /// What the store holds under the destination's name, as read before the fetch.
 #[derive(Debug)]
@@ -53,8 +49,8 @@ pub struct Storage {
     dest: StorageRef,
     /// The image as pulled: a pinned one is looked for by its digest.
     image: ImageRef,
-    /// Root's skopeo, found on `PATH` before anything is fetched.
-    skopeo: PathBuf,
+    /// How root's skopeo runs, as planned.
+    writer: Writer,
     /// The SELinux context it runs in, if one was decided.
     domain: Option<CString>,
     staging: OnceLock<Staging>,
@@ -68,25 +64,13 @@ pub struct Storage {
 }
 
 impl Storage {
-    /// The destination `dest` for a pull of `image`, written by a skopeo
-    /// that runs in `domain` if one is given; without a skopeo on `PATH` the
-    /// pull fails now (exit 10), before it fetches.
-    pub fn new(dest: &StorageRef, image: &ImageRef, domain: Option<&str>) -> anyhow::Result<Self> {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let Some(skopeo) = std::env::split_paths(&path)
-            .map(|d| d.join("skopeo"))
-            .find(|p| p.is_file())
-        else {
-            return fail(
-                Kind::Handoff,
-                "skopeo, which writes into containers-storage, is not on PATH",
-            );
-        };
+    /// The destination `dest` for a pull of `image`, written as `writer` says.
+    pub fn new(dest: &StorageRef, image: &ImageRef, writer: &Writer) -> anyhow::Result<Self> {
         Ok(Self {
             dest: dest.clone(),
             image: image.clone(),
-            skopeo,
-            domain: domain.map(CString::new).transpose()?,
+            writer: writer.clone(),
+            domain: writer.domain.clone().map(CString::new).transpose()?,
             staging: OnceLock::new(),
             held: tokio::sync::OnceCell::new(),
             instance: tokio::sync::OnceCell::new(),
@@ -276,18 +260,15 @@ impl Storage {
     /// Run root's skopeo with `args`, locally: a clean environment, no
     /// stdin. Its stdout, if it succeeds.
     async fn skopeo(&self, args: &[&str]) -> anyhow::Result<Vec<u8>> {
-        let mut c = tokio::process::Command::new(&self.skopeo);
+        let skopeo = &self.writer.skopeo;
+        let mut c = tokio::process::Command::new(skopeo);
         c.args(args)
             .env_clear()
             .env(
                 "PATH",
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             )
-            .envs(
-                KEPT_ENV
-                    .iter()
-                    .filter_map(|k| Some((k, std::env::var_os(k)?))),
-            )
+            .envs(self.writer.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .kill_on_drop(true);
         if let Some(domain) = self.domain.clone() {
@@ -302,7 +283,7 @@ impl Storage {
         let out = c
             .output()
             .await
-            .with_context(|| format!("starting {}", self.skopeo.display()))?;
+            .with_context(|| format!("starting {}", skopeo.display()))?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             let last = err

@@ -54,8 +54,8 @@ impl Destination {
     pub fn of(target: &Target, image: &ImageRef) -> anyhow::Result<Self> {
         Ok(match target {
             Target::Oci { dir, .. } => Self::Oci(dir.clone()),
-            Target::Storage { dest, domain, .. } => Self::Storage(Box::new(
-                crate::store::cstorage::Storage::new(dest, image, domain.as_deref())?,
+            Target::Storage { dest, writer, .. } => Self::Storage(Box::new(
+                crate::store::cstorage::Storage::new(dest, image, writer)?,
             )),
             Target::Ostree { dest, .. } => {
                 let handoff = |e: anyhow::Error| Failure::new(Kind::Handoff, format!("{e:#}"));

@@ -166,6 +166,45 @@ fn an_index_pinned_by_digest_is_held_by_it() {
     );
 }
 
+/// Without a store in the destination, the host's storage.conf applies:
+/// CONTAINERS_STORAGE_CONF, as podman reads it, reaches root's skopeo.
+#[test]
+fn the_storage_conf_of_the_environment_chooses_the_store() {
+    let s = scratch();
+    let conf = s.path().join("storage.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[storage]\ndriver = \"vfs\"\ngraphroot = \"{}\"\nrunroot = \"{}\"\n",
+            s.path().join("graph").display(),
+            s.path().join("run").display()
+        ),
+    )
+    .unwrap();
+    let name = format!(
+        "{}/hostpull/cs-conf-{}",
+        var("RIG_REGISTRY"),
+        std::process::id()
+    );
+    let mut c = with_rig_creds(pull_cmd(
+        var("RIG_IMG_SMALL"),
+        &format!("containers-storage:{name}:v1"),
+    ));
+    c.env("CONTAINERS_STORAGE_CONF", &conf);
+    let r = run(&mut c).json();
+    assert_eq!(
+        r["stored"],
+        format!(
+            "containers-storage:{name}@{}",
+            r["source_digest"].as_str().unwrap()
+        )
+    );
+    assert_eq!(
+        inspected(s.path(), &format!("{name}:v1"))["Digest"],
+        r["source_digest"]
+    );
+}
+
 /// A pull that fails verification writes nothing podman shows, and leaves
 /// no staging layout behind.
 #[test]

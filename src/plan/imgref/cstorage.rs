@@ -2,7 +2,8 @@
 //! own syntax: the store where podman, CRI-O and bootc's unified storage keep
 //! images, written by containers/storage's own code (`store::cstorage`).
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 use super::ImageRef;
 use crate::digest::Sha256Digest;
@@ -16,6 +17,22 @@ pub const DEFAULT_GRAPH_ROOT: &str = "/var/lib/containers/storage";
 /// Where a pull into the store is staged: containers.conf(5)'s
 /// `image_copy_tmp_dir`, where containers/image itself stages one.
 pub const STAGING_DIR: &str = "/var/tmp";
+
+/// The environment root's skopeo keeps: where storage.conf and
+/// containers.conf are, as podman reads them.
+pub const KEPT_ENV: [&str; 2] = ["CONTAINERS_STORAGE_CONF", "CONTAINERS_CONF"];
+
+/// How root writes the store, as the plan decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Writer {
+    /// Root's own skopeo, the first on `PATH`.
+    pub skopeo: PathBuf,
+    /// What it keeps of the environment ([`KEPT_ENV`], where set).
+    pub env: Vec<(String, OsString)>,
+    /// The SELinux context it runs in, if any (selinux/hostpull.te's
+    /// `hostpull_storage_t`).
+    pub domain: Option<String>,
+}
 
 /// Where a `containers-storage:` pull goes, as given.
 #[derive(Debug, Clone, PartialEq, Eq)]
