@@ -128,11 +128,10 @@ impl Storage {
         if !index.manifests.iter().any(|d| d.digest == *digest) {
             return None;
         }
-        let read = async {
-            let name = self.dest.pinned(digest);
-            self.inspect(&name).await.filter(|h| h.digest == *digest)
-        };
-        self.instance.get_or_init(|| read).await.as_ref()
+        let read = async { self.inspect(&self.dest.pinned(digest)).await };
+        // Looked up once a pull: a retry that chose another instance (the
+        // tag moved) finds it not held, and fetches it.
+        (self.instance.get_or_init(|| read).await.as_ref()).filter(|h| h.digest == *digest)
     }
 
     /// The held manifest's bytes, if they are `digest`'s.
