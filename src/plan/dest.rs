@@ -5,7 +5,7 @@
 //! never fetches for minutes into a destination it cannot write.
 
 use std::io::ErrorKind;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::Request;
 use super::host::{FileKind, Host};
@@ -84,10 +84,15 @@ fn storage_writer(host: &dyn Host) -> anyhow::Result<Writer> {
         .iter()
         .filter_map(|k| Some(((*k).to_owned(), host.env(k)?)))
         .collect();
+    let state = host.env("STATE_DIRECTORY").and_then(|dirs| {
+        let dirs = dirs.to_str()?.split(':').next()?.to_owned();
+        Some(PathBuf::from(dirs)).filter(|d| d.is_absolute())
+    });
     Ok(Writer {
         skopeo,
         env,
         domain: storage_domain(host),
+        state,
     })
 }
 
@@ -379,6 +384,7 @@ mod tests {
             panic!()
         };
         assert_eq!(writer.skopeo, Path::new("/usr/bin/skopeo"));
+        assert_eq!(writer.state, None);
         assert_eq!(
             writer.env,
             [("CONTAINERS_STORAGE_CONF".to_owned(), "/etc/s.conf".into())]

@@ -7,7 +7,11 @@
 //! take, so that the store's digest is the registry's. What the store holds
 //! under the name is read before the fetch, with `skopeo inspect --raw`: its
 //! layers are not fetched again (the copy reuses them from the store), and an
-//! image it holds at the pulled digest is not copied at all.
+//! image it holds at the pulled digest is not copied at all. So are the layers
+//! of the image the repository last got in the store, which the state
+//! directory remembers: a pull pinned by digest writes each update under a
+//! name of its own. An image from an index goes in with the index beside it,
+//! as `podman pull` stores one, so that the index's digest names it too.
 
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
@@ -23,6 +27,9 @@ use crate::manifest::{Manifest, Parsed};
 use crate::plan::imgref::ImageRef;
 use crate::plan::imgref::cstorage::{PREFIX, STAGING_DIR, StorageRef, Writer};
 use crate::store::ostree::Staging;
+
+/// The state directory's records of what each repository last got in a store.
+const RECORDS: &str = "containers-storage";
 
 /// What the store holds under the destination's name, as read before the fetch.
 #[derive(Debug)]
@@ -58,6 +65,9 @@ pub struct Storage {
     /// Where the image under the name is an index: the instance of it the
     /// store has, looked up by its digest, once.
     instance: tokio::sync::OnceCell<Option<Held>>,
+    /// The image the repository last got in this store, as the state
+    /// directory remembers it, if the store still has it.
+    previous: tokio::sync::OnceCell<Option<Held>>,
     /// The registry's manifest of the image the pull staged (digest and
     /// bytes), and the index it was chosen from.
     pulled: OnceLock<(Held, Option<Held>)>,
@@ -74,6 +84,7 @@ impl Storage {
             staging: OnceLock::new(),
             held: tokio::sync::OnceCell::new(),
             instance: tokio::sync::OnceCell::new(),
+            previous: tokio::sync::OnceCell::new(),
             pulled: OnceLock::new(),
         })
     }
@@ -145,8 +156,9 @@ impl Storage {
     }
 
     /// The blobs of `manifest` (`digest`) the store has: all of them when it
-    /// holds that very image; else the layers of the image under the name,
-    /// which the copy reuses from the store.
+    /// holds that very image; else the layers of the image under the name
+    /// and of the one the repository last got, which the copy reuses from
+    /// the store.
     pub async fn held_blobs(
         &self,
         digest: &Sha256Digest,
@@ -155,9 +167,53 @@ impl Storage {
         if self.held_instance(digest).await.is_some() {
             return manifest.blobs().map(|d| d.digest.clone()).collect();
         }
-        match self.held().await.map(|h| crate::manifest::parse(&h.raw)) {
-            Some(Ok(Parsed::Manifest(m, _))) => m.layers.into_iter().map(|d| d.digest).collect(),
-            _ => HashSet::new(),
+        let mut layers = HashSet::new();
+        for held in [self.held().await, self.previous().await]
+            .into_iter()
+            .flatten()
+        {
+            if let Ok(Parsed::Manifest(m, _)) = crate::manifest::parse(&held.raw) {
+                layers.extend(m.layers.into_iter().map(|d| d.digest));
+            }
+        }
+        layers
+    }
+
+    /// The state directory's record of what this repository last got in
+    /// this store: a file named by the hash of `[STORE]NAME`.
+    fn record(&self) -> Option<PathBuf> {
+        let key = crate::digest::sha256(self.dest.repository().as_bytes());
+        Some(self.writer.state.as_ref()?.join(RECORDS).join(key.hex()))
+    }
+
+    /// The image the record names, if the store still has it. A pull pinned
+    /// by digest is written under NAME@DIGEST, so the last update is under
+    /// another name: without this, all of its layers would be fetched again.
+    async fn previous(&self) -> Option<&Held> {
+        let read = async {
+            let text = crate::open::read(&self.record()?, crate::open::Links::Refuse).ok()?;
+            let digest = Sha256Digest::parse(std::str::from_utf8(&text).ok()?.trim())?;
+            let held = self.inspect(&self.dest.pinned(&digest)).await?;
+            (held.digest == digest).then_some(held)
+        };
+        self.previous.get_or_init(|| read).await.as_ref()
+    }
+
+    /// Record `digest` as what this repository last got in this store (a
+    /// failure only costs the next pull the hint).
+    fn remember(&self, digest: &Sha256Digest) {
+        let Some(path) = self.record() else {
+            return;
+        };
+        let write = || {
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            std::fs::create_dir_all(dir)?;
+            let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+            std::fs::write(&tmp, format!("{digest}\n"))?;
+            std::fs::rename(&tmp, &path)
+        };
+        if let Err(e) = write() {
+            tracing::debug!("remembering {digest} in {}: {e}", path.display());
         }
     }
 
@@ -185,6 +241,7 @@ impl Storage {
         let digest = &manifest.digest;
         let stored = format!("{PREFIX}{}", self.dest.pinned(digest));
         if self.held_instance(digest).await.is_some() {
+            self.remember(digest);
             return Ok(stored);
         }
         // An image from an index is written under the index's digest where a
@@ -216,6 +273,7 @@ impl Storage {
         self.skopeo(&args)
             .await
             .with_context(|| format!("copying the image into {to}"))?;
+        self.remember(digest);
         Ok(stored)
     }
 

@@ -130,6 +130,42 @@ fn a_pinned_image_the_store_holds_asks_no_registry() {
     );
 }
 
+/// The daemon's prefetch is pinned by digest, so each update is written under
+/// a name of its own (NAME@DIGEST) and the last one is not under it: the
+/// state directory remembers what the repository last got in the store, and
+/// the next digest fetches only what changed.
+#[test]
+fn a_pinned_update_fetches_only_what_changed_since_the_last() {
+    let s = scratch();
+    let (repo, tagged) = own_repo("cs-pinned-update", var("RIG_IMG_SMALL"));
+    let name = format!("{}/{repo}", var("RIG_REGISTRY"));
+    let dest = format!("containers-storage:{}", store(s.path()));
+    let state = s.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let pull = |digest: &str| {
+        let mut c = with_rig_creds(pull_cmd(&format!("{name}@{digest}"), &dest));
+        run(c.env("STATE_DIRECTORY", &state)).json()
+    };
+    let first = pull(&registry_digest(&tagged));
+    assert_eq!(first["layers_fetched"], 3);
+
+    rig_copy(var("RIG_IMG_SMALL2"), &tagged, &[]);
+    let digest2 = registry_digest(&tagged);
+    let mark = registry_log_mark();
+    let update = pull(&digest2);
+    assert_eq!(
+        (
+            update["layers_fetched"].as_u64(),
+            update["layers_reused"].as_u64()
+        ),
+        (Some(1), Some(2))
+    );
+    // The changed layer and the config, nothing else.
+    assert_eq!(fetched_since(mark, &repo, "blobs").len(), 2);
+    let image = inspected(s.path(), &format!("{name}@{digest2}"));
+    assert_eq!(image["RootFS"]["Layers"].as_array().unwrap().len(), 3);
+}
+
 /// An index pinned by digest (a multi-arch OS image, as the daemon's
 /// `osImageURL` may name one): the store gets the index beside the instance
 /// chosen, as `podman pull` stores one, so that NAME@INDEX and NAME@INSTANCE

@@ -32,6 +32,9 @@ pub struct Writer {
     /// The SELinux context it runs in, if any (selinux/hostpull.te's
     /// `hostpull_storage_t`).
     pub domain: Option<String>,
+    /// hostpull's state directory (the service's `$STATE_DIRECTORY`), where
+    /// it remembers what each repository last got in a store.
+    pub state: Option<PathBuf>,
 }
 
 /// Where a `containers-storage:` pull goes, as given.
@@ -145,7 +148,12 @@ impl StorageRef {
     /// `[STORE]NAME@DIGEST`: how consumers name the image stored, as the
     /// machine-config daemon does (`ostree-unverified-image:containers-storage:…`).
     pub fn pinned(&self, digest: &Sha256Digest) -> String {
-        format!("{}{}@{digest}", self.prefix(), self.name.repository())
+        format!("{}@{digest}", self.repository())
+    }
+
+    /// `[STORE]NAME`: the repository in the store, whatever its tag.
+    pub fn repository(&self) -> String {
+        format!("{}{}", self.prefix(), self.name.repository())
     }
 
     /// The store's graph root, if the destination names one.
