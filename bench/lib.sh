@@ -8,6 +8,18 @@ declare -F die >/dev/null || die() { echo "bench: $*" >&2; exit 1; }
 # shellcheck disable=SC1091 # the rig's, written by tests/rig.sh up
 declare -F rig >/dev/null || rig() { (. "$RIG_DIR/env" && printf '%s\n' "${!1:-}"); }
 
+# bench_checks: -n RUNS and --sandbox MODE as the scripts take them, checked; TARGET (cargo's
+# target directory) and RIG_DIR (default /tmp/hostpull-rig, its env there) set.
+bench_checks() {
+    [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "-n wants a positive number"
+    case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
+    # shellcheck source=tests/cargo-target.sh
+    . "$ROOT/tests/cargo-target.sh"
+    TARGET=$(cargo_target_dir "$ROOT")
+    RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
+    [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
+}
+
 # spread: the numbers on stdin as "MEDIAN (MIN-MAX)", two decimals each.
 spread() {
     sort -g | awk '{ a[NR] = $1 } END { m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2

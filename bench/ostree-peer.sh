@@ -38,14 +38,7 @@ while [ $# -gt 0 ]; do
         *) usage ;;
     esac
 done
-[[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "-n wants a positive number"
-case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
-
-# shellcheck source=tests/cargo-target.sh
-. "$ROOT/tests/cargo-target.sh"
-TARGET=$(cargo_target_dir "$ROOT")
-RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
-[ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
+bench_checks   # RUNS and MODE checked; TARGET and RIG_DIR set (bench/lib.sh)
 AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR) REGISTRY=$(rig RIG_REGISTRY)
 BASE_MIB=${BASE_MIB:-32} LAYER_MIB=${LAYER_MIB:-8} MANY=${MANY:-16}
 SKOPEO=${SKOPEO:-/usr/bin/skopeo}

@@ -30,14 +30,7 @@ while [ $# -gt 0 ]; do
         *) IMAGE=$1; shift ;;
     esac
 done
-[[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "-n wants a positive number"
-case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
-
-# shellcheck source=tests/cargo-target.sh
-. "$ROOT/tests/cargo-target.sh"
-TARGET=$(cargo_target_dir "$ROOT")
-RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
-[ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
+bench_checks   # RUNS and MODE checked; TARGET and RIG_DIR set (bench/lib.sh)
 AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR)
 IMAGE=${IMAGE:-$(rig RIG_IMG_BIG)}
 [ -n "$IMAGE" ] || die "no RIG_IMG_BIG in $RIG_DIR/env (rig brought up with RIG_BIG=0?); name an IMAGE"

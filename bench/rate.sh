@@ -33,15 +33,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ ${#CAPS[@]} -gt 0 ] || CAPS=(16M 32M 64M)
-[[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "-n wants a positive number"
-case $MODE in none|systemd) ;; *) die "--sandbox wants none or systemd" ;; esac
 case $IMG in big|paced) ;; *) die "--image wants big or paced" ;; esac
-
-# shellcheck source=tests/cargo-target.sh
-. "$ROOT/tests/cargo-target.sh"
-TARGET=$(cargo_target_dir "$ROOT")
-RIG_DIR=${RIG_DIR:-/tmp/hostpull-rig}
-[ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
+bench_checks   # RUNS and MODE checked; TARGET and RIG_DIR set (bench/lib.sh)
 REGISTRY=$(rig RIG_REGISTRY) AUTH=$(rig RIG_AUTHFILE) CERTS=$(rig RIG_CERT_DIR)
 IMAGE=$(rig "RIG_IMG_${IMG^^}")
 [ -n "$IMAGE" ] || die "no RIG_IMG_${IMG^^} in $RIG_DIR/env (rig brought up with RIG_BIG=0, or before it had $IMG?)"
