@@ -90,17 +90,11 @@ impl Host for System {
     /// A regular file's bytes (src/open.rs: a FIFO is refused, never
     /// waited on).
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        use std::io::Read as _;
         let opened = self
             .below_root(path)
             .and_then(|rel| self.open_in_root(rel, open::flags(Links::Follow)));
         match opened {
-            Some(fd) => {
-                let (file, len) = open::regular_fd(fd?)?;
-                let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-                (&file).read_to_end(&mut bytes)?;
-                Ok(bytes)
-            }
+            Some(fd) => open::read_fd(fd?),
             None => open::read(path, Links::Follow),
         }
     }

@@ -53,13 +53,18 @@ pub fn regular(path: &Path, links: Links) -> io::Result<(File, u64)> {
     regular_fd(rustix::fs::open(path, flags(links), Mode::empty())?)
 }
 
-/// The bytes of `path` if it is a regular file.
-pub fn read(path: &Path, links: Links) -> io::Result<Vec<u8>> {
+/// The bytes of `fd`, opened with [`flags`], if it is a regular file.
+pub fn read_fd(fd: OwnedFd) -> io::Result<Vec<u8>> {
     use io::Read as _;
-    let (file, len) = regular(path, links)?;
+    let (file, len) = regular_fd(fd)?;
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     (&file).read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// The bytes of `path` if it is a regular file.
+pub fn read(path: &Path, links: Links) -> io::Result<Vec<u8>> {
+    read_fd(rustix::fs::open(path, flags(links), Mode::empty())?)
 }
 
 #[cfg(test)]

@@ -54,8 +54,18 @@ fn scripts_run_the_binary_where_cargo_built_it() {
             assert!(found.is_none(), "{}: {found:?}", script.display());
         }
         if code.iter().any(|l| l.contains("cargo build")) {
-            let sources = code.iter().any(|l| l.contains("tests/cargo-target.sh"));
+            // Directly, or through bench/lib.sh's bench_checks (checked below).
+            let sources = code.iter().any(|l| {
+                l.contains("tests/cargo-target.sh") || l.trim_start().starts_with("bench_checks")
+            });
             assert!(sources, "{} builds, and finds no binary", script.display());
         }
     }
+    let lib = std::fs::read_to_string(root.join("bench/lib.sh")).unwrap();
+    let checks = lib.split("bench_checks() {").nth(1).unwrap_or_default();
+    let checks = checks.split("\n}").next().unwrap_or_default();
+    assert!(
+        checks.contains(". \"$ROOT/tests/cargo-target.sh\"") && checks.contains("cargo_target_dir"),
+        "bench/lib.sh's bench_checks finds no binary: {checks}"
+    );
 }
