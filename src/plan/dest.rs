@@ -68,11 +68,8 @@ pub(super) fn destination(
 /// (without one the pull fails now, exit 10, before it fetches), with the
 /// environment it keeps, in [`storage_domain`].
 fn storage_writer(host: &dyn Host) -> anyhow::Result<Writer> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let path = host.env("PATH").unwrap_or_default();
-    let Some(skopeo) = (path.as_bytes().split(|b| *b == b':'))
-        .filter(|d| !d.is_empty())
-        .map(|d| Path::new(std::ffi::OsStr::from_bytes(d)).join("skopeo"))
+    let Some(skopeo) = dirs(host, "PATH")
+        .map(|d| d.join("skopeo"))
         .find(|p| host.kind(p).ok() == Some(FileKind::File))
     else {
         return fail(
@@ -84,16 +81,24 @@ fn storage_writer(host: &dyn Host) -> anyhow::Result<Writer> {
         .iter()
         .filter_map(|k| Some(((*k).to_owned(), host.env(k)?)))
         .collect();
-    let state = host.env("STATE_DIRECTORY").and_then(|dirs| {
-        let dirs = dirs.to_str()?.split(':').next()?.to_owned();
-        Some(PathBuf::from(dirs)).filter(|d| d.is_absolute())
-    });
     Ok(Writer {
         skopeo,
         env,
         domain: storage_domain(host),
-        state,
+        state: dirs(host, "STATE_DIRECTORY").next(),
     })
+}
+
+/// The absolute directories of the colon-separated list in the variable
+/// `name` (`PATH`, systemd's `STATE_DIRECTORY`), in order.
+fn dirs(host: &dyn Host, name: &str) -> impl Iterator<Item = PathBuf> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let list = host.env(name).unwrap_or_default();
+    let dirs: Vec<PathBuf> = (list.as_bytes().split(|b| *b == b':'))
+        .map(|d| PathBuf::from(std::ffi::OsStr::from_bytes(d)))
+        .filter(|d| d.is_absolute())
+        .collect();
+    dirs.into_iter()
 }
 
 /// The domain in which root's skopeo writes containers-storage: with SELinux

@@ -58,8 +58,6 @@ pub struct Storage {
     image: ImageRef,
     /// How root's skopeo runs, as planned.
     writer: Writer,
-    /// The SELinux context it runs in, if one was decided.
-    domain: Option<CString>,
     staging: OnceLock<Staging>,
     held: tokio::sync::OnceCell<Option<Held>>,
     /// Where the image under the name is an index: the instance of it the
@@ -75,18 +73,17 @@ pub struct Storage {
 
 impl Storage {
     /// The destination `dest` for a pull of `image`, written as `writer` says.
-    pub fn new(dest: &StorageRef, image: &ImageRef, writer: &Writer) -> anyhow::Result<Self> {
-        Ok(Self {
+    pub fn new(dest: &StorageRef, image: &ImageRef, writer: &Writer) -> Self {
+        Self {
             dest: dest.clone(),
             image: image.clone(),
             writer: writer.clone(),
-            domain: writer.domain.clone().map(CString::new).transpose()?,
             staging: OnceLock::new(),
             held: tokio::sync::OnceCell::new(),
             instance: tokio::sync::OnceCell::new(),
             previous: tokio::sync::OnceCell::new(),
             pulled: OnceLock::new(),
-        })
+        }
     }
 
     /// The staging layout, made on the first call.
@@ -328,7 +325,8 @@ impl Storage {
             .envs(self.writer.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .kill_on_drop(true);
-        if let Some(domain) = self.domain.clone() {
+        if let Some(domain) = self.writer.domain.as_deref() {
+            let domain = CString::new(domain)?;
             #[allow(unsafe_code)]
             // SAFETY: between fork and exec the child only makes the
             // open(2), write(2) and close(2) calls of `set_exec_context`, on

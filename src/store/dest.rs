@@ -55,7 +55,7 @@ impl Destination {
         Ok(match target {
             Target::Oci { dir, .. } => Self::Oci(dir.clone()),
             Target::Storage { dest, writer, .. } => Self::Storage(Box::new(
-                crate::store::cstorage::Storage::new(dest, image, writer)?,
+                crate::store::cstorage::Storage::new(dest, image, writer),
             )),
             Target::Ostree { dest, .. } => {
                 let handoff = |e: anyhow::Error| Failure::new(Kind::Handoff, format!("{e:#}"));
