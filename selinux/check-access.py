@@ -238,7 +238,7 @@ EXPECT = [
     ("deny", "@orch", "@orch", "process", "setcurrent dyntransition", "stays hostpull_t"),
 
     # --- --dest ostree: hostpull_t stages the layout and runs the import, which
-    # moves into a domain of its own (hostpull-ostree-import, src/store/import.rs).
+    # moves into a domain of its own (hostpull-ostree-import, src/confined/import.rs).
     ("tunable:hostpull_import_ostree", "@orch", "hostpull_ostree_exec_t", "file", "execute read open map",
      "hostpull runs /usr/libexec/hostpull-ostree-import"),
     ("tunable:hostpull_import_ostree", "@orch", "@import", "process", "transition", "into the import's domain"),

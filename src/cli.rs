@@ -100,6 +100,33 @@ pub enum Cmd {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// The programs root starts, as hidden verbs.
+    #[command(flatten)]
+    Confined(ConfinedCmd),
+}
+
+/// The programs `hostpull` is when root starts it across a boundary
+/// (`crate::confined`), hidden verbs of the one parser.
+#[derive(Debug, Subcommand)]
+pub enum ConfinedCmd {
+    /// The worker agent, the program of a worker unit
+    /// (`crate::confined::agent`).
+    #[command(name = crate::wire::agent::VERB, hide = true, disable_help_flag = true)]
+    WorkerAgent(Confined),
+    /// The layout proxy, which the ostree import starts
+    /// (`crate::confined::layout_proxy`).
+    #[command(name = crate::wire::layout::VERB, hide = true, disable_help_flag = true)]
+    LayoutProxy(Confined),
+}
+
+/// The command line of a program root starts (`crate::confined`), which
+/// that program reads itself: what it takes is its protocol's
+/// (`crate::wire`), not a user's.
+#[derive(Debug, clap::Args)]
+pub struct Confined {
+    /// Its arguments, as root gave them.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 /// `prune`'s options.
@@ -458,7 +485,7 @@ fn run_prune(opts: &PruneOpts) -> anyhow::Result<()> {
 /// `hostpull man [VERB]`: hostpull(1), or hostpull-VERB(1) (`make` renders
 /// each). Without the `help` verb, which has no page for hostpull(1) to list.
 fn man_page(verb: Option<&str>) -> anyhow::Result<()> {
-    let mut cli = <Cli as clap::CommandFactory>::command().disable_help_subcommand(true);
+    let mut cli = users_command().disable_help_subcommand(true);
     cli.build();
     let page = match verb {
         None => cli,
@@ -474,6 +501,21 @@ fn man_page(verb: Option<&str>) -> anyhow::Result<()> {
     let mut out = Vec::new();
     clap_mangen::Man::new(page).render(&mut out)?;
     to_stdout(&out)
+}
+
+/// The command line as a user has it, for the man pages and the completions:
+/// without the hidden verbs of the programs root starts ([`ConfinedCmd`]).
+fn users_command() -> clap::Command {
+    let full = <Cli as clap::CommandFactory>::command();
+    let mut cmd = clap::Command::new("hostpull")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(full.get_about().cloned().unwrap_or_default())
+        .after_help(full.get_after_help().cloned().unwrap_or_default())
+        .subcommand_required(true);
+    for verb in full.get_subcommands().filter(|c| !c.is_hide_set()) {
+        cmd = cmd.subcommand(verb.clone());
+    }
+    cmd
 }
 
 /// Logs go to stderr without timestamps, above the progress bars on a terminal.
@@ -543,6 +585,13 @@ pub fn run_main() -> i32 {
             };
         }
     };
+    let cli = match cli.cmd {
+        Cmd::Confined(ConfinedCmd::WorkerAgent(c)) => return crate::confined::agent::main(c.args),
+        Cmd::Confined(ConfinedCmd::LayoutProxy(c)) => {
+            return crate::confined::layout_proxy::main(c.args);
+        }
+        _ => cli,
+    };
     let screen = Screen::stderr();
     init_logging(&screen);
     if matches!(cli.cmd, Cmd::Pull(_) | Cmd::Rebase(_)) {
@@ -568,11 +617,13 @@ pub fn run_main() -> i32 {
             Cmd::Man { verb } => man_page(verb.as_deref()),
             Cmd::Completions { shell } => {
                 // Into memory first: clap_complete panics on a write error.
-                let mut cmd = <Cli as clap::CommandFactory>::command();
+                let mut cmd = users_command();
                 let mut script = Vec::new();
                 clap_complete::generate(*shell, &mut cmd, "hostpull", &mut script);
                 to_stdout(&script)
             }
+            // Run above, before the runtime.
+            Cmd::Confined(_) => Ok(()),
         }
     });
     // Dropping the runtime would wait for a blocked read of a stopped worker.
@@ -581,7 +632,7 @@ pub fn run_main() -> i32 {
         Cmd::Pull(o) | Cmd::Plan(o) => o.json,
         Cmd::Rebase(o) => o.pull.json,
         Cmd::Prune(o) => o.json,
-        Cmd::Man { .. } | Cmd::Completions { .. } => false,
+        Cmd::Man { .. } | Cmd::Completions { .. } | Cmd::Confined(_) => false,
     };
     match r {
         Ok(()) => 0,

@@ -222,6 +222,20 @@ pub fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The one `error:` line a failure ends with, on stderr, from every hostpull
+/// program: `error: MESSAGE`, or `error: PROGRAM: MESSAGE` from one that root
+/// starts (`confined`) where it says which. One line whatever
+/// `message` holds; a closed stderr is no reason to panic.
+pub fn print(program: Option<&str>, message: impl fmt::Display) {
+    use std::io::Write;
+    let line = one_line(&message.to_string());
+    let mut err = std::io::stderr().lock();
+    let _ = match program {
+        Some(p) => writeln!(err, "error: {p}: {line}"),
+        None => writeln!(err, "error: {line}"),
+    };
+}
+
 /// serde's message for `e` without the values it quotes from the input, for
 /// files that can hold secrets (a provider's `args`, an authfile): serde writes
 /// `invalid type: string "s3cr3t", expected a sequence`, and this keeps

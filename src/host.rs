@@ -344,6 +344,19 @@ pub fn unbatched<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
+/// Bind the life of the child that `c` starts to its parent's: when the
+/// parent dies, the child gets `signal`.
+#[allow(unsafe_code)]
+pub(crate) fn die_with_parent(c: &mut std::process::Command, signal: rustix::process::Signal) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and allocates nothing.
+    unsafe {
+        c.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(signal)).map_err(Into::into)
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@
 //! | [`config`] | hostpull.d drop-ins and `pulls.d` profiles, merged into one [`options::Options`] |
 //! | [`host`] | the real [`plan::host::Host`]: files under the root, environment, clock, plugins |
 //! | [`plan`] | the pure planner: what a pull may use, decided as data |
+//! | `wire`, `confined` | the protocols between hostpull's programs; the programs root starts across a boundary (the worker agent, the ostree import, the layout proxy) |
 //! | `sandbox` | the worker: a transient unit or a child, its staged files, the proxy session, the reading of its errors |
 //! | `metered` | NetworkManager's `Metered`, for a pull that waits out metered links |
 //! | `fetch` | the pull: manifest, blobs, retries, watchdog |
@@ -27,6 +28,7 @@
 
 pub mod cli;
 pub mod config;
+pub(crate) mod confined;
 pub mod digest;
 pub mod error;
 pub(crate) mod fetch;
@@ -45,16 +47,15 @@ pub mod secret;
 pub(crate) mod signature;
 pub(crate) mod store;
 pub(crate) mod verify;
+pub(crate) mod wire;
 
 /// What the fuzz targets (`fuzz/`), the integration tests (`tests/`) and the
 /// binary's worker agent (`src/main.rs`) reach inside modules that are not
 /// public. Not an API.
 #[doc(hidden)]
 pub mod internals {
+    pub use crate::confined::import::main as ostree_import;
     pub use crate::rate::{LEAD, SLICE, in_flight};
-    pub use crate::sandbox::agent::{VERB as WORKER_AGENT, main as worker_agent};
     pub use crate::sandbox::classify::classify_worker_text;
     pub use crate::signature::{ATOMIC, COSIGN, check_payload, verify_attachment, verify_bundle};
-    pub use crate::store::import::main as ostree_import;
-    pub use crate::store::proxy::{VERB as LAYOUT_PROXY, main as layout_proxy};
 }

@@ -49,7 +49,7 @@ pub struct Report {
     pub worker: WorkerReport,
     /// With `--dest ostree:`, what the import did (`dest` is then the repository).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ostree: Option<crate::store::ostree::Imported>,
+    pub ostree: Option<crate::wire::import::Imported>,
     /// With `--dest containers-storage:`, how consumers name the image in the
     /// store: `containers-storage:[STORE]NAME@DIGEST`.
     #[serde(skip_serializing_if = "Option::is_none")]

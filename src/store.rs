@@ -26,7 +26,6 @@ pub mod cstorage;
 mod dest;
 pub mod import;
 pub mod ostree;
-pub mod proxy;
 
 pub use dest::{Destination, Finished};
 

@@ -6,7 +6,6 @@
 //! that tests can assert without spawning, and a [`ProxySession`] runs one
 //! image proxy session, watched as the unit it is.
 
-pub mod agent;
 mod children;
 pub(crate) mod classify;
 mod curl;
@@ -336,7 +335,7 @@ impl Worker {
                     .env("HOME", home)
                     .current_dir(home);
                 // If hostpull dies, the worker gets SIGTERM.
-                pdeathsig(&mut c, rustix::process::Signal::TERM);
+                crate::host::die_with_parent(&mut c, rustix::process::Signal::TERM);
                 children
                     .watch(&mut c)
                     .context("starting the worker's pidfd thread")?;
@@ -611,19 +610,6 @@ pub(crate) fn sched_policy() -> Option<&'static str> {
     }
 }
 
-/// Bind the life of the child that `c` starts to its parent's: when the
-/// parent dies, the child gets `signal`.
-#[allow(unsafe_code)]
-fn pdeathsig(c: &mut Command, signal: rustix::process::Signal) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and allocates nothing.
-    unsafe {
-        c.pre_exec(move || {
-            rustix::process::set_parent_process_death_signal(Some(signal)).map_err(Into::into)
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -717,7 +703,7 @@ mod tests {
             "HOME is empty"
         );
         let args: Vec<_> = cmd.get_args().map(|a| a.to_str().unwrap()).collect();
-        assert_eq!(args[..2], [agent::VERB, "/usr/bin/skopeo"]);
+        assert_eq!(args[..2], [crate::wire::agent::VERB, "/usr/bin/skopeo"]);
         assert_eq!(args[2], "--registries-conf", "this pull's, not the host's");
         // The host's policy.json never applies in the worker: root enforces it.
         assert_eq!(

@@ -14,13 +14,13 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
-use super::agent::{self, Reply, Request};
 use super::prepare::PROXY_ENV;
 use super::{Launch, Output, STOP_TIMEOUT, Worker, worker_failure};
 use crate::error::{Failure, Kind, fail};
 use crate::manifest::{Descriptor, MANIFEST_MAX};
 use crate::plan::imgref::ImageRef;
 use crate::verify;
+use crate::wire::agent::{self, Reply, Request};
 
 /// The worker agent of a pull, running: its unit, its side channel, and its
 /// image proxy.

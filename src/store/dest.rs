@@ -14,8 +14,9 @@ use crate::error::{Failure, Kind};
 use crate::manifest::Manifest;
 use crate::plan::imgref::{ImageRef, Target};
 use crate::store::Layout;
-use crate::store::import::{Running, Start};
-use crate::store::ostree::{Holdings, Imported, Staging};
+use crate::store::import::Running;
+use crate::store::ostree::Staging;
+use crate::wire::import::{Holdings, Imported, Start};
 
 /// A pull's destination.
 #[derive(Debug)]
@@ -191,7 +192,7 @@ impl Destination {
     /// The image is accepted and `layout` (from [`Self::layout`]) locked:
     /// for `ostree:`, stage its verified manifest (`digest`, `raw`) and send
     /// the running import the rest of its request, so that it imports beside
-    /// the fetch, waiting for each blob ([`crate::store::proxy`]). Once per
+    /// the fetch, waiting for each blob ([`crate::confined::layout_proxy`]). Once per
     /// image: a retry goes on with the running import; a different manifest
     /// (the tag moved between two credentials' tries) abandons it, and a new
     /// one starts (`ostree::a_tag_that_moves_between_credentials_imports_what_it_names_last`).

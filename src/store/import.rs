@@ -1,20 +1,7 @@
-//! The ostree import in a process of its own: `hostpull-ostree-import`, a
-//! second program, installed as `PREFIX/libexec/hostpull-ostree-import`.
-//!
-//! libostree labels every object it writes with the image's SELinux label, and
-//! an OS image carries labels that only a few domains may give, the binary
-//! policy's above all (`policy_config_t`). rpm-ostree and bootc write as an
-//! unconfined `install_t`. hostpull keeps those rights out of its own domain:
-//! the import runs in this program, which has a file label of its own
-//! (`hostpull_ostree_exec_t`), so that executing it moves the process into
-//! `hostpull_ostree_t` (selinux/hostpull.te). It gets the verified staging
-//! layout and what to import on its command line, imports with ostree-ext
-//! ([`crate::store::ostree::import_here`]), and prints what it did as JSON.
-//! The image proxy that ostree-ext starts ([`crate::store::proxy`]) is
-//! hostpull itself (`hostpull __layout-proxy LAYOUT ...`, its path the
-//! request's first argument), which starts without libostree, so faster
-//! than this program (docs/benchmarks.md, "hostpull without libostree").
-//! Neither fetches nor checks anything that root has not checked already.
+//! Root's side of the ostree import, which runs in a program of its own,
+//! `hostpull-ostree-import` ([`crate::confined::import`]; the protocol is
+//! [`crate::wire::import`]): finding that program ([`program`]), starting it
+//! and following it.
 //!
 //! It starts with the pull ([`start`], one process a pull) and first prints
 //! what the repository holds ([`Holdings`]), a JSON line, beside the worker,
@@ -24,206 +11,20 @@
 //! policy has accepted the image and its verified manifest is staged; if
 //! stdin ends first (the pull failed, or stopped), it exits having done
 //! nothing. It imports beside the fetch: the rest of its stdin is the pull's
-//! control pipe ([`crate::store::proxy::Control`]), and the proxy serves each
+//! control pipe ([`crate::wire::import::Control`]), and the proxy serves each
 //! blob once the fetch has verified and staged it. It references nothing
 //! until the pull says `done`; if the pipe ends without that, it fails and
 //! removes the layer refs it made. A failure is its one `error:` line, which
 //! becomes the pull's.
 #![cfg_attr(not(feature = "ostree"), allow(dead_code))]
 
-use std::ffi::OsString;
-use std::io::Write;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use anyhow::Context;
 
 use crate::digest::Sha256Digest;
-use crate::plan::imgref::{ImageRef, OstreeDest};
-use crate::store::ostree::{Holdings, Imported, Request};
-
-/// The program's name, in `PREFIX/libexec` or, in a build tree, beside hostpull.
-pub const PROGRAM: &str = "hostpull-ostree-import";
-
-/// What the import is started with, as the pull starts: its command line,
-/// `PROXY REPO IMAGE [REF]`. The rest of its [`Request`] comes on its stdin
-/// once the image is accepted ([`Running::begin`]).
-#[derive(Debug, Clone)]
-pub struct Start {
-    /// The layout proxy's program ([`Request::proxy`]).
-    pub proxy: PathBuf,
-    /// The repository, and the ref to point at the import.
-    pub dest: OstreeDest,
-    /// The registry image.
-    pub image: ImageRef,
-}
-
-/// The most bytes of one field of the request's rest: a path.
-const FIELD_MAX: usize = 4096;
-const USAGE: &str =
-    "usage: hostpull-ostree-import PROXY REPO IMAGE [REF], then LAYOUT TAG DIGEST on stdin";
-
-impl Start {
-    fn args(&self) -> Vec<OsString> {
-        let mut a: Vec<OsString> = vec![
-            self.proxy.clone().into(),
-            self.dest.repo.clone().into(),
-            self.image.to_string().into(),
-        ];
-        a.extend(self.dest.ostree_ref.clone().map(OsString::from));
-        a
-    }
-
-    fn parse(args: Vec<OsString>) -> anyhow::Result<Self> {
-        let (proxy, repo, image, ostree_ref) = match args.as_slice() {
-            [p, r, i] => (p, r, i, None),
-            [p, r, i, f] => (p, r, i, Some(text(f)?)),
-            _ => anyhow::bail!("{USAGE}"),
-        };
-        // Root gives its own program's path (`current_exe()`).
-        anyhow::ensure!(
-            Path::new(proxy).is_absolute(),
-            "the layout proxy is not an absolute path: {}; {USAGE}",
-            proxy.to_string_lossy()
-        );
-        Ok(Self {
-            proxy: proxy.into(),
-            dest: OstreeDest {
-                repo: repo.into(),
-                ostree_ref,
-            },
-            image: ImageRef::parse(&text(image)?)?,
-        })
-    }
-
-    /// The rest of the request, as it crosses the import's stdin: the staging
-    /// layout, its tag and the manifest's digest, each ended by a NUL (which
-    /// no path holds).
-    fn rest(layout: &Path, tag: &str, digest: &Sha256Digest) -> Vec<u8> {
-        let mut b = Vec::new();
-        for f in [
-            layout.as_os_str().as_bytes(),
-            tag.as_bytes(),
-            digest.as_str().as_bytes(),
-        ] {
-            b.extend_from_slice(f);
-            b.push(0);
-        }
-        b
-    }
-
-    /// The whole request, its rest read from `input` a byte at a time, so
-    /// that nothing after it (the pull's control pipe) is read; none if
-    /// `input` ends first (the pull gave up before it began the import).
-    fn request(self, input: impl std::os::fd::AsFd) -> anyhow::Result<Option<Request>> {
-        let mut fields: Vec<Vec<u8>> = vec![Vec::new()];
-        let mut byte = [0u8];
-        while fields.len() < 4 {
-            let n = rustix::io::retry_on_intr(|| rustix::io::read(&input, &mut byte))
-                .context("reading the request")?;
-            let first = fields.len() == 1;
-            let field = fields.last_mut().context("reading the request")?;
-            match (n, byte[0]) {
-                (0, _) if first && field.is_empty() => return Ok(None),
-                (0, _) => anyhow::bail!("the request ended early; {USAGE}"),
-                (_, 0) => fields.push(Vec::new()),
-                (_, b) if field.len() < FIELD_MAX => field.push(b),
-                _ => anyhow::bail!("a field of the request is over {FIELD_MAX} bytes"),
-            }
-        }
-        let [layout, tag, digest, _] =
-            <[Vec<u8>; 4]>::try_from(fields).map_err(|_| anyhow::anyhow!("reading the request"))?;
-        let utf8 = |b: Vec<u8>| String::from_utf8(b).context("not UTF-8");
-        Ok(Some(Request {
-            proxy: self.proxy,
-            dest: self.dest,
-            layout: OsString::from_vec(layout).into(),
-            tag: utf8(tag)?,
-            image: self.image,
-            digest: Sha256Digest::parse(&utf8(digest)?).context("not a sha256 digest")?,
-        }))
-    }
-}
-
-/// A command-line argument that must be text.
-fn text(a: &OsString) -> anyhow::Result<String> {
-    a.to_str()
-        .map(str::to_owned)
-        .with_context(|| format!("not UTF-8: {}", a.to_string_lossy()))
-}
-
-/// The program's `main`. It answers first what the repository holds, as one
-/// JSON line, then reads the rest of its request from stdin and imports.
-/// Returns the exit code: 2 for a wrong command line or request, 1 for a
-/// failure, 0 when the pull ended before the import began.
-pub fn main(args: Vec<OsString>) -> i32 {
-    let start = match Start::parse(args) {
-        Ok(s) => s,
-        Err(e) => return usage(format_args!("{e:#}")),
-    };
-    let held = crate::store::ostree::holdings_here(&start.dest.repo, &start.image);
-    if let code @ 1.. = answer(held) {
-        return code;
-    }
-    let req = match start.request(std::io::stdin()) {
-        Ok(Some(r)) => r,
-        Ok(None) => return 0,
-        Err(e) => return usage(format_args!("{e:#}")),
-    };
-    // The pull's control pipe, without close-on-exec: the proxy inherits it.
-    let control = rustix::io::dup(std::io::stdin()).context("taking the pull's control pipe");
-    answer(control.and_then(|c| {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .context("starting the runtime")?;
-        rt.block_on(async {
-            let _signals = follow_the_pull_not_signals()?;
-            crate::store::ostree::import_here(&req, c).await
-        })
-    }))
-}
-
-/// A wrong command line: its `error:` line, and exit 2.
-fn usage(e: std::fmt::Arguments) -> i32 {
-    // A closed stderr (hostpull gone) is no reason to panic.
-    let _ = writeln!(std::io::stderr(), "error: {PROGRAM}: {e}");
-    2
-}
-
-/// `done` as a JSON line on stdout and exit 0, or its error as one `error:`
-/// line and exit 1.
-fn answer<T: serde::Serialize>(done: anyhow::Result<T>) -> i32 {
-    let printed = done.and_then(|d| {
-        let mut out = std::io::stdout().lock();
-        serde_json::to_writer(&mut out, &d)?;
-        out.write_all(b"\n")?;
-        Ok(out.flush()?)
-    });
-    match printed {
-        Ok(()) => 0,
-        Err(e) => {
-            let e = crate::error::one_line(&format!("{e:#}"));
-            let _ = writeln!(std::io::stderr(), "error: {e}");
-            1
-        }
-    }
-}
-
-/// SIGINT and SIGTERM, caught and left unread: the import stops when the pull
-/// says so, on the control pipe, not when a signal meant for the pull reaches
-/// it too (Ctrl-C reaches the terminal's whole process group, `systemctl
-/// stop` the unit's whole cgroup). The pull then ends the pipe, and the
-/// import removes what it made before it exits; killed, it could not. A
-/// caught signal is the default again in what this process executes.
-fn follow_the_pull_not_signals() -> anyhow::Result<[tokio::signal::unix::Signal; 2]> {
-    use tokio::signal::unix::{SignalKind, signal};
-    Ok([
-        signal(SignalKind::interrupt())?,
-        signal(SignalKind::terminate())?,
-    ])
-}
+use crate::wire::import::{DONE, Holdings, Imported, PROGRAM, Start};
 
 /// The installed program: `../libexec/` from hostpull's own directory (both
 /// under one PREFIX), else beside it (a build tree, `cargo install`).
@@ -434,7 +235,7 @@ impl Running {
         if let Some(mut c) = self.control.take() {
             // An import that failed already has closed its end: its own
             // error, below, says why.
-            let _ = c.write_all(crate::store::proxy::DONE).await;
+            let _ = c.write_all(DONE).await;
         }
         let out = self.output().await?;
         failure(&out)?;
@@ -523,85 +324,6 @@ mod tests {
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
             let woke = std::pin::pin!(told.notified()).poll(&mut cx).is_ready();
             assert_eq!(woke, reported, "{s:?}");
-        }
-    }
-
-    #[test]
-    fn the_request_crosses_the_command_line_then_stdin() {
-        let digest = format!("sha256:{}", "a".repeat(64));
-        let digest = Sha256Digest::parse(&digest).unwrap();
-        // A path need not be UTF-8, nor free of newlines.
-        let layout = PathBuf::from(OsString::from_vec(
-            b"/ostree/repo/tmp/h\xff\nx/layout".to_vec(),
-        ));
-        for r in [None, Some("exampleos/x86_64/stable".to_owned())] {
-            let start = Start {
-                proxy: "/usr/bin/hostpull".into(),
-                dest: OstreeDest {
-                    repo: "/ostree/repo".into(),
-                    ostree_ref: r,
-                },
-                image: ImageRef::parse("quay.io/fedora/fcos:stable").unwrap(),
-            };
-            let (rx, mut tx) = std::io::pipe().unwrap();
-            let rest = Start::rest(&layout, "latest", &digest);
-            tx.write_all(&rest).unwrap();
-            tx.write_all(b"done\n").unwrap();
-            let back = Start::parse(start.args())
-                .unwrap()
-                .request(&rx)
-                .unwrap()
-                .unwrap();
-            let want = Request {
-                proxy: start.proxy.clone(),
-                dest: start.dest.clone(),
-                layout: layout.clone(),
-                tag: "latest".into(),
-                image: start.image.clone(),
-                digest: digest.clone(),
-            };
-            assert_eq!(format!("{back:?}"), format!("{want:?}"));
-            // Not a byte more: what follows is the pull's control pipe.
-            let mut after = [0u8; 5];
-            std::io::Read::read_exact(&mut &rx, &mut after).unwrap();
-            assert_eq!(&after, b"done\n");
-            // The pull ended before it began the import: nothing to do.
-            drop(tx);
-            assert!(
-                Start::parse(start.args())
-                    .unwrap()
-                    .request(&rx)
-                    .unwrap()
-                    .is_none()
-            );
-            // Ended inside the request, or not a digest: an error.
-            for cut in [1, rest.len() - 1] {
-                let (rx, mut tx) = std::io::pipe().unwrap();
-                tx.write_all(&rest[..cut]).unwrap();
-                drop(tx);
-                assert!(
-                    Start::parse(start.args()).unwrap().request(&rx).is_err(),
-                    "{cut}"
-                );
-            }
-            let (rx, mut tx) = std::io::pipe().unwrap();
-            tx.write_all(b"/l\0t\0sha256:x\0").unwrap();
-            assert!(Start::parse(start.args()).unwrap().request(&rx).is_err());
-        }
-        // A field without its end is refused once it is longer than a path.
-        let (rx, mut tx) = std::io::pipe().unwrap();
-        tx.write_all(&vec![b'x'; FIELD_MAX + 1]).unwrap();
-        let start = Start::parse(["/p", "/r", "quay.io/a:b"].map(OsString::from).to_vec()).unwrap();
-        assert!(start.request(&rx).is_err());
-        for bad in [
-            &["/p", "/r", "quay.io/a:b", "ref", "extra"][..],
-            &["/p", "/r", "Not An Image"],
-            &["hostpull", "/r", "quay.io/a:b"],
-            &["/p", "/r"],
-            &[],
-        ] {
-            let args = bad.iter().map(OsString::from).collect();
-            assert!(Start::parse(args).is_err(), "{bad:?}");
         }
     }
 }

@@ -17,23 +17,21 @@
 //! ([`import_here`]).
 //!
 //! The import runs in a program of its own, `hostpull-ostree-import`
-//! ([`crate::store::import`], [`import_here`]), for an SELinux domain of its
+//! ([`crate::confined::import`], [`import_here`]), for an SELinux domain of its
 //! own. ostree-ext reads the layout through its image proxy, which is that
-//! program again serving the staged, verified files ([`crate::store::proxy`]):
+//! program again serving the staged, verified files ([`crate::confined::layout_proxy`]):
 //! no skopeo, no second hash, no network, no unit.
 //!
 //! Without the feature the import and what only it calls are compiled out; the
 //! rest stays, with its tests, so both builds check it.
 #![cfg_attr(not(feature = "ostree"), allow(dead_code))]
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::digest::Sha256Digest;
-use crate::manifest::Manifest;
-use crate::plan::imgref::{ImageRef, OstreeDest};
+use crate::plan::imgref::ImageRef;
+use crate::wire::import::{Holdings, Imported, Request};
 
 /// Where ostree-ext keeps the image refs (`ostree/container/image/<escaped ref>`).
 pub const IMAGE_REF_PREFIX: &str = "ostree/container/image";
@@ -75,75 +73,14 @@ impl Staging {
     }
 }
 
-/// What an import did, for the `--json` result.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Imported {
-    /// The repository.
-    pub repo: PathBuf,
-    /// The merge commit of the image (what REF and the image ref point at).
-    pub commit: String,
-    /// REF, if given, then the image ref.
-    pub refs: Vec<String>,
-}
-
-/// What to import: the staged layout `layout:tag` (manifest `digest`), into
-/// `dest`, recorded as `image`. `hostpull-ostree-import` gets the proxy, the
-/// destination and the image on its command line as the pull starts, and the
-/// rest on its stdin ([`crate::store::import::Start`]).
-#[derive(Debug)]
-pub struct Request {
-    /// The layout proxy's program: hostpull itself, which does not load
-    /// libostree (the import's own program would, a second time).
-    pub proxy: PathBuf,
-    /// The repository, and the ref to point at the import.
-    pub dest: OstreeDest,
-    /// The verified staging layout.
-    pub layout: PathBuf,
-    /// Its tag.
-    pub tag: String,
-    /// The registry image it was pulled as.
-    pub image: ImageRef,
-    /// Its manifest's digest.
-    pub digest: Sha256Digest,
-}
-
 /// The image reference the import is recorded under: the registry image, so
 /// that rpm-ostree and bootc find it under the name they would pull it by.
 pub fn target_imgref(image: &ImageRef) -> String {
     format!("ostree-unverified-registry:{image}")
 }
 
-/// What an ostree repository holds that a pull of one image may leave out:
-/// read by `hostpull-ostree-import` ([`holdings_here`]) as it starts with the
-/// pull, beside the worker, so that hostpull itself never loads libostree.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Holdings {
-    /// The manifest digest the image's image ref records, if it has the image.
-    pub manifest: Option<String>,
-    /// The digest of each layer it has a layer ref for.
-    pub layers: HashSet<String>,
-}
-
-impl Holdings {
-    /// The blobs of the verified image (`digest`, `manifest`) the repository
-    /// has already, as ostree-ext would decide it: the whole image when its
-    /// image ref records this very manifest (`prepare()` says
-    /// `AlreadyPresent`), else each layer it has a layer ref for (`prepare()`
-    /// gives such a layer a commit and `import()` skips it). The config of an
-    /// image not yet there is always needed: `prepare()` reads it.
-    pub fn held(&self, digest: &Sha256Digest, manifest: &Manifest) -> HashSet<Sha256Digest> {
-        if self.manifest.as_deref() == Some(digest.as_str()) {
-            return manifest.blobs().map(|d| d.digest.clone()).collect();
-        }
-        (manifest.layers.iter())
-            .filter(|l| self.layers.contains(l.digest.as_str()))
-            .map(|l| l.digest.clone())
-            .collect()
-    }
-}
-
 /// What the repository `repo` holds for a pull of `image` ([`Holdings`]), in
-/// this process, which is `hostpull-ostree-import` ([`crate::store::import`]).
+/// this process, which is `hostpull-ostree-import` ([`crate::confined::import`]).
 /// Without the `ostree` feature, planning refuses an ostree destination already.
 #[fn_error_context::context("reading what ostree repository {} has", repo.display())]
 pub fn holdings_here(repo: &Path, image: &ImageRef) -> anyhow::Result<Holdings> {
@@ -188,9 +125,9 @@ fn open_repo(path: &Path) -> anyhow::Result<ostree_ext::ostree::Repo> {
 
 /// Import the staged layout `layout:tag` (manifest `digest`) of `req` into
 /// the repository, recorded as `image`, and point `dest`'s ref at the result: in
-/// this process, which is `hostpull-ostree-import` ([`crate::store::import`]).
+/// this process, which is `hostpull-ostree-import` ([`crate::confined::import`]).
 /// The pull may still be fetching: `control` is its pipe
-/// ([`crate::store::proxy::Control`]), without close-on-exec so that the proxy
+/// ([`crate::wire::import::Control`]), without close-on-exec so that the proxy
 /// inherits it. Nothing is referenced before the pull says it is done.
 /// Without the `ostree` feature, planning refuses an ostree destination already.
 #[fn_error_context::context("importing into ostree repository {}", req.dest.repo.display())]
@@ -233,7 +170,7 @@ pub async fn import_here(req: &Request, control: std::os::fd::OwnedFd) -> anyhow
         // An import waited for the pull before it wrote the image's ref (the
         // proxy's `CloseImage`); without one, wait here.
         if !imported {
-            let mut c = crate::store::proxy::Control::new(control);
+            let mut c = crate::wire::import::Control::new(control);
             tokio::task::spawn_blocking(move || c.wait_done()).await??;
         }
         let mut refs = Vec::new();
@@ -291,7 +228,7 @@ fn forget_new_layers(
 }
 
 /// Serve the staging layout `layout:tag`, manifest `digest`, as the pull on
-/// `control` fills it ([`crate::store::proxy`]), and import it into `repo` as
+/// `control` fills it ([`crate::confined::layout_proxy`]), and import it into `repo` as
 /// `target`. Also says whether it imported (`prepare()` may find the image
 /// there already).
 #[cfg(feature = "ostree")]
@@ -319,7 +256,7 @@ async fn import_layout(
         // A local layout needs no credential: ostree-ext would otherwise pass
         // on the host's /etc/ostree/auth.json.
         auth_anonymous: true,
-        skopeo_cmd: Some(crate::store::proxy::command(
+        skopeo_cmd: Some(crate::wire::layout::command(
             &req.proxy,
             layout,
             &req.digest,
@@ -357,7 +294,6 @@ fn with_proxy_detail(e: anyhow::Error) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::Descriptor;
 
     #[test]
     fn target_is_the_registry_image() {
@@ -366,57 +302,6 @@ mod tests {
             target_imgref(&image),
             "ostree-unverified-registry:quay.io/fedora/fcos:stable"
         );
-    }
-
-    fn desc(c: char) -> Descriptor {
-        Descriptor {
-            media_type: "application/vnd.oci.image.layer.v1.tar+gzip".into(),
-            digest: Sha256Digest::parse(&format!("sha256:{}", c.to_string().repeat(64))).unwrap(),
-            size: 1,
-            urls: vec![],
-            platform: None,
-            annotations: Default::default(),
-        }
-    }
-
-    /// (what the image ref records, layers with a layer ref, what is held)
-    #[test]
-    fn held_is_what_prepare_would_skip() {
-        let manifest = Manifest {
-            schema_version: 2,
-            media_type: None,
-            config: desc('c'),
-            layers: vec![desc('a'), desc('b'), desc('d')],
-        };
-        let digest = Sha256Digest::parse(&format!("sha256:{}", "e".repeat(64))).unwrap();
-        let other = format!("sha256:{}", "f".repeat(64));
-        let cases: [(Option<&str>, &str, &str); 5] = [
-            (None, "", ""),
-            (None, "ab", "ab"),
-            // Another image under the same name: only its layers count.
-            (Some(&other), "abd", "abd"),
-            // The config is never a layer ref, so a new image's is fetched.
-            (None, "abcd", "abd"),
-            // This very manifest: everything, config included.
-            (Some(digest.as_str()), "", "abcd"),
-        ];
-        for (stored, refs, want) in cases {
-            let holdings = Holdings {
-                manifest: stored.map(str::to_owned),
-                layers: (refs.chars())
-                    .map(|c| format!("sha256:{}", c.to_string().repeat(64)))
-                    .collect(),
-            };
-            let mut got: Vec<char> = (holdings.held(&digest, &manifest).iter())
-                .map(|d| d.hex().chars().next().unwrap())
-                .collect();
-            got.sort();
-            assert_eq!(
-                got.into_iter().collect::<String>(),
-                want,
-                "{stored:?} {refs}"
-            );
-        }
     }
 
     #[test]

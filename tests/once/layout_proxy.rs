@@ -1,4 +1,4 @@
-//! `hostpull __layout-proxy` (src/store/proxy.rs), the image proxy that
+//! `hostpull __layout-proxy` (src/confined/layout_proxy.rs), the image proxy that
 //! ostree-ext's import reads the staging layout through, driven by the real
 //! client: the containers-image-proxy that ostree-ext itself uses (0.7). The
 //! layout is made here by hand, so no rig is needed; so is the pull's control
@@ -17,7 +17,7 @@ use tokio::io::AsyncReadExt;
 use crate::util::oci_tag;
 
 const VERB: &str = "__layout-proxy";
-/// The proxy's program: hostpull, which the import runs (src/store/import.rs).
+/// The proxy's program: hostpull, which the import runs (src/confined/import.rs).
 const PROXY: &str = env!("CARGO_BIN_EXE_hostpull");
 /// The ostree import's own program, which serves no proxy.
 const IMPORTER: &str = env!("CARGO_BIN_EXE_hostpull-ostree-import");

@@ -762,7 +762,7 @@ fn an_image_for_another_platform_imports_nothing() {
 }
 
 /// The import reads the staging layout through hostpull itself
-/// (src/store/proxy.rs): no skopeo of its own, so no second hash and no unit.
+/// (src/confined/layout_proxy.rs): no skopeo of its own, so no second hash and no unit.
 /// The stand-in skopeo (tests/probe-import.sh) is skopeo only where the
 /// registry is reachable, as the fetch worker; anywhere else it reports and
 /// fails. The import's skopeo had no network (a unit with PrivateNetwork=yes,
@@ -906,7 +906,7 @@ fn a_chunked_update_fetches_only_the_changed_chunks() {
 }
 
 /// The import runs in a program of its own, `hostpull-ostree-import`
-/// (src/store/import.rs), which an SELinux host runs in a domain of its own.
+/// (src/confined/import.rs), which an SELinux host runs in a domain of its own.
 /// hostpull looks for it in `../libexec/` from its own directory, then beside
 /// itself. A stand-in there records its command line and runs the real one,
 /// once per pull, as the pull starts: the layout proxy's program (hostpull

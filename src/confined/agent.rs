@@ -37,56 +37,16 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use serde::{Deserialize, Serialize};
+use crate::error::print;
+use crate::wire::agent::{HELLO, LINE_MAX, PROXY_ENV_OPTION, Reply, Request, STDERR_MAX, VERB};
 
-/// The hidden first argument that makes `hostpull` the agent.
-pub const VERB: &str = "__worker-agent";
-/// The agent's first line on the side channel.
-pub const HELLO: &str = "hostpull-worker-agent 1";
-/// The option before SKOPEO that names the proxy settings' file.
-pub const PROXY_ENV_OPTION: &str = "--proxy-env";
 /// The most of the proxy settings' file the agent reads.
 const PROXY_ENV_MAX: u64 = 64 << 10;
-/// The most of a command's stderr the agent passes on.
-pub const STDERR_MAX: u64 = 64 << 10;
-/// The longest line either side sends.
-pub const LINE_MAX: u64 = 64 << 10;
 /// How long the agent outlives a command a signal killed, waiting for root to
 /// close the side channel: the unit's cgroup, where root reads that the kernel
 /// killed for memory, goes with the unit, and root looks when it sees the
 /// failure, which the agent's own end would otherwise race.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// What root asks the agent, one JSON line each.
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(tag = "op", rename_all = "lowercase")]
-pub enum Request {
-    /// Run skopeo with `args`; answer with a [`Reply`] and its output.
-    Run {
-        /// skopeo's arguments.
-        args: Vec<String>,
-        /// The most of its stdout root wants; one byte more says it was more.
-        limit: u64,
-    },
-    /// Start the image proxy on stdin's socketpair; nothing is answered.
-    Proxy,
-}
-
-/// How a `run` ended, one JSON line, followed by `stdout` then `stderr` bytes.
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Reply {
-    /// Its exit code; none when a signal ended it or its stdout passed the
-    /// limit (it is then killed, not waited for) or it could not start.
-    pub code: Option<i32>,
-    /// The signal that ended it, if not the agent's own kill; the agent
-    /// then dies of it too.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<i32>,
-    /// The bytes of stdout that follow.
-    pub stdout: u64,
-    /// The bytes of stderr that follow them.
-    pub stderr: u64,
-}
 
 /// The agent's `main`: `args` are what follows [`VERB`]. Returns the exit
 /// code, unless it became the proxy.
@@ -96,7 +56,10 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Err(code) => return code,
     };
     let Some(side) = side_channel() else {
-        eprintln!("error: {VERB}: stdout is not hostpull's side channel");
+        print(
+            Some(VERB),
+            format_args!("stdout is not hostpull's side channel"),
+        );
         return 2;
     };
     // Opened once, as the unit starts: on cgroup v1, a daemon-reload rewrites
@@ -108,7 +71,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("error: {VERB}: opening /dev/null: {e}");
+            print(Some(VERB), format_args!("opening /dev/null: {e}"));
             return 8;
         }
     };
@@ -128,7 +91,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let side = match spawned {
         Ok(side) => side,
         Err(e) => {
-            eprintln!("error: {VERB}: starting the side channel: {e}");
+            print(Some(VERB), format_args!("starting the side channel: {e}"));
             return 8;
         }
     };
@@ -170,17 +133,17 @@ fn program(args: Vec<OsString>) -> Result<(Program, Vec<OsString>), i32> {
         match args.next().map(|f| read_proxy_env(&PathBuf::from(f))) {
             Some(Ok(vars)) => env = vars,
             Some(Err(e)) => {
-                eprintln!("error: {VERB}: reading the proxy settings: {e}");
+                print(Some(VERB), format_args!("reading the proxy settings: {e}"));
                 return Err(8);
             }
             None => {
-                eprintln!("error: {VERB}: {PROXY_ENV_OPTION} needs a file");
+                print(Some(VERB), format_args!("{PROXY_ENV_OPTION} needs a file"));
                 return Err(2);
             }
         }
     }
     let Some(path) = args.next().map(PathBuf::from) else {
-        eprintln!("error: {VERB}: no worker program");
+        print(Some(VERB), format_args!("no worker program"));
         return Err(2);
     };
     Ok((Program { path, env }, args.collect()))
@@ -199,23 +162,26 @@ fn proxy(skopeo: &Program, args: Vec<OsString>, null: &std::fs::File) -> Result<
     match null.try_clone() {
         Ok(f) => c.stdout(f),
         Err(e) => {
-            eprintln!("error: {VERB}: duplicating /dev/null: {e}");
+            print(Some(VERB), format_args!("duplicating /dev/null: {e}"));
             return Ok(8);
         }
     };
     // Stopped with the agent, which is all root knows of without systemd.
-    super::pdeathsig(&mut c, rustix::process::Signal::KILL);
+    crate::host::die_with_parent(&mut c, rustix::process::Signal::KILL);
     let mut child = match c.spawn() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {VERB}: starting {}: {e}", skopeo.path.display());
+            print(
+                Some(VERB),
+                format_args!("starting {}: {e}", skopeo.path.display()),
+            );
             return Ok(8);
         }
     };
     // The socketpair is the proxy's alone now (and systemd-run's, which
     // holds it until the unit ends: the agent shuts it down when skopeo ends).
     if let Err(e) = rustix::stdio::dup2_stdin(null) {
-        eprintln!("error: {VERB}: closing the proxy's socket: {e}");
+        print(Some(VERB), format_args!("closing the proxy's socket: {e}"));
         let _ = child.kill();
         return Ok(8);
     }
@@ -227,7 +193,10 @@ fn proxy(skopeo: &Program, args: Vec<OsString>, null: &std::fs::File) -> Result<
             (None, None) => Ok(8),
         },
         Err(e) => {
-            eprintln!("error: {VERB}: waiting for {}: {e}", skopeo.path.display());
+            print(
+                Some(VERB),
+                format_args!("waiting for {}: {e}", skopeo.path.display()),
+            );
             Ok(8)
         }
     }
@@ -321,7 +290,10 @@ fn serve(
                 }
             }
             Err(e) => {
-                eprintln!("error: {VERB}: a request that does not parse: {e}");
+                print(
+                    Some(VERB),
+                    format_args!("a request that does not parse: {e}"),
+                );
                 return;
             }
         }
@@ -392,7 +364,7 @@ fn run(skopeo: &Program, args: &[String], limit: u64, null: &std::fs::File) -> R
         .stderr(Stdio::piped());
     // An `inspect` must not outlive the agent that root stops (without
     // systemd, the agent is all root knows of).
-    super::pdeathsig(&mut c, rustix::process::Signal::KILL);
+    crate::host::die_with_parent(&mut c, rustix::process::Signal::KILL);
     let mut child = match c.spawn() {
         Ok(c) => c,
         Err(e) => return Ran::not(format!("starting {}: {e}", skopeo.path.display())),
@@ -453,34 +425,6 @@ fn answer(side: &mut UnixStream, ran: Ran) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Requests and replies as the wire carries them.
-    #[test]
-    fn wire_format() {
-        let run = Request::Run {
-            args: vec!["inspect".into(), "--raw".into()],
-            limit: 9,
-        };
-        let line = serde_json::to_string(&run).unwrap();
-        assert_eq!(line, r#"{"op":"run","args":["inspect","--raw"],"limit":9}"#);
-        assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), run);
-        assert_eq!(
-            serde_json::from_str::<Request>(r#"{"op":"proxy"}"#).unwrap(),
-            Request::Proxy
-        );
-        assert!(serde_json::from_str::<Request>(r#"{"op":"exec"}"#).is_err());
-        let killed = Reply {
-            code: None,
-            signal: Some(9),
-            stdout: 0,
-            stderr: 2,
-        };
-        let line = serde_json::to_string(&killed).unwrap();
-        assert_eq!(line, r#"{"code":null,"signal":9,"stdout":0,"stderr":2}"#);
-        assert_eq!(serde_json::from_str::<Reply>(&line).unwrap(), killed);
-        let ended: Reply = serde_json::from_str(r#"{"code":3,"stdout":1,"stderr":0}"#).unwrap();
-        assert_eq!((ended.code, ended.signal), (Some(3), None));
-    }
 
     /// A command's output comes back whole up to the limit; one byte more
     /// stops it (no exit code), and its stderr is kept either way.

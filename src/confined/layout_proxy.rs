@@ -8,7 +8,7 @@
 //! skopeo would read each one back, hash it again and copy it through a pipe.
 //! This server is that child instead: `hostpull __layout-proxy
 //! LAYOUT DIGEST [--follow FD] experimental-image-proxy`, root's own code,
-//! which the import runs in its own domain ([`crate::store::import`]), with
+//! which the import runs in its own domain ([`crate::confined::import`]), with
 //! no network and no unit. For the manifest (DIGEST), the config and each blob it
 //! passes the staged file itself (`SCM_RIGHTS`), so the import reads each layer
 //! once, from the page cache, and nothing hashes it twice.
@@ -35,7 +35,7 @@ use std::collections::HashSet;
 use std::ffi::OsString;
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -44,16 +44,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::digest::Sha256Digest;
+use crate::error::print;
 use crate::manifest::{Descriptor, Manifest, OCI_MANIFEST};
 use crate::open::Links;
+use crate::wire::import::{Control, FAILED, Word};
+use crate::wire::layout::{FOLLOW, PROTOCOL, PROXY_VERB, VERB};
 
-/// The hidden first argument that makes `hostpull-ostree-import` the server.
-pub const VERB: &str = "__layout-proxy";
-/// What the crate appends to the command it is given.
-const PROXY_VERB: &str = "experimental-image-proxy";
-/// The protocol version it speaks: the base one, without layer info (which
-/// ostree-ext needs only for `containers-storage:`).
-pub const PROTOCOL: &str = "0.2.3";
 /// The longest message either side sends (the crate's own bound).
 const MSG_MAX: usize = 32 << 10;
 /// The one image a layout serves.
@@ -71,20 +67,26 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let server = match parse(args) {
         Some(s) => s,
         None => {
-            eprintln!("error: {VERB}: usage: {VERB} LAYOUT DIGEST [--follow FD] {PROXY_VERB}");
+            print(
+                Some(VERB),
+                format_args!("usage: {VERB} LAYOUT DIGEST [--follow FD] {PROXY_VERB}"),
+            );
             return 2;
         }
     };
     let stdin = std::io::stdin();
     let sock = stdin.as_fd();
     if rustix::net::sockopt::socket_type(sock).ok() != Some(rustix::net::SocketType::SEQPACKET) {
-        eprintln!("error: {VERB}: stdin is not the image proxy's socket");
+        print(
+            Some(VERB),
+            format_args!("stdin is not the image proxy's socket"),
+        );
         return 2;
     }
     match server.serve(sock) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("error: {VERB}: {e:#}");
+            print(Some(VERB), format_args!("{e:#}"));
             1
         }
     }
@@ -95,7 +97,7 @@ fn parse(args: Vec<OsString>) -> Option<Server> {
     let mut args = args.into_iter().peekable();
     let layout = args.next().filter(|l| !l.is_empty())?;
     let digest = Sha256Digest::parse(args.next()?.to_str()?)?;
-    let control = match args.next_if(|a| a == "--follow") {
+    let control = match args.next_if(|a| a == FOLLOW) {
         Some(_) => Some(Control::new(inherited_pipe(
             args.next()?.to_str()?.parse().ok()?,
         )?)),
@@ -355,97 +357,6 @@ impl Server {
     }
 }
 
-/// How the import fails when the pull did.
-const FAILED: &str = "the pull failed, so the import stops";
-
-/// What the pull said of itself ([`Control`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Word {
-    /// Nothing yet: the pull goes on.
-    Pending,
-    /// `done`: every blob is staged, the staging layout published.
-    Done,
-    /// The pipe ended without `done`: the pull failed or was stopped.
-    Failed,
-}
-
-/// The pull's word to its import: the read end of a pipe from hostpull, which
-/// writes [`DONE`] once every blob of the image is staged and the staging
-/// layout is published, then closes it. If it closes it without (a failed
-/// pull, or hostpull killed), the import must not go on: nothing of a failed
-/// pull may be referenced.
-#[derive(Debug)]
-pub struct Control {
-    fd: OwnedFd,
-    said: Vec<u8>,
-    ended: bool,
-}
-
-/// What hostpull writes on the control pipe when the pull is done.
-pub const DONE: &[u8] = b"done\n";
-
-impl Control {
-    /// The pipe's read end.
-    pub fn new(fd: OwnedFd) -> Self {
-        Self {
-            fd,
-            said: Vec::new(),
-            ended: false,
-        }
-    }
-
-    fn word(&self) -> Word {
-        match (self.ended, self.said == DONE) {
-            (false, _) => Word::Pending,
-            (true, true) => Word::Done,
-            (true, false) => Word::Failed,
-        }
-    }
-
-    /// Read what there is within `timeout` (without one, until the pipe
-    /// ends), and say where the pull stands.
-    fn wait(&mut self, timeout: Option<Duration>) -> anyhow::Result<Word> {
-        use rustix::event::{PollFd, PollFlags, Timespec};
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        while !self.ended {
-            let left = match deadline {
-                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
-                    Some(left) => Some(Timespec::try_from(left)?),
-                    None => break,
-                },
-                None => None,
-            };
-            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
-            match rustix::event::poll(&mut fds, left.as_ref()) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e).context("waiting for the pull"),
-            }
-            let mut buf = [0u8; 16];
-            match rustix::io::read(&self.fd, &mut buf) {
-                Ok(0) => self.ended = true,
-                // More than `done` is not `done`.
-                Ok(n) if self.said.len() + n <= DONE.len() => {
-                    self.said.extend_from_slice(&buf[..n])
-                }
-                Ok(_) => self.said = b"?".repeat(DONE.len() + 1),
-                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
-                Err(e) => return Err(e).context("reading the pull's control pipe"),
-            }
-        }
-        Ok(self.word())
-    }
-
-    /// Wait until the pipe ends: `Ok` if the pull said `done`.
-    pub fn wait_done(&mut self) -> anyhow::Result<()> {
-        match self.wait(None)? {
-            Word::Done => Ok(()),
-            _ => anyhow::bail!("{FAILED}"),
-        }
-    }
-}
-
 fn reply(value: Value, pipeid: u32) -> Value {
     json!({ "success": true, "value": value, "pipeid": pipeid, "error": "" })
 }
@@ -471,24 +382,4 @@ fn send(sock: BorrowedFd<'_>, reply: &Value, fd: Option<BorrowedFd<'_>>) -> anyh
     )
     .context("sendmsg")?;
     Ok(())
-}
-
-/// The command that starts this server on `layout` and the manifest
-/// `digest`, following the pull on `control` if given, for the crate's
-/// `skopeo_cmd` (it appends [`PROXY_VERB`] and sets stdin): `program`,
-/// hostpull, which the import is given. `control` must not be close-on-exec:
-/// the server inherits it.
-pub fn command(
-    program: &Path,
-    layout: &Path,
-    digest: &Sha256Digest,
-    control: Option<BorrowedFd<'_>>,
-) -> std::process::Command {
-    use std::os::fd::AsRawFd;
-    let mut c = std::process::Command::new(program);
-    c.arg(VERB).arg(layout).arg(digest.as_str());
-    if let Some(fd) = control {
-        c.arg("--follow").arg(fd.as_raw_fd().to_string());
-    }
-    c
 }
