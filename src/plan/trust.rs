@@ -195,27 +195,18 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sys(root: &Path) -> crate::host::System {
-        crate::host::System::open(root).unwrap()
-    }
+    use crate::plan::testing::MemHost;
 
     const CERT: &str = include_str!("../signature/testdata/fulcio_v1.crt.pem");
 
     #[test]
     fn ca_flags() {
-        let td = tempfile::tempdir().unwrap();
-        let f = td.path().join("ca.crt");
-        std::fs::write(&f, CERT).unwrap();
-        let ok = parse_ca(&sys(td.path()), &format!("reg.svc:5000={}", f.display())).unwrap();
-        assert_eq!(ok, ("reg.svc:5000".to_owned(), f.clone()));
-        for bad in [
-            "reg.svc",
-            "bad host=/x",
-            &format!("reg.svc={}", td.path().join("nope").display()),
-        ] {
+        let h = MemHost::new("/r").file("ca.crt", CERT);
+        let ok = parse_ca(&h, "reg.svc:5000=/r/ca.crt").unwrap();
+        assert_eq!(ok, ("reg.svc:5000".to_owned(), PathBuf::from("/r/ca.crt")));
+        for bad in ["reg.svc", "bad host=/x", "reg.svc=/r/nope"] {
             assert_eq!(
-                crate::error::exit_code(&parse_ca(&sys(td.path()), bad).unwrap_err()),
+                crate::error::exit_code(&parse_ca(&h, bad).unwrap_err()),
                 2,
                 "{bad}"
             );
@@ -224,47 +215,59 @@ mod tests {
 
     #[test]
     fn per_host_from_flags_and_certs_d() {
-        let td = tempfile::tempdir().unwrap();
-        let root = td.path();
-        let w = |p: &str| {
-            let p = root.join(p);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(&p, CERT).unwrap();
-            p
+        let root = Path::new("/r");
+        // The certs.d files, the client key only if `key`.
+        let host = |key: bool| {
+            let h = MemHost::new(root)
+                .file("flags/svc-ca.crt", CERT)
+                // containers' certs.d wins over docker's for the same host.
+                .file("etc/containers/certs.d/a.example:5000/ca.crt", CERT)
+                .file("etc/docker/certs.d/a.example:5000/other.crt", CERT)
+                .file("etc/docker/certs.d/b.example/ca.crt", CERT)
+                .file("etc/docker/certs.d/b.example/client.cert", CERT)
+                .file("etc/docker/certs.d/unrelated.example/ca.crt", CERT);
+            if key {
+                h.file("etc/docker/certs.d/b.example/client.key", CERT)
+            } else {
+                h
+            }
         };
-        let flag_ca = w("flags/svc-ca.crt");
-        // containers' certs.d wins over docker's for the same host.
-        let a_ca = w("etc/containers/certs.d/a.example:5000/ca.crt");
-        w("etc/docker/certs.d/a.example:5000/other.crt");
-        let b_ca = w("etc/docker/certs.d/b.example/ca.crt");
-        let b_cert = w("etc/docker/certs.d/b.example/client.cert");
-        let b_key = w("etc/docker/certs.d/b.example/client.key");
-        w("etc/docker/certs.d/unrelated.example/ca.crt");
         let hosts = [
             "a.example:5000".to_owned(),
             "b.example".to_owned(),
             "c.example".to_owned(),
         ];
+        let flag_ca = root.join("flags/svc-ca.crt");
         let cas = vec![("a.example:5000".to_owned(), flag_ca.clone())];
-        let t = resolve(&sys(root), &hosts, &cas).unwrap();
+        let t = resolve(&host(true), &hosts, &cas).unwrap();
         assert_eq!(
             t.len(),
             2,
             "c has nothing, unrelated is not a host of this pull"
         );
-        assert_eq!(t[0].cas, [flag_ca, a_ca]);
-        assert_eq!(t[1].cas, [b_ca]);
-        assert_eq!(t[1].client, Some((b_cert, b_key)));
-        // A certificate without its key is a usage error.
-        std::fs::remove_file(root.join("etc/docker/certs.d/b.example/client.key")).unwrap();
+        let b = root.join("etc/docker/certs.d/b.example");
         assert_eq!(
-            crate::error::exit_code(&resolve(&sys(root), &hosts, &[]).unwrap_err()),
+            t[0].cas,
+            [
+                flag_ca,
+                root.join("etc/containers/certs.d/a.example:5000/ca.crt")
+            ]
+        );
+        assert_eq!(t[1].cas, [b.join("ca.crt")]);
+        assert_eq!(
+            t[1].client,
+            Some((b.join("client.cert"), b.join("client.key")))
+        );
+        // A certificate without its key is a usage error.
+        assert_eq!(
+            crate::error::exit_code(&resolve(&host(false), &hosts, &[]).unwrap_err()),
             2
         );
     }
 
     /// A file of certs.d that this pull would read and cannot (a directory, a
     /// dangling link, a FIFO) is a usage error naming it, at plan time.
+    // On the real filesystem: a dangling link and a FIFO, which MemHost cannot model.
     #[test]
     fn unreadable_trust_files_are_usage_errors_naming_them() {
         let hosts = ["r.example:5000".to_owned()];
@@ -297,16 +300,13 @@ mod tests {
             let bad = dir.join(name);
             let _ = std::fs::remove_file(&bad);
             make(&bad);
-            let e = resolve(&sys(td.path()), &hosts, &[]).unwrap_err();
+            let h = crate::host::System::open(td.path()).unwrap();
+            let e = resolve(&h, &hosts, &[]).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{name}: {e:#}");
             assert!(format!("{e:#}").contains(bad.to_str().unwrap()), "{e:#}");
             // And the same file given with --ca.
             if name == "ca.crt" {
-                let e = parse_ca(
-                    &sys(td.path()),
-                    &format!("r.example:5000={}", bad.display()),
-                )
-                .unwrap_err();
+                let e = parse_ca(&h, &format!("r.example:5000={}", bad.display())).unwrap_err();
                 assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
                 assert!(format!("{e:#}").contains(bad.to_str().unwrap()), "{e:#}");
             }
@@ -332,16 +332,14 @@ mod tests {
         ];
         for (text, ok) in cases {
             for name in ["ca.crt", "client.cert"] {
-                let td = tempfile::tempdir().unwrap();
-                let dir = td.path().join("etc/containers/certs.d/r.example");
-                std::fs::create_dir_all(&dir).unwrap();
-                for n in ["ca.crt", "client.cert", "client.key"] {
-                    std::fs::write(dir.join(n), CERT).unwrap();
-                }
-                std::fs::write(dir.join(name), &text).unwrap();
-                let r = resolve(&sys(td.path()), &["r.example".to_owned()], &[]);
+                let dir = Path::new("/r/etc/containers/certs.d/r.example");
+                let h = ["ca.crt", "client.cert", "client.key"]
+                    .iter()
+                    .fold(MemHost::new("/r"), |h, n| h.file(dir.join(n), CERT))
+                    .file(dir.join(name), &text);
+                let r = resolve(&h, &["r.example".to_owned()], &[]);
                 let bad = dir.join(name);
-                let flag = parse_ca(&sys(td.path()), &format!("r.example={}", bad.display()));
+                let flag = parse_ca(&h, &format!("r.example={}", bad.display()));
                 for r in [r.map(drop), flag.map(drop)] {
                     match r {
                         Ok(()) => assert!(ok, "{name}: {text:?}"),
