@@ -588,6 +588,7 @@ pub fn minimal_authfile(chosen: &[Chosen]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::testing::MemHost;
 
     /// A secret prints as `<redacted>` wherever it sits: in a credential, a
     /// provider's answer or its configuration's env.
@@ -610,10 +611,6 @@ mod tests {
         assert!(!format!("{r:?}").contains("s3cr3t"), "{r:?}");
         let e: Entry = serde_json::from_str(r#"{"auth": "s3cr3t", "password": "s3cr3t"}"#).unwrap();
         assert!(!format!("{e:?}").contains("s3cr3t"), "{e:?}");
-    }
-
-    fn sys(root: &Path) -> crate::host::System {
-        crate::host::System::open(root).unwrap()
     }
 
     fn img(s: &str) -> ImageRef {
@@ -949,10 +946,11 @@ mod tests {
         }
     }
 
-    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
+    /// A machine with these files: `/NAME`, its text.
+    fn machine(files: &[(&str, &str)]) -> MemHost {
+        files
+            .iter()
+            .fold(MemHost::new("/"), |h, (name, text)| h.file(name, text))
     }
 
     fn secret(kind: &str, key: &str, content: &str) -> String {
@@ -962,12 +960,19 @@ mod tests {
         )
     }
 
-    fn kubelet(paths: &[PathBuf], image: &str) -> anyhow::Result<Vec<String>> {
-        let sources: Vec<_> = paths
+    /// The `user:password` of each credential for `image` from the pull
+    /// secrets `/NAME` of `h`, as kubelet reads them.
+    fn kubelet(h: &MemHost, names: &[&str], image: &str) -> anyhow::Result<Vec<String>> {
+        let sources: Vec<_> = names
             .iter()
-            .map(|p| (Source::PullSecret(p.clone()), Matching::Kubelet))
+            .map(|n| {
+                (
+                    Source::PullSecret(Path::new("/").join(n)),
+                    Matching::Kubelet,
+                )
+            })
             .collect();
-        Ok(resolve(&sys(Path::new("/")), &sources, &img(image))?
+        Ok(resolve(h, &sources, &img(image))?
             .into_iter()
             .map(|c| String::from_utf8(B64.decode(c.auth.expose()).unwrap()).unwrap())
             .collect())
@@ -978,8 +983,6 @@ mod tests {
     /// plan::tests::kubelet_default_keyring), and several secrets as one keyring.
     #[test]
     fn kubelet_secrets() {
-        let td = tempfile::tempdir().unwrap();
-        let d = td.path();
         let auth = r#"{"auth": "dXNlcjpwYXNzd29yZA=="}"#;
         let userpass = r#"{"username": "user", "password": "password"}"#;
         let cases = [
@@ -1027,40 +1030,33 @@ mod tests {
                 false,
             ),
         ];
-        for (i, (kind, key, content, found)) in cases.iter().enumerate() {
-            let f = write(d, &format!("s{i}"), &secret(kind, key, content));
+        for (kind, key, content, found) in &cases {
+            let h = machine(&[("s", secret(kind, key, content).as_str())]);
             let want: &[&str] = if *found { &["user:password"] } else { &[] };
             assert_eq!(
-                kubelet(&[f], "test.registry.io/x").unwrap(),
+                kubelet(&h, &["s"], "test.registry.io/x").unwrap(),
                 want,
                 "{kind} {key}"
             );
         }
         // Two secrets, one keyring: the second's more specific key comes
         // first, and the same key keeps the secrets' order.
-        let a = write(
-            d,
-            "a",
-            &format!(
-                r#"{{"auths": {{"reg.io": {{"auth": "{}"}}}}}}"#,
-                B64.encode("a:host")
-            ),
+        let a = format!(
+            r#"{{"auths": {{"reg.io": {{"auth": "{}"}}}}}}"#,
+            B64.encode("a:host")
         );
-        let b = write(
-            d,
-            "b",
-            &format!(
-                r#"{{"auths": {{"reg.io/team": {{"auth": "{}"}}, "reg.io": {{"auth": "{}"}}}}}}"#,
-                B64.encode("b:team"),
-                B64.encode("b:host")
-            ),
+        let b = format!(
+            r#"{{"auths": {{"reg.io/team": {{"auth": "{}"}}, "reg.io": {{"auth": "{}"}}}}}}"#,
+            B64.encode("b:team"),
+            B64.encode("b:host")
         );
+        let h = machine(&[("a", a.as_str()), ("b", b.as_str())]);
         assert_eq!(
-            kubelet(&[a.clone(), b.clone()], "reg.io/team/app").unwrap(),
+            kubelet(&h, &["a", "b"], "reg.io/team/app").unwrap(),
             ["b:team", "a:host", "b:host"]
         );
         assert_eq!(
-            kubelet(&[a, b], "reg.io/other").unwrap(),
+            kubelet(&h, &["a", "b"], "reg.io/other").unwrap(),
             ["a:host", "b:host"]
         );
         // A malformed entry fails the pull, whatever host it is for, as in kubelet.
@@ -1070,8 +1066,7 @@ mod tests {
             r#"{"auths": {"other.io": {"username": "u", "password": "p", "email": false}}}"#,
             r#"{"auths": {"reg.io": 3}}"#,
         ] {
-            let f = write(d, "bad", bad);
-            let e = kubelet(&[f], "reg.io/a").unwrap_err();
+            let e = kubelet(&machine(&[("bad", bad)]), &["bad"], "reg.io/a").unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
         }
     }
@@ -1083,7 +1078,6 @@ mod tests {
     /// dockercfg map, every key with its credential; broken JSON fails.
     #[test]
     fn kubelet_config_files() {
-        let td = tempfile::tempdir().unwrap();
         let foo = r#""http://foo.example.com":{"username": "foo", "password": "bar", "email": "foo@example.com"}"#;
         let bar = r#""http://bar.example.com":{"username": "bar", "password": "baz", "email": "bar@example.com"}"#;
         let both = [
@@ -1106,9 +1100,9 @@ mod tests {
                 Some(&[("http://foo.example.com", "foo:bar\n")]),
             ),
         ];
-        for (i, (text, want)) in cases.iter().enumerate() {
-            let f = write(td.path(), &format!("c{i}"), text);
-            let got = read_kubelet(&sys(Path::new("/")), &f).map(|v| {
+        for (text, want) in &cases {
+            let h = machine(&[("c", text.as_str())]);
+            let got = read_kubelet(&h, Path::new("/c")).map(|v| {
                 v.into_iter()
                     .map(|(k, a)| {
                         (
@@ -1139,10 +1133,8 @@ mod tests {
     /// ignores them; an authfile's are checked.
     #[test]
     fn kubelet_goes_by_the_secret_type_and_ignores_cred_helpers() {
-        let td = tempfile::tempdir().unwrap();
-        let d = td.path();
         let auth = r#"{"auth": "dXNlcjpwYXNzd29yZA=="}"#;
-        for (i, (kind, key, content)) in [
+        for (kind, key, content) in [
             (
                 "dockerconfigjson",
                 ".dockerconfigjson",
@@ -1153,13 +1145,12 @@ mod tests {
                 ".dockercfg",
                 format!(r#"{{"auths": {{"test.registry.io": {auth}}}}}"#),
             ),
-        ]
-        .iter()
-        .enumerate()
-        {
-            let f = write(d, &format!("s{i}"), &secret(kind, key, content));
+        ] {
+            let h = machine(&[("s", secret(kind, key, &content).as_str())]);
             assert!(
-                kubelet(&[f], "test.registry.io/x").unwrap().is_empty(),
+                kubelet(&h, &["s"], "test.registry.io/x")
+                    .unwrap()
+                    .is_empty(),
                 "{kind}"
             );
         }
@@ -1167,24 +1158,21 @@ mod tests {
             r#""credHelpers": {"test.registry.io": "a/b"}"#,
             r#""credHelpers": 3"#,
         ];
-        for (i, helpers) in bad_helpers.iter().enumerate() {
+        for helpers in bad_helpers {
             let json = format!(r#"{{"auths": {{"test.registry.io": {auth}}}, {helpers}}}"#);
-            for (j, text) in [
+            for text in [
                 json.clone(),
                 secret("dockerconfigjson", ".dockerconfigjson", &json),
-            ]
-            .iter()
-            .enumerate()
-            {
-                let f = write(d, &format!("h{i}{j}"), text);
+            ] {
+                let h = machine(&[("h", text.as_str())]);
                 assert_eq!(
-                    kubelet(std::slice::from_ref(&f), "test.registry.io/x").unwrap(),
+                    kubelet(&h, &["h"], "test.registry.io/x").unwrap(),
                     ["user:password"],
                     "{text}"
                 );
                 let e = resolve(
-                    &sys(Path::new("/")),
-                    &[(Source::Authfile(f), Matching::Containers)],
+                    &h,
+                    &[(Source::Authfile("/h".into()), Matching::Containers)],
                     &img("test.registry.io/x"),
                 )
                 .unwrap_err();
@@ -1201,7 +1189,6 @@ mod tests {
     /// over 30 s).
     #[test]
     fn helper_failures_and_deep_files_have_their_exit_codes() {
-        use crate::plan::testing::MemHost;
         let huge = format!(r#"{{"Username":"u","Secret":"{}"}}"#, "s".repeat(1 << 20));
         // (what the plugin answers, none: not there; the exit code; the words)
         type Answer<'a> = Option<Result<&'a str, &'a str>>;
@@ -1245,7 +1232,6 @@ mod tests {
 
     #[test]
     fn secret_formats() {
-        let td = tempfile::tempdir().unwrap();
         let auth = B64.encode("u:p");
         let cfgjson = format!(r#"{{"auths":{{"reg.io":{{"auth":"{auth}"}}}}}}"#);
         let cfg = format!(r#"{{"reg.io":{{"auth":"{auth}"}}}}"#);
@@ -1266,11 +1252,10 @@ mod tests {
                 "k".repeat(1100)
             ),
         ];
-        for (i, text) in cases.iter().enumerate() {
-            let f = write(td.path(), &format!("s{i}"), text);
+        for text in &cases {
             let chosen = resolve(
-                &sys(Path::new("/")),
-                &[(Source::PullSecret(f), Matching::Kubelet)],
+                &machine(&[("s", text.as_str())]),
+                &[(Source::PullSecret("/s".into()), Matching::Kubelet)],
                 &img("reg.io/a/b"),
             )
             .unwrap();
@@ -1289,10 +1274,9 @@ mod tests {
             "kind: Secret\ntype: kubernetes.io/dockercfg\ndata:\n  .dockercfg: '!!'\n",
             r#"{"auths":{"reg.io":3}}"#,
         ] {
-            let f = write(td.path(), "bad", &format!("{bad}\n# secret-marker"));
             let e = resolve(
-                &sys(Path::new("/")),
-                &[(Source::PullSecret(f), Matching::Kubelet)],
+                &machine(&[("bad", format!("{bad}\n# secret-marker").as_str())]),
+                &[(Source::PullSecret("/bad".into()), Matching::Kubelet)],
                 &img("reg.io/a"),
             )
             .unwrap_err();
@@ -1306,49 +1290,41 @@ mod tests {
 
     #[test]
     fn every_source_in_order_and_tokens_are_reread() {
-        let td = tempfile::tempdir().unwrap();
-        let a = write(
-            td.path(),
-            "a.json",
-            &format!(
-                r#"{{"auths":{{"reg.io":{{"auth":"{}"}}}}}}"#,
-                B64.encode("a:1")
-            ),
+        let a = format!(
+            r#"{{"auths":{{"reg.io":{{"auth":"{}"}}}}}}"#,
+            B64.encode("a:1")
         );
-        let token = write(td.path(), "token", "t0k3n\n");
+        let h = machine(&[("a.json", a.as_str()), ("token", "t0k3n\n")]);
         let sources = vec![
             (
-                parse_token(
-                    &format!("reg.io/team={}", token.display()),
-                    "serviceaccount",
-                )
-                .unwrap(),
+                parse_token("reg.io/team=/token", "serviceaccount").unwrap(),
                 Matching::Containers,
             ),
-            (Source::Authfile(a.clone()), Matching::Containers),
+            (Source::Authfile("/a.json".into()), Matching::Containers),
             // The same credential again is not tried twice.
-            (Source::Authfile(a), Matching::Containers),
+            (Source::Authfile("/a.json".into()), Matching::Containers),
         ];
-        let auths = |image: &str| -> Vec<String> {
-            resolve(&sys(Path::new("/")), &sources, &img(image))
+        let auths = |h: &MemHost, image: &str| -> Vec<String> {
+            resolve(h, &sources, &img(image))
                 .unwrap()
                 .into_iter()
                 .map(|c| c.auth.expose().to_owned())
                 .collect()
         };
         assert_eq!(
-            auths("reg.io/team/app"),
+            auths(&h, "reg.io/team/app"),
             [B64.encode("serviceaccount:t0k3n"), B64.encode("a:1")]
         );
-        std::fs::write(&token, "rotated").unwrap();
+        // The same machine, its token rewritten.
+        let h = h.file("/token", "rotated");
         assert_eq!(
-            auths("reg.io/team/app")[0],
+            auths(&h, "reg.io/team/app")[0],
             B64.encode("serviceaccount:rotated")
         );
         // Outside the token's path, only the authfile answers.
-        assert_eq!(auths("reg.io/other/app"), [B64.encode("a:1")]);
-        assert!(auths("other.io/x").is_empty());
-        let c = resolve(&sys(Path::new("/")), &sources, &img("reg.io/other/app")).unwrap();
+        assert_eq!(auths(&h, "reg.io/other/app"), [B64.encode("a:1")]);
+        assert!(auths(&h, "other.io/x").is_empty());
+        let c = resolve(&h, &sources, &img("reg.io/other/app")).unwrap();
         let file: Value = serde_json::from_slice(&minimal_authfile(&c)).unwrap();
         assert_eq!(
             file,
