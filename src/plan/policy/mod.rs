@@ -484,9 +484,11 @@ pub fn dearmor(key: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::testing::MemHost;
 
-    fn sys() -> crate::host::System {
-        crate::host::System::open(Path::new("/")).unwrap()
+    /// A machine without a file: a key file a policy names is not there.
+    fn bare() -> MemHost {
+        MemHost::new("/")
     }
 
     fn image(s: &str) -> ImageRef {
@@ -638,7 +640,7 @@ mod tests {
                 "*.very.deep.com",
             ),
         ] {
-            let a = apply(&sys(), Path::new("p"), &text, &image(input)).unwrap();
+            let a = apply(&bare(), Path::new("p"), &text, &image(input)).unwrap();
             assert_eq!(a.scope, matched, "{input}");
         }
     }
@@ -716,7 +718,7 @@ mod tests {
                 "reading key /keys/public-key",
             ),
         ] {
-            match (apply(&sys(), file, &text, &image(img)), want) {
+            match (apply(&bare(), file, &text, &image(img)), want) {
                 (Ok(a), "accept") => {
                     assert!(a.accepts_anything() && a.scope == scope, "{img}: {a:?}")
                 }
@@ -969,7 +971,7 @@ mod tests {
             files.push((text, why.to_owned()));
         }
         for (text, why) in files {
-            let Err(e) = apply(&sys(), Path::new("p.json"), &text, &image("q.io/a:v1")) else {
+            let Err(e) = apply(&bare(), Path::new("p.json"), &text, &image("q.io/a:v1")) else {
                 panic!("accepted: {text}");
             };
             let msg = format!("{e:#}");
@@ -1046,7 +1048,7 @@ mod tests {
             b64(p256),
             b64(ed)
         );
-        let a = apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
+        let a = apply(&bare(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
         let [
             Requirement::SigstoreSigned {
                 signer: Signer::Keys(keys),
@@ -1080,9 +1082,20 @@ mod tests {
         let b64 = |name: &str| {
             base64::engine::general_purpose::STANDARD.encode(std::fs::read(testdata(name)).unwrap())
         };
+        // The fixtures the policies name by path, at those paths.
+        let h = [
+            "fulcio_v1.crt.pem",
+            "rekor.pub",
+            "cosign.pub",
+            "some-rsa-key.pub",
+        ]
+        .into_iter()
+        .fold(bare(), |h, name| {
+            h.file(testdata(name), std::fs::read(testdata(name)).unwrap())
+        });
         let get = |req: String| {
             let text = format!(r#"{{"default":[{req}]}}"#);
-            apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1"))
+            apply(&h, Path::new("p"), &text, &image("q.io/a:v1"))
         };
         let fulcio = format!(
             r#"{{"type":"sigstoreSigned","fulcio":{{"caPath":"{}","oidcIssuer":"https://github.com/login/oauth","subjectEmail":"mitr@redhat.com"}},"rekorPublicKeyPaths":["{}","{}"]}}"#,
@@ -1217,7 +1230,7 @@ mod tests {
         let text = r#"{"default":[{"type":"insecureAcceptAnything"}],"transports":{"docker":{
             "q.io/base":[{"type":"signedBaseLayer","baseLayerIdentity":{"type":"matchExact"}}],
             "q.io/x509":[{"type":"signedBy","keyType":"X509Certificates","keyPath":"/nonexistent"}]}}}"#;
-        let a = apply(&sys(), Path::new("p"), text, &image("q.io/other:v1")).unwrap();
+        let a = apply(&bare(), Path::new("p"), text, &image("q.io/other:v1")).unwrap();
         assert!(a.accepts_anything());
         for (img, why) in [
             ("q.io/base/a:v1", "signedBaseLayer is not implemented"),
@@ -1226,7 +1239,7 @@ mod tests {
                 "keyType X509Certificates is not implemented",
             ),
         ] {
-            let a = apply(&sys(), Path::new("p"), text, &image(img)).unwrap();
+            let a = apply(&bare(), Path::new("p"), text, &image(img)).unwrap();
             assert!(
                 !a.accepts_anything(),
                 "--require-signature must not accept it"
@@ -1262,12 +1275,12 @@ mod tests {
             ("q.io/x/y", "q.io", true),
             ("r.io/x/y", "docker", true),
         ] {
-            let a = apply(&sys(), f, &p, &image(img)).unwrap();
+            let a = apply(&bare(), f, &p, &image(img)).unwrap();
             assert_eq!(a.scope, scope, "{img}");
             assert_eq!(a.accepts_anything(), accepts, "{img}");
         }
         let a = apply(
-            &sys(),
+            &bare(),
             f,
             r#"{"default":[{"type":"reject"}]}"#,
             &image("q.io/a"),
@@ -1298,7 +1311,7 @@ mod tests {
                 "is not a PEM ECDSA (P-256, P-384), ed25519 or RSA public key",
             ),
         ] {
-            let e = apply(&sys(), f, text, &img).unwrap_err();
+            let e = apply(&bare(), f, text, &img).unwrap_err();
             let msg = format!("{e:#}");
             assert!(msg.contains(want), "{text}: {msg}");
             assert_eq!(crate::error::exit_code(&e), 2, "{text}");
@@ -1317,7 +1330,7 @@ mod tests {
             b64(p256),
             b64(ed)
         );
-        let a = apply(&sys(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
+        let a = apply(&bare(), Path::new("p"), &text, &image("q.io/a:v1")).unwrap();
         let [
             Requirement::SigstoreSigned {
                 signer: Signer::Keys(k1),
@@ -1362,20 +1375,19 @@ mod tests {
 
     #[test]
     fn lookaside_from_registries_d() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(
-            d.path().join("a.yaml"),
-            "default-docker:\n  lookaside: file:///var/lib/sigs\ndocker:\n  q.io/ns:\n    use-sigstore-attachments: true\n",
-        )
-        .unwrap();
-        std::fs::write(
-            d.path().join("b.yaml"),
-            "docker:\n  q.io/ns/repo:\n    lookaside: https://sigs.q.io/s\n",
-        )
-        .unwrap();
-        std::fs::write(d.path().join("ignored.conf"), "{{{").unwrap();
+        let d = Path::new("/registries.d");
+        let h = bare()
+            .file(
+                d.join("a.yaml"),
+                "default-docker:\n  lookaside: file:///var/lib/sigs\ndocker:\n  q.io/ns:\n    use-sigstore-attachments: true\n",
+            )
+            .file(
+                d.join("b.yaml"),
+                "docker:\n  q.io/ns/repo:\n    lookaside: https://sigs.q.io/s\n",
+            )
+            .file(d.join("ignored.conf"), "{{{");
         let mut a = apply(
-            &sys(),
+            &bare(),
             Path::new("p"),
             r#"{"default":[{"type":"reject"}]}"#,
             &image("q.io/a:v1"),
@@ -1386,27 +1398,25 @@ mod tests {
             ("q.io/ns/other:v1", "file:///var/lib/sigs", true),
             ("r.io/x:v1", "file:///var/lib/sigs", false),
         ] {
-            lookaside(&sys(), &mut a, d.path(), &image(img)).unwrap();
+            lookaside(&h, &mut a, d, &image(img)).unwrap();
             assert_eq!(a.lookaside.as_deref(), Some(url), "{img}");
             assert_eq!(a.sigstore_attachments, attach, "{img}");
         }
-        std::fs::write(
-            d.path().join("c.yaml"),
+        let h = h.file(
+            d.join("c.yaml"),
             "docker:\n  q.io/ns:\n    lookaside: file:///x\n",
-        )
-        .unwrap();
-        let e = lookaside(&sys(), &mut a, d.path(), &image("q.io/a")).unwrap_err();
+        );
+        let e = lookaside(&h, &mut a, d, &image("q.io/a")).unwrap_err();
         assert!(format!("{e}").contains("defined in another file"), "{e}");
-        std::fs::remove_file(d.path().join("c.yaml")).unwrap();
-        std::fs::write(
-            d.path().join("c.yaml"),
+        // c.yaml rewritten.
+        let h = h.file(
+            d.join("c.yaml"),
             "docker:\n  z.io:\n    lookaside: ftp://x\n",
-        )
-        .unwrap();
-        let e = lookaside(&sys(), &mut a, d.path(), &image("z.io/a")).unwrap_err();
+        );
+        let e = lookaside(&h, &mut a, d, &image("z.io/a")).unwrap_err();
         assert!(format!("{e}").contains("must be a file://"), "{e}");
         // No directory: no lookaside.
-        lookaside(&sys(), &mut a, &d.path().join("none"), &image("q.io/a")).unwrap();
+        lookaside(&h, &mut a, &d.join("none"), &image("q.io/a")).unwrap();
         assert_eq!(a.lookaside, None);
     }
 }
