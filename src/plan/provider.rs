@@ -329,10 +329,7 @@ fn store(host: &dyn Host, p: &Provider, image: &ImageRef, r: &Response) -> anyho
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sys(root: &Path) -> crate::host::System {
-        crate::host::System::open(root).unwrap()
-    }
+    use crate::plan::testing::MemHost;
 
     #[test]
     fn durations() {
@@ -369,7 +366,7 @@ mod tests {
             )
         };
         let (plain, wants_token) = (answer("plain"), answer("wants-token"));
-        let h = crate::plan::testing::MemHost::new("/")
+        let h = MemHost::new("/")
             .plugin("/bin/plain", Ok(&plain))
             .plugin("/bin/wants-token", Ok(&wants_token))
             .file(
@@ -401,9 +398,8 @@ mod tests {
             );
             assert!(e.contains("/c.yaml") && !e.contains("s3cr3t"), "{e}");
         }
-        let ran = |h: &crate::plan::testing::MemHost| -> Vec<String> {
-            h.ran().into_iter().map(|(label, _)| label).collect()
-        };
+        let ran =
+            |h: &MemHost| -> Vec<String> { h.ran().into_iter().map(|(label, _)| label).collect() };
         assert_eq!(ran(&h), ["credential provider plain"]);
         // kubernetes pkg/credentialprovider/keyring_test.go,
         // TestProvidersDockerKeyring: every lookup asks the provider again
@@ -423,7 +419,6 @@ mod tests {
     /// and the plugin asked again once the clock has passed it.
     #[test]
     fn answers_are_cached_until_they_expire() {
-        use crate::plan::testing::MemHost;
         let answer = r#"{"kind":"CredentialProviderResponse","cacheKeyType":"Registry","cacheDuration":"10m","auth":{"reg.io":{"username":"u","password":"p"}}}"#;
         let mut h = MemHost::new("/").plugin("/bin/p", Ok(answer)).file(
             "/c.yaml",
@@ -455,7 +450,6 @@ mod tests {
     /// config nested 100 000 levels deep is refused at once.
     #[test]
     fn plugin_failures_have_their_exit_codes() {
-        use crate::plan::testing::MemHost;
         let config = "kind: CredentialProviderConfig\nproviders:\n- name: p\n  matchImages: [\"reg.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n";
         let huge = format!(
             r#"{{"kind":"CredentialProviderResponse","auth":{{}},"x":"{}"}}"#,
@@ -497,14 +491,15 @@ mod tests {
 
     #[test]
     fn config_checks() {
-        let td = tempfile::tempdir().unwrap();
-        let f = td.path().join("c.yaml");
+        // The config, as the file /c.yaml.
+        let load = |text: &str| {
+            load_config(
+                &MemHost::new("/").file("/c.yaml", text),
+                Path::new("/c.yaml"),
+            )
+        };
         let ok = "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: p\n  matchImages: [\"*.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n";
-        std::fs::write(&f, ok).unwrap();
-        assert_eq!(
-            load_config(&sys(Path::new("/")), &f).unwrap().providers[0].name,
-            "p"
-        );
+        assert_eq!(load(ok).unwrap().providers[0].name, "p");
         for bad in [
             "kind: Other\n",
             &ok.replace(
@@ -527,31 +522,24 @@ mod tests {
             ),
             &ok.replace("name: p", "name: s3cr3t/p"),
         ] {
-            std::fs::write(&f, bad).unwrap();
-            let e = load_config(&sys(Path::new("/")), &f).unwrap_err();
+            let e = load(bad).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
             assert!(!format!("{e:#}").contains("s3cr3t"), "{e:#}");
         }
         // KEP-4412: a provider that wants a service-account token loads; it
         // is refused only when an image matches it (token_attributes_*).
-        std::fs::write(
-            &f,
-            format!("{ok}  tokenAttributes:\n    serviceAccountTokenAudience: aud\n    requireServiceAccount: true\n"),
-        )
-        .unwrap();
+        let tokens = format!(
+            "{ok}  tokenAttributes:\n    serviceAccountTokenAudience: aud\n    requireServiceAccount: true\n"
+        );
         assert!(
-            load_config(&sys(Path::new("/")), &f).unwrap().providers[0]
+            load(&tokens).unwrap().providers[0]
                 .token_attributes
                 .is_some()
         );
         // Valid JSON that YAML refuses: a surrogate-pair escape.
-        std::fs::write(
-            &f,
-            r#"{"kind":"CredentialProviderConfig","providers":[{"name":"p","matchImages":["\ud83d\ude00.io"],"apiVersion":"credentialprovider.kubelet.k8s.io/v1"}]}"#,
-        )
-        .unwrap();
+        let json = r#"{"kind":"CredentialProviderConfig","providers":[{"name":"p","matchImages":["\ud83d\ude00.io"],"apiVersion":"credentialprovider.kubelet.k8s.io/v1"}]}"#;
         assert_eq!(
-            load_config(&sys(Path::new("/")), &f).unwrap().providers[0].match_images,
+            load(json).unwrap().providers[0].match_images,
             ["\u{1f600}.io"]
         );
     }
