@@ -597,10 +597,7 @@ pub fn worker_conf(route: &Route) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sys(root: &Path) -> crate::host::System {
-        crate::host::System::open(root).unwrap()
-    }
+    use crate::plan::testing::MemHost;
 
     /// containers/image's `pkg/sysregistriesv2/testdata`, copied (see its README.md).
     const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/plan/testdata/registries");
@@ -611,6 +608,21 @@ mod tests {
         ImageRef::parse(s).unwrap()
     }
 
+    /// A machine with nothing but TESTDATA's files, at their paths.
+    fn upstream() -> MemHost {
+        let mut h = MemHost::new("/");
+        let root = Path::new(TESTDATA);
+        for dir in [root.to_owned(), root.join("registries.conf.d")] {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_file() {
+                    h = h.file(&p, std::fs::read(&p).unwrap());
+                }
+            }
+        }
+        h
+    }
+
     /// `GetRegistries` with `SystemRegistriesConfPath` and `SystemRegistriesConfDirPath`.
     fn testdata(file: &str, dir: &str) -> anyhow::Result<Vec<Table>> {
         let dir = if dir == NO_DIR {
@@ -619,7 +631,7 @@ mod tests {
             Path::new(TESTDATA).join(dir)
         };
         load_files(
-            &sys(Path::new("/")),
+            &upstream(),
             &Path::new(TESTDATA).join(file),
             true,
             Some(&dir),
@@ -663,7 +675,7 @@ mod tests {
         assert_eq!(testdata("empty.conf", NO_DIR).unwrap(), vec![]);
         // A missing default file is an empty one; a missing explicit file an error.
         assert_eq!(
-            load(&crate::plan::testing::MemHost::new("/nonexistent"), None).unwrap(),
+            load(&MemHost::new("/nonexistent"), None).unwrap(),
             Config::default()
         );
         let e = testdata("this-does-not-exist.conf", NO_DIR).unwrap_err();
@@ -1619,33 +1631,31 @@ location = "second.example"
 
     #[test]
     fn drop_ins_replace_by_prefix_and_errors_name_the_file() {
-        let td = tempfile::tempdir().unwrap();
-        let dir = td.path().join("etc/containers/registries.conf.d");
-        std::fs::create_dir_all(dir.join("sub.d")).unwrap();
-        std::fs::write(
-            td.path().join("etc/containers/registries.conf"),
-            "[[registry]]\nprefix = \"quay.io\"\nlocation = \"quay.io\"\n",
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join("10-quay.conf"),
-            "[[registry]]\nprefix = \"quay.io\"\nlocation = \"quay.io\"\nblocked = true\n",
-        )
-        .unwrap();
-        let tables = load(&sys(td.path()), None).unwrap().tables;
+        let dir = Path::new("etc/containers/registries.conf.d");
+        let base = || {
+            MemHost::new("/r")
+                .dir(dir.join("sub.d"))
+                .file(
+                    "etc/containers/registries.conf",
+                    "[[registry]]\nprefix = \"quay.io\"\nlocation = \"quay.io\"\n",
+                )
+                .file(
+                    dir.join("10-quay.conf"),
+                    "[[registry]]\nprefix = \"quay.io\"\nlocation = \"quay.io\"\nblocked = true\n",
+                )
+        };
+        let tables = load(&base(), None).unwrap().tables;
         assert_eq!(
             crate::error::exit_code(&route(&tables, &img("quay.io/a/b")).unwrap_err()),
             2
         );
         // A drop-in that cannot be read, a directory named `*.conf`, is
         // refused naming it (containers/image skips it in silence).
-        std::fs::create_dir(dir.join("15-sub.conf")).unwrap();
-        let e = load(&sys(td.path()), None).unwrap_err();
+        let e = load(&base().dir(dir.join("15-sub.conf")), None).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("15-sub.conf"), "{e}");
-        std::fs::remove_dir(dir.join("15-sub.conf")).unwrap();
-        std::fs::write(dir.join("20-bad.conf"), "[[registry]\n").unwrap();
-        let e = load(&sys(td.path()), None).unwrap_err();
+        let bad = base().file(dir.join("20-bad.conf"), "[[registry]\n");
+        let e = load(&bad, None).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("20-bad.conf"), "{e}");
     }
@@ -1783,7 +1793,7 @@ location = "second.example"
         let load = |file: &str, dir: &str| {
             let dir = Path::new(TESTDATA).join(dir);
             load_files(
-                &sys(Path::new("/")),
+                &upstream(),
                 &Path::new(TESTDATA).join(file),
                 true,
                 Some(&dir),
@@ -1971,11 +1981,8 @@ location = "second.example"
             }
         }
         // The host's own files, with drop-ins.
-        let td = tempfile::tempdir().unwrap();
-        let dir = td.path().join("etc/containers/registries.conf.d");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("shortnames.conf"), alias).unwrap();
-        let conf = load(&sys(td.path()), None).unwrap();
+        let h = MemHost::new("/r").file("etc/containers/registries.conf.d/shortnames.conf", alias);
+        let conf = load(&h, None).unwrap();
         let e = check_short_name(&conf.short_names, &img("fedora")).unwrap_err();
         assert!(e.to_string().contains("shortnames.conf"), "{e}");
     }
