@@ -210,8 +210,9 @@ impl PullOpts {
 enum Verb {
     /// `hostpull pull`.
     Pull,
-    /// `hostpull rebase`: [`plan::Request::absolute_dest`].
-    Rebase,
+    /// `hostpull rebase` to `Consumer`: [`plan::Request::absolute_dest`], and
+    /// the consumer is on `PATH`.
+    Rebase(crate::handoff::Consumer),
     /// `hostpull plan`: [`plan::Request::dry_run`].
     Plan,
 }
@@ -247,7 +248,7 @@ fn plan_blocking(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
     let root = host.dir();
     let mut req = opts.request(&host);
     req.dry_run = dry_run;
-    req.absolute_dest = verb == Verb::Rebase;
+    req.absolute_dest = matches!(verb, Verb::Rebase(_));
     let profile = (opts.profile.as_deref())
         .map(|name| crate::config::load_profile(root, &opts.config_root, name))
         .transpose()?;
@@ -257,10 +258,14 @@ fn plan_blocking(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
     // wins over the drop-ins.
     let cli = std::mem::take(&mut req.options);
     req.options = crate::config::merge(std::iter::once(dropins).chain(profile).chain([cli]));
-    if verb == Verb::Rebase && req.options.dest.is_none() {
+    if matches!(verb, Verb::Rebase(_)) && req.options.dest.is_none() {
         req.options.dest = rebase_layout(req.options.image.as_deref())?;
     }
-    plan::plan(&req, &host)
+    let plan = plan::plan(&req, &host)?;
+    if let Verb::Rebase(consumer) = verb {
+        crate::handoff::check(&host, consumer)?;
+    }
+    Ok(plan)
 }
 
 /// Where `rebase` pulls when neither the command line nor the profile says:
@@ -412,9 +417,8 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
         if let Some(dir) = &opts.layout {
             o.options.dest = Some(format!("oci:{}", dir.display()));
         }
-        plan_for(&o, Verb::Rebase).await?
+        plan_for(&o, Verb::Rebase(opts.consumer)).await?
     };
-    crate::handoff::check(opts.consumer)?;
     let progress = Progress::new(opts.pull.progress_fd, screen)?.with_max_rate(plan.max_rate);
     let (report, handed) = match plan.dest.as_ref().map(|d| &d.target) {
         Some(plan::imgref::Target::Oci { dir, tag }) => {

@@ -2,10 +2,10 @@
 //! `bootc switch`, from an OCI layout or containers-storage. Only ever after a
 //! pull has published it there.
 
-use std::path::Path;
 use std::process::Command;
 
 use crate::error::{Failure, Kind};
+use crate::plan::host::{Host, on_path};
 
 /// Who takes the image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -51,17 +51,14 @@ impl Consumer {
 }
 
 /// Before anything is fetched: the consumer is there to take the image, an
-/// executable file on `PATH`, or the host's setup is wrong (exit 2, naming it).
-pub fn check(consumer: Consumer) -> anyhow::Result<()> {
+/// executable file on `PATH` as `host` has it, or the host's setup is wrong
+/// (exit 2, naming it).
+pub fn check(host: &dyn Host, consumer: Consumer) -> anyhow::Result<()> {
     let program = consumer.program();
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let runnable = |p: &Path| {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if std::env::split_paths(&path).any(|d| runnable(&d.join(program))) {
+    if on_path(host, program).is_some() {
         return Ok(());
     }
+    let path = host.env("PATH").unwrap_or_default();
     let path = path.to_string_lossy();
     crate::error::fail(
         Kind::Usage,
@@ -98,6 +95,26 @@ mod tests {
             .chain(c.get_args())
             .map(|a| a.to_string_lossy().into_owned())
             .collect()
+    }
+
+    /// The consumer is looked for on PATH as the host has it.
+    #[test]
+    fn the_consumer_is_found_on_the_hosts_path() {
+        use crate::plan::testing::MemHost;
+        let host = |path: &str| {
+            MemHost::new("/")
+                .file("/usr/bin/rpm-ostree", "")
+                .var("PATH", path)
+        };
+        check(&host("/sbin:/usr/bin"), Consumer::RpmOstree).unwrap();
+        for (path, consumer) in [
+            ("/sbin", Consumer::RpmOstree),
+            ("/usr/bin", Consumer::Bootc),
+        ] {
+            let e = check(&host(path), consumer).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{path}");
+            assert!(format!("{e}").contains(&format!("({path})")), "{e}");
+        }
     }
 
     #[test]

@@ -51,6 +51,17 @@ impl System {
         })
     }
 
+    /// What `path` names, symlinks followed, below the root through it.
+    fn metadata(&self, path: &Path) -> io::Result<std::fs::Metadata> {
+        let opened = self
+            .below_root(path)
+            .and_then(|rel| self.open_in_root(rel, OFlags::PATH));
+        match opened {
+            Some(fd) => std::fs::File::from(fd?).metadata(),
+            None => std::fs::metadata(path),
+        }
+    }
+
     /// Open `rel` below the root, `None` where the kernel has no `openat2`
     /// (before Linux 5.6): the caller then opens the ambient path.
     fn open_in_root(&self, rel: &Path, flags: OFlags) -> Option<io::Result<OwnedFd>> {
@@ -100,13 +111,7 @@ impl Host for System {
     }
 
     fn kind(&self, path: &Path) -> io::Result<FileKind> {
-        let opened = self
-            .below_root(path)
-            .and_then(|rel| self.open_in_root(rel, OFlags::PATH));
-        match opened {
-            Some(fd) => Ok(kind_of(std::fs::File::from(fd?).metadata()?.file_type())),
-            None => Ok(kind_of(std::fs::metadata(path)?.file_type())),
-        }
+        Ok(kind_of(self.metadata(path)?.file_type()))
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<OsString>> {
@@ -174,6 +179,11 @@ impl Host for System {
 
     fn selinux_enabled(&self) -> bool {
         Path::new("/sys/fs/selinux/enforce").exists()
+    }
+
+    fn executable(&self, path: &Path) -> bool {
+        use std::os::unix::fs::PermissionsExt;
+        (self.metadata(path)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     }
 
     fn writable(&self, path: &Path) -> bool {

@@ -5,10 +5,10 @@
 //! never fetches for minutes into a destination it cannot write.
 
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::Request;
-use super::host::{FileKind, Host};
+use super::host::{FileKind, Host, env_dirs, on_path};
 use super::imgref::cstorage::{KEPT_ENV, Writer};
 use super::imgref::{Dest, ImageRef, OstreeDest, Target};
 use crate::error::{Kind, fail};
@@ -68,10 +68,7 @@ pub(super) fn destination(
 /// (without one the pull fails now, exit 10, before it fetches), with the
 /// environment it keeps, in [`storage_domain`].
 fn storage_writer(host: &dyn Host) -> anyhow::Result<Writer> {
-    let Some(skopeo) = dirs(host, "PATH")
-        .map(|d| d.join("skopeo"))
-        .find(|p| host.kind(p).ok() == Some(FileKind::File))
-    else {
+    let Some(skopeo) = on_path(host, "skopeo") else {
         return fail(
             Kind::Handoff,
             "skopeo, which writes into containers-storage, is not on PATH",
@@ -85,20 +82,8 @@ fn storage_writer(host: &dyn Host) -> anyhow::Result<Writer> {
         skopeo,
         env,
         domain: storage_domain(host),
-        state: dirs(host, "STATE_DIRECTORY").next(),
+        state: env_dirs(host, "STATE_DIRECTORY").into_iter().next(),
     })
-}
-
-/// The absolute directories of the colon-separated list in the variable
-/// `name` (`PATH`, systemd's `STATE_DIRECTORY`), in order.
-fn dirs(host: &dyn Host, name: &str) -> impl Iterator<Item = PathBuf> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let list = host.env(name).unwrap_or_default();
-    let dirs: Vec<PathBuf> = (list.as_bytes().split(|b| *b == b':'))
-        .map(|d| PathBuf::from(std::ffi::OsStr::from_bytes(d)))
-        .filter(|d| d.is_absolute())
-        .collect();
-    dirs.into_iter()
 }
 
 /// The domain in which root's skopeo writes containers-storage: with SELinux

@@ -104,6 +104,27 @@ pub const PROVIDER_CACHE: &str = "var/cache/hostpull/credential-providers";
 /// few credentials, and a bigger one is refused rather than held in memory.
 pub const PLUGIN_ANSWER_MAX: u64 = 1 << 20;
 
+/// The absolute directories of the colon-separated list in the environment
+/// variable `name` (`PATH`, systemd's `STATE_DIRECTORY`), in order; a relative
+/// one names no place a service can count on, and is left out.
+pub fn env_dirs(host: &dyn Host, name: &str) -> Vec<PathBuf> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let list = host.env(name).unwrap_or_default();
+    (list.as_bytes().split(|b| *b == b':'))
+        .map(|d| PathBuf::from(std::ffi::OsStr::from_bytes(d)))
+        .filter(|d| d.is_absolute())
+        .collect()
+}
+
+/// The program a bare `name` runs, as a search of `PATH` finds it: the first
+/// executable file of that name in its directories ([`env_dirs`]).
+pub fn on_path(host: &dyn Host, name: &str) -> Option<PathBuf> {
+    env_dirs(host, "PATH")
+        .into_iter()
+        .map(|d| d.join(name))
+        .find(|p| host.executable(p))
+}
+
 /// Everything the planner reads from or does to the machine.
 ///
 /// Paths: one below [`Host::root`] (every default the planner builds is
@@ -141,6 +162,9 @@ pub trait Host {
     /// Whether this process may create files in the directory `path`, as
     /// `access(2)` with `W_OK` says (its mode, a read-only mount).
     fn writable(&self, path: &Path) -> bool;
+    /// Whether `path` is a regular file with an execute bit, as a search of
+    /// `PATH` takes a program (symlinks followed).
+    fn executable(&self, path: &Path) -> bool;
     /// The `statvfs` of the filesystem `path` is on.
     fn free_space(&self, path: &Path) -> io::Result<Fs>;
 
@@ -237,6 +261,9 @@ impl Host for Recording<'_> {
     }
     fn writable(&self, path: &Path) -> bool {
         self.inner.writable(path)
+    }
+    fn executable(&self, path: &Path) -> bool {
+        self.inner.executable(path)
     }
 
     fn free_space(&self, path: &Path) -> io::Result<Fs> {

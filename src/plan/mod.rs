@@ -247,11 +247,9 @@ fn worker(
     } = parts;
     Ok(WorkerSpec {
         isolation: mode,
-        skopeo: req
-            .options
-            .skopeo
-            .clone()
-            .unwrap_or_else(|| "skopeo".into()),
+        skopeo: worker::skopeo(req.options.skopeo.as_deref(), host),
+        version_cache: worker::version_cache(host),
+        system_bus: host.env("DBUS_SYSTEM_BUS_ADDRESS"),
         credentials: auth::attempt(credentials, 0),
         tls_verify: req.options.tls_verify.unwrap_or(true),
         limits,

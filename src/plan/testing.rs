@@ -214,6 +214,11 @@ impl Host for MemHost {
         self.kind(path).is_ok() && !self.read_only.contains(path)
     }
 
+    /// Every file of this machine is executable.
+    fn executable(&self, path: &Path) -> bool {
+        self.files.contains_key(path)
+    }
+
     fn free_space(&self, _: &Path) -> io::Result<crate::plan::host::Fs> {
         // ENOSYS: this machine measures no filesystem.
         self.fs.ok_or_else(|| os_error(38))

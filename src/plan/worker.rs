@@ -3,11 +3,12 @@
 //! its limits and addresses.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::options::SandboxMode;
 use crate::plan::auth::Chosen;
 use crate::plan::dns::Dns;
+use crate::plan::host::{Host, env_dirs, on_path};
 use crate::plan::proxy::Proxy;
 use crate::plan::trust::Trust;
 
@@ -17,8 +18,17 @@ pub struct WorkerSpec {
     /// How it is isolated: `--sandbox auto` is decided by the plan.
     pub isolation: Isolation,
     /// The skopeo binary: `--skopeo`, `HOSTPULL_SKOPEO`, `[worker] skopeo`, or
-    /// `skopeo` on PATH.
+    /// `skopeo`; a bare name as root's `PATH` finds it, so that the binary
+    /// whose version root asks is the one the worker runs.
     pub skopeo: PathBuf,
+    /// Where root keeps the worker's version for as long as its binary is
+    /// unchanged: `skopeo-version` in the service's state directory
+    /// (`$STATE_DIRECTORY`), if it has one.
+    pub version_cache: Option<PathBuf>,
+    /// The system bus's address, if the environment gives one
+    /// (`DBUS_SYSTEM_BUS_ADDRESS`): the one thing of root's environment that
+    /// `systemd-run` gets.
+    pub system_bus: Option<std::ffi::OsString>,
     /// The credentials this pull may use, one per host; none means `--no-creds`.
     /// The worker gets an authfile with exactly these entries.
     pub credentials: Vec<Chosen>,
@@ -41,6 +51,26 @@ pub struct WorkerSpec {
     pub sources: Vec<String>,
 }
 
+/// The file in hostpull's state directory that remembers the worker's version.
+pub const VERSION_CACHE: &str = "skopeo-version";
+
+/// The worker's skopeo: the one asked for, else `skopeo`; a bare name as
+/// root's `PATH` finds it, or as given where it finds none (starting it then
+/// fails, as it would have).
+pub(super) fn skopeo(asked: Option<&Path>, host: &dyn Host) -> PathBuf {
+    let program = asked.unwrap_or(Path::new("skopeo"));
+    let bare = program.components().count() == 1;
+    (bare.then(|| program.to_str().and_then(|name| on_path(host, name))))
+        .flatten()
+        .unwrap_or_else(|| program.to_owned())
+}
+
+/// Where the worker's version is kept ([`WorkerSpec::version_cache`]).
+pub(super) fn version_cache(host: &dyn Host) -> Option<PathBuf> {
+    let state = env_dirs(host, "STATE_DIRECTORY").into_iter().next();
+    state.map(|d| d.join(VERSION_CACHE))
+}
+
 #[cfg(test)]
 impl WorkerSpec {
     /// A worker with nothing but defaults: no credentials, trust or DNS.
@@ -48,6 +78,8 @@ impl WorkerSpec {
         Self {
             isolation,
             skopeo: "/usr/bin/skopeo".into(),
+            version_cache: None,
+            system_bus: None,
             credentials: Vec::new(),
             tls_verify: true,
             limits: Limits::default(),
@@ -196,6 +228,57 @@ pub fn check_proxy(proxy: &Proxy, isolation: Isolation) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::testing::MemHost;
+
+    /// (PATH, what was asked, the skopeo the worker runs): a bare name as
+    /// PATH finds it, relative entries skipped; a path as given.
+    #[test]
+    fn the_worker_runs_the_skopeo_whose_version_root_asks() {
+        let host = |path: &str| {
+            MemHost::new("/")
+                .file("/usr/bin/skopeo", "")
+                .file("/opt/s/skopeo", "")
+                .file("bin/skopeo", "")
+                .var("PATH", path)
+        };
+        for (path, asked, want) in [
+            ("/usr/local/bin:/usr/bin", None, "/usr/bin/skopeo"),
+            ("/opt/s:/usr/bin", None, "/opt/s/skopeo"),
+            ("bin:/usr/bin", None, "/usr/bin/skopeo"),
+            ("/usr/bin", Some("other"), "other"),
+            ("/nowhere", None, "skopeo"),
+            ("", None, "skopeo"),
+            ("/opt/s", Some("/usr/bin/skopeo"), "/usr/bin/skopeo"),
+            ("/opt/s", Some("./skopeo"), "./skopeo"),
+        ] {
+            let got = skopeo(asked.map(Path::new), &host(path));
+            assert_eq!(got, Path::new(want), "{path} {asked:?}");
+        }
+    }
+
+    /// The version is kept in the service's first state directory, only an
+    /// absolute one.
+    #[test]
+    fn the_version_is_kept_in_the_state_directory() {
+        for (state, want) in [
+            (None, None),
+            (
+                Some("/var/lib/hostpull"),
+                Some("/var/lib/hostpull/skopeo-version"),
+            ),
+            (
+                Some("/var/lib/a:/var/lib/b"),
+                Some("/var/lib/a/skopeo-version"),
+            ),
+            (Some("relative"), None),
+        ] {
+            let mut host = MemHost::new("/");
+            if let Some(s) = state {
+                host = host.var("STATE_DIRECTORY", s);
+            }
+            assert_eq!(version_cache(&host), want.map(PathBuf::from), "{state:?}");
+        }
+    }
 
     #[test]
     fn denied_addresses() {

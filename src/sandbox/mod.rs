@@ -176,10 +176,10 @@ impl Worker {
     pub async fn prepare(spec: &WorkerSpec) -> anyhow::Result<Self> {
         let isolation = spec.isolation;
         let id = unit::run_id();
-        let state = std::env::var_os("STATE_DIRECTORY")
-            .and_then(|dirs| std::env::split_paths(&dirs).next())
-            .filter(|d| d.is_absolute());
-        let version = tokio::spawn(skopeo_version(spec.skopeo.clone(), state));
+        let version = tokio::spawn(skopeo_version(
+            spec.skopeo.clone(),
+            spec.version_cache.clone(),
+        ));
         let (staging, mode) = match isolation {
             Isolation::Systemd => {
                 let systemd = Systemd::connect().await.map_err(|e| {

@@ -152,17 +152,13 @@ pub(super) fn logrus_msg(rest: &str) -> String {
     out
 }
 
-/// The file in hostpull's state directory that remembers the worker's version.
-const VERSION_CACHE: &str = "skopeo-version";
-
 /// `skopeo --version` of the worker's binary, e.g. `1.22.0`: the host's own
 /// program, asked nothing from the network, with a clean environment. With a
-/// state directory (the service's `$STATE_DIRECTORY`), the answer is kept
+/// `cache` file (the plan's [`WorkerSpec::version_cache`]), the answer is kept
 /// there for as long as the binary is the same file, unchanged (its device,
 /// inode, size and times): a timer's pull then starts no process for it.
-pub(super) async fn skopeo_version(skopeo: PathBuf, state: Option<PathBuf>) -> Option<String> {
-    let program = resolve(skopeo);
-    let kept = state.and_then(|d| Some((d.join(VERSION_CACHE), file_key(&program)?)));
+pub(super) async fn skopeo_version(program: PathBuf, cache: Option<PathBuf>) -> Option<String> {
+    let kept = cache.and_then(|c| Some((c, file_key(&program)?)));
     if let Some(version) = kept.as_ref().and_then(|(cache, key)| cached(cache, key)) {
         return Some(version);
     }
@@ -171,19 +167,6 @@ pub(super) async fn skopeo_version(skopeo: PathBuf, state: Option<PathBuf>) -> O
         remember(&cache, &key, &version);
     }
     Some(version)
-}
-
-/// A bare program name found on PATH (the file the version belongs to), as
-/// given otherwise, or when it is not found (spawning it then fails).
-fn resolve(program: PathBuf) -> PathBuf {
-    if program.components().count() != 1 {
-        return program;
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|d| d.join(&program))
-        .find(|p| p.is_absolute() && p.is_file())
-        .unwrap_or(program)
 }
 
 /// What identifies a binary's content without reading it.

@@ -190,7 +190,7 @@ pub fn systemd_run(
     // systemd-run needs nothing of ours but the way to the system bus; the
     // unit itself starts from systemd's clean environment.
     c.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-    if let Some(bus) = std::env::var_os("DBUS_SYSTEM_BUS_ADDRESS") {
+    if let Some(bus) = &spec.system_bus {
         c.env("DBUS_SYSTEM_BUS_ADDRESS", bus);
     }
     c
