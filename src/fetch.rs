@@ -125,9 +125,8 @@ pub async fn pull_into(
     let tries = crate::plan::auth::attempts(&plan.credentials).max(1);
     let mut n = 0;
     let (result, report) = loop {
-        let mut spec = plan.worker.clone();
-        spec.credentials = crate::plan::auth::attempt(&plan.credentials, n);
-        let worker = Worker::prepare(&spec).await?;
+        let attempt = crate::plan::auth::attempt(&plan.credentials, n);
+        let worker = Worker::prepare(&plan.worker, attempt).await?;
         let result = tokio::select! {
             r = pull_with(&worker, plan, into, progress) => r,
             kind = cancelled() => Err(Failure::new(kind, "interrupted: the pull was stopped").into()),

@@ -57,8 +57,8 @@ pub struct Plan {
     pub dest: Option<DestPlan>,
     /// The platform an index resolves to.
     pub platform: Platform,
-    /// The worker for the first try; its `credentials` are
-    /// `auth::attempt(&credentials, 0)`.
+    /// The worker, the same for every try; each try's credentials are
+    /// `auth::attempt(&credentials, n)`.
     pub worker: WorkerSpec,
     /// Per host, every matching credential in the order tried: a try refused
     /// by the registry moves on to `auth::attempt(&credentials, n + 1)`.
@@ -217,7 +217,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
         image,
         dest,
         platform,
-        worker: worker(req, host, &credentials, parts)?,
+        worker: worker(req, host, parts)?,
         retry: retry(req)?,
         credentials,
         max_rate: max_rate(req)?,
@@ -231,12 +231,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
 }
 
 /// The worker for the first try.
-fn worker(
-    req: &Request,
-    host: &dyn Host,
-    credentials: &[auth::HostCredentials],
-    parts: WorkerParts,
-) -> anyhow::Result<WorkerSpec> {
+fn worker(req: &Request, host: &dyn Host, parts: WorkerParts) -> anyhow::Result<WorkerSpec> {
     let WorkerParts {
         mode,
         limits,
@@ -250,7 +245,6 @@ fn worker(
         skopeo: worker::skopeo(req.options.skopeo.as_deref(), host),
         version_cache: worker::version_cache(host),
         system_bus: host.env("DBUS_SYSTEM_BUS_ADDRESS"),
-        credentials: auth::attempt(credentials, 0),
         tls_verify: req.options.tls_verify.unwrap_or(true),
         limits,
         trust,
@@ -970,9 +964,9 @@ mod tests {
                 })
                 .collect();
             assert_eq!(got, want, "{:?}", r.options.pull_secrets);
-            // The worker's first try has the first; the plan names them all.
+            // The first try has the first; the plan names them all.
             assert_eq!(
-                p.worker.credentials,
+                auth::attempt(&p.credentials, 0),
                 [p.credentials[0].for_try(0).1.clone()]
             );
             let s = p.summary();

@@ -6,7 +6,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use crate::options::SandboxMode;
-use crate::plan::auth::Chosen;
 use crate::plan::dns::Dns;
 use crate::plan::host::{Host, env_dirs, on_path};
 use crate::plan::proxy::Proxy;
@@ -29,9 +28,6 @@ pub struct WorkerSpec {
     /// (`DBUS_SYSTEM_BUS_ADDRESS`): the one thing of root's environment that
     /// `systemd-run` gets.
     pub system_bus: Option<std::ffi::OsString>,
-    /// The credentials this pull may use, one per host; none means `--no-creds`.
-    /// The worker gets an authfile with exactly these entries.
-    pub credentials: Vec<Chosen>,
     /// False under `--tls-verify=false`: skopeo skips TLS verification.
     pub tls_verify: bool,
     /// The cgroup limits of its unit.
@@ -80,7 +76,6 @@ impl WorkerSpec {
             skopeo: "/usr/bin/skopeo".into(),
             version_cache: None,
             system_bus: None,
-            credentials: Vec::new(),
             tls_verify: true,
             limits: Limits::default(),
             selinux_context: None,

@@ -28,6 +28,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::error::{Failure, Kind, fail};
 use crate::options::SandboxMode;
+use crate::plan::auth::Chosen;
 use crate::plan::imgref::ImageRef;
 use crate::plan::worker::{Isolation, WorkerSpec};
 use children::Children;
@@ -114,6 +115,9 @@ impl Output {
 #[derive(Debug)]
 pub struct Worker {
     spec: WorkerSpec,
+    /// This try's credentials, one per host (`plan::auth::attempt`); none
+    /// means `--no-creds`. The worker gets an authfile with exactly these.
+    credentials: Vec<Chosen>,
     /// `<orchestrator pid>-<random>`: names the staging dir and the units.
     id: String,
     staging: Option<Staging>,
@@ -173,7 +177,7 @@ enum Mode {
 impl Worker {
     /// Stage what `spec` allows for its isolation and make ready to start
     /// workers; nothing runs yet.
-    pub async fn prepare(spec: &WorkerSpec) -> anyhow::Result<Self> {
+    pub async fn prepare(spec: &WorkerSpec, credentials: Vec<Chosen>) -> anyhow::Result<Self> {
         let isolation = spec.isolation;
         let id = unit::run_id();
         let version = tokio::spawn(skopeo_version(
@@ -188,7 +192,7 @@ impl Worker {
                 })?;
                 systemd.stop_leftovers().await?;
                 let staging = Staging::create(Path::new(staging::RUN_DIR), &id)?;
-                let mounts = prepare::systemd(spec, &staging);
+                let mounts = prepare::systemd(spec, &credentials, &staging);
                 (
                     staging,
                     mounts.map(|mounts| Mode::Systemd { systemd, mounts }),
@@ -197,7 +201,7 @@ impl Worker {
             Isolation::Undecided => return fail(Kind::Worker, crate::plan::NO_SYSTEMD),
             Isolation::None => {
                 let staging = Staging::create(&std::env::temp_dir(), &format!("hostpull-{id}"))?;
-                let mode = prepare::plain(spec, &staging);
+                let mode = prepare::plain(spec, &credentials, &staging);
                 (staging, mode)
             }
         };
@@ -211,6 +215,7 @@ impl Worker {
         };
         Ok(Self {
             spec: spec.clone(),
+            credentials,
             id,
             staging: Some(staging),
             mode,
@@ -223,7 +228,7 @@ impl Worker {
     /// The authfile as skopeo sees it: ours without systemd, the unit's
     /// credential with it.
     fn authfile_for(&self, unit: Option<&str>) -> Option<PathBuf> {
-        if self.spec.credentials.is_empty() {
+        if self.credentials.is_empty() {
             return None;
         }
         match unit {
@@ -443,7 +448,13 @@ impl Worker {
             );
         }
         let doing = format!("inspecting {image}");
-        skopeo::inspected(&doing, out.success(), &out.stderr, &self.spec)?;
+        skopeo::inspected(
+            &doing,
+            out.success(),
+            &out.stderr,
+            &self.spec,
+            &self.credentials,
+        )?;
         Ok(out.stdout)
     }
 
@@ -623,7 +634,7 @@ mod tests {
     /// A dry-run plan's undecided `auto` cannot start a worker: exit 8.
     #[tokio::test]
     async fn an_undecided_sandbox_starts_no_worker() {
-        let e = Worker::prepare(&spec(Isolation::Undecided))
+        let e = Worker::prepare(&spec(Isolation::Undecided), Vec::new())
             .await
             .unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 8);
@@ -632,21 +643,22 @@ mod tests {
 
     #[tokio::test]
     async fn client_args_never_ambient() {
-        let w = Worker::prepare(&spec(Isolation::None)).await.unwrap();
+        let w = Worker::prepare(&spec(Isolation::None), Vec::new())
+            .await
+            .unwrap();
         assert_eq!(w.client_args(None), ["--insecure-policy", "--no-creds"]);
-        let w = Worker::prepare(&WorkerSpec {
-            credentials: vec![Chosen {
-                host: "reg.io".into(),
-                auth: "dTpw".into(),
-                source: "/a.json".into(),
-                key: "reg.io".into(),
-            }],
+        let reg = Chosen {
+            host: "reg.io".into(),
+            auth: "dTpw".into(),
+            source: "/a.json".into(),
+            key: "reg.io".into(),
+        };
+        let spec = WorkerSpec {
             trust: Trust::CertDir("/certs".into()),
             tls_verify: false,
             ..spec(Isolation::None)
-        })
-        .await
-        .unwrap();
+        };
+        let w = Worker::prepare(&spec, vec![reg]).await.unwrap();
         // The worker's authfile is a staged, root-only one with just that entry.
         let args = w.client_args(None);
         let staged = PathBuf::from(&args[2]);
@@ -679,7 +691,9 @@ mod tests {
 
     #[tokio::test]
     async fn none_mode_command_is_clean() {
-        let w = Worker::prepare(&spec(Isolation::None)).await.unwrap();
+        let w = Worker::prepare(&spec(Isolation::None), Vec::new())
+            .await
+            .unwrap();
         let (config, unit) = w.agent_command(99).unwrap();
         assert_eq!(unit, None);
         let cmd = Command::try_from(config).unwrap();
@@ -740,7 +754,7 @@ mod tests {
         ] {
             let mut spec = spec(Isolation::None);
             spec.trust = Trust::PerHost(vec![t]);
-            let e = Worker::prepare(&spec).await.err().unwrap();
+            let e = Worker::prepare(&spec, Vec::new()).await.err().unwrap();
             assert_eq!(crate::error::exit_code(&e), 2, "{e:#}");
             assert!(format!("{e:#}").contains(dir.to_str().unwrap()), "{e:#}");
         }

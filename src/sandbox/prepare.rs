@@ -9,17 +9,21 @@ use anyhow::Context;
 use super::staging::Staging;
 use super::{AUTHFILE, CA_BUNDLE, Mode, REGISTRIES_CONF, unit};
 use crate::error::{Kind, fail};
-use crate::plan::auth;
+use crate::plan::auth::{self, Chosen};
 use crate::plan::trust::HostTrust;
 use crate::plan::worker::{self, WorkerSpec};
 
 /// Stage the files of a worker unit: secrets as credentials, generated
 /// configuration as read-only binds.
-pub(super) fn systemd(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<unit::Mounts> {
+pub(super) fn systemd(
+    spec: &WorkerSpec,
+    credentials: &[Chosen],
+    staging: &Staging,
+) -> anyhow::Result<unit::Mounts> {
     let mut mounts = unit::Mounts::default();
     worker_root(staging, &mut mounts).context("making the worker's root directory")?;
-    if !spec.credentials.is_empty() {
-        let staged = staging.write(AUTHFILE, &auth::minimal_authfile(&spec.credentials))?;
+    if !credentials.is_empty() {
+        let staged = staging.write(AUTHFILE, &auth::minimal_authfile(credentials))?;
         mounts.credentials.push((AUTHFILE.into(), staged));
     }
     let staged = staging.write(REGISTRIES_CONF, spec.registries_conf.as_bytes())?;
@@ -101,13 +105,17 @@ fn worker_root(staging: &Staging, mounts: &mut unit::Mounts) -> anyhow::Result<(
 
 /// Stage the files of a worker that runs as a plain child: its HOME, and
 /// what its command line names.
-pub(super) fn plain(spec: &WorkerSpec, staging: &Staging) -> anyhow::Result<Mode> {
+pub(super) fn plain(
+    spec: &WorkerSpec,
+    credentials: &[Chosen],
+    staging: &Staging,
+) -> anyhow::Result<Mode> {
     let home = staging.path().join("home");
     std::fs::create_dir(&home).context("creating the worker's HOME")?;
-    let authfile = if spec.credentials.is_empty() {
+    let authfile = if credentials.is_empty() {
         None
     } else {
-        Some(staging.write(AUTHFILE, &auth::minimal_authfile(&spec.credentials))?)
+        Some(staging.write(AUTHFILE, &auth::minimal_authfile(credentials))?)
     };
     let registries = staging.write(REGISTRIES_CONF, spec.registries_conf.as_bytes())?;
     stage_proxy(spec, staging)?;

@@ -10,6 +10,7 @@
 //! could decide were it read as a whole.
 
 use crate::error::{Failure, Kind};
+use crate::plan::auth::Chosen;
 use crate::plan::worker::WorkerSpec;
 use crate::sandbox::classify::classify_with_cause;
 
@@ -55,12 +56,12 @@ fn failed(stderr: &str) -> Vec<Answer> {
 
 /// `host`'s answer, said for a human: a refusal names the credential the
 /// worker had for it by source and key, or says it had none.
-fn said(mirror: bool, a: &Answer, spec: &WorkerSpec) -> String {
+fn said(mirror: bool, a: &Answer, credentials: &[Chosen]) -> String {
     let host = match mirror {
         true => format!("mirror {}", a.host),
         false => a.host.clone(),
     };
-    let credential = spec.credentials.iter().find(|c| c.host == a.host);
+    let credential = credentials.iter().find(|c| c.host == a.host);
     let said = match (a.kind, credential) {
         (Kind::Auth, Some(c)) => format!(
             "{host} refused the credential from {} (key {})",
@@ -78,7 +79,12 @@ fn said(mirror: bool, a: &Answer, spec: &WorkerSpec) -> String {
 /// `stderr`. With mirrors, the primary's answer decides the kind, as
 /// containers/image wraps the primary's error (`%w`) and only notes the
 /// mirrors'; the message says each host's. A refusal names the credential.
-fn inspect_failure(doing: &str, stderr: &str, spec: &WorkerSpec) -> Failure {
+fn inspect_failure(
+    doing: &str,
+    stderr: &str,
+    spec: &WorkerSpec,
+    credentials: &[Chosen],
+) -> Failure {
     let f = worker_failure(doing, stderr);
     // The proxy's answer, whichever source was asked: it names the proxy.
     if f.via_proxy {
@@ -88,9 +94,13 @@ fn inspect_failure(doing: &str, stderr: &str, spec: &WorkerSpec) -> Failure {
     let primary = match (answers.split_last(), spec.sources.as_slice()) {
         // Every source, the primary last: each one's answer.
         (Some((p, mirrors)), [.., last]) if p.host == *last && !mirrors.is_empty() => {
-            let mut message = format!("{} while {doing}: {}", what(p.kind), said(false, p, spec));
+            let mut message = format!(
+                "{} while {doing}: {}",
+                what(p.kind),
+                said(false, p, credentials)
+            );
             for m in mirrors {
-                message = format!("{message}; {}", said(true, m, spec));
+                message = format!("{message}; {}", said(true, m, credentials));
             }
             return Failure::new(p.kind, message)
                 .with_detail(f.detail.unwrap_or_default())
@@ -115,7 +125,7 @@ fn inspect_failure(doing: &str, stderr: &str, spec: &WorkerSpec) -> Failure {
         message: format!(
             "{} while {doing}: {}",
             what(Kind::Auth),
-            said(false, &a, spec)
+            said(false, &a, credentials)
         ),
         ..f
     }
@@ -130,15 +140,19 @@ pub fn inspected(
     success: bool,
     stderr: &[u8],
     spec: &WorkerSpec,
+    credentials: &[Chosen],
 ) -> Result<(), Failure> {
     let stderr = String::from_utf8_lossy(stderr);
     if !success {
-        return Err(inspect_failure(doing, &stderr, spec));
+        return Err(inspect_failure(doing, &stderr, spec, credentials));
     }
     let answers = failed(&stderr);
     if let Some(served) = spec.sources.get(answers.len()) {
         for a in &answers {
-            tracing::warn!("{}; the image came from {served}", said(true, a, spec));
+            tracing::warn!(
+                "{}; the image came from {served}",
+                said(true, a, credentials)
+            );
         }
     }
     Ok(())
@@ -150,20 +164,26 @@ mod tests {
     use crate::plan::auth::Chosen;
     use crate::plan::worker::{Isolation, WorkerSpec};
 
-    fn spec(sources: &[&str], credentials: &[&str]) -> WorkerSpec {
+    fn spec(sources: &[&str]) -> WorkerSpec {
         WorkerSpec {
             sources: sources.iter().map(|s| s.to_string()).collect(),
-            credentials: credentials
-                .iter()
-                .map(|h| Chosen {
-                    host: h.to_string(),
-                    auth: "dTpw".into(),
-                    source: "/a.json".into(),
-                    key: format!("{h}/ns"),
-                })
-                .collect(),
             ..WorkerSpec::for_tests(Isolation::None)
         }
+    }
+
+    /// `inspect_failure` of a worker with `sources`, and a credential for
+    /// each host of `credentials`.
+    fn fails(doing: &str, text: &str, sources: &[&str], credentials: &[&str]) -> Failure {
+        let spec = spec(sources);
+        let credentials: Vec<Chosen> = (credentials.iter())
+            .map(|h| Chosen {
+                host: h.to_string(),
+                auth: "dTpw".into(),
+                source: "/a.json".into(),
+                key: format!("{h}/ns"),
+            })
+            .collect();
+        inspect_failure(doing, text, &spec, &credentials)
     }
 
     /// skopeo 1.22's `--debug` lines and fatal error for a mirror that
@@ -178,8 +198,13 @@ time="t" level=fatal msg="Error parsing image name \"docker://p.io/ns/a:v1\": (M
 
     #[test]
     fn the_primary_decides_and_each_host_is_named() {
-        let s = spec(&["m.io:5000", "p.io"], &["m.io:5000"]);
-        let f = inspect_failure("inspecting p.io/ns/a:v1", MIRROR_REFUSED_PRIMARY_DOWN, &s);
+        let s = (&["m.io:5000", "p.io"][..], &["m.io:5000"][..]);
+        let f = fails(
+            "inspecting p.io/ns/a:v1",
+            MIRROR_REFUSED_PRIMARY_DOWN,
+            s.0,
+            s.1,
+        );
         assert_eq!((f.kind, f.host.as_deref()), (Kind::Network, Some("p.io")));
         assert_eq!(
             f.message,
@@ -187,10 +212,11 @@ time="t" level=fatal msg="Error parsing image name \"docker://p.io/ns/a:v1\": (M
              mirror m.io:5000 refused the credential from /a.json (key m.io:5000/ns): authentication required"
         );
         // Without a credential for the mirror, it says so.
-        let f = inspect_failure(
+        let f = fails(
             "inspecting x",
             MIRROR_REFUSED_PRIMARY_DOWN,
-            &spec(&["m.io:5000", "p.io"], &[]),
+            &["m.io:5000", "p.io"],
+            &[],
         );
         assert!(
             f.message.ends_with(
@@ -205,7 +231,7 @@ time="t" level=fatal msg="Error parsing image name \"docker://p.io/ns/a:v1\": (M
             .take(2)
             .collect::<Vec<_>>()
             .join("\n");
-        let f = inspect_failure("inspecting x", &cut, &s);
+        let f = fails("inspecting x", &cut, s.0, s.1);
         assert_eq!(f.host, None);
     }
 
@@ -213,13 +239,13 @@ time="t" level=fatal msg="Error parsing image name \"docker://p.io/ns/a:v1\": (M
     #[test]
     fn a_refusal_names_the_credential_or_its_absence() {
         let text = r#"time="t" level=fatal msg="reading manifest v1 in p.io/ns/a: unauthorized: authentication required""#;
-        let f = inspect_failure("inspecting x", text, &spec(&["p.io"], &["p.io"]));
+        let f = fails("inspecting x", text, &["p.io"], &["p.io"]);
         assert_eq!((f.kind, f.host.as_deref()), (Kind::Auth, Some("p.io")));
         assert_eq!(
             f.message,
             "authentication refused while inspecting x: p.io refused the credential from /a.json (key p.io/ns): registry error code unauthorized"
         );
-        let f = inspect_failure("inspecting x", text, &spec(&["p.io"], &[]));
+        let f = fails("inspecting x", text, &["p.io"], &[]);
         assert_eq!(
             f.message,
             "authentication refused while inspecting x: no credential for p.io, which asks for one: registry error code unauthorized"
@@ -227,7 +253,7 @@ time="t" level=fatal msg="Error parsing image name \"docker://p.io/ns/a:v1\": (M
         // Other kinds keep skopeo's words, with the host.
         let text =
             r#"time="t" level=fatal msg="reading manifest v1 in p.io/ns/a: manifest unknown""#;
-        let f = inspect_failure("inspecting x", text, &spec(&["p.io"], &["p.io"]));
+        let f = fails("inspecting x", text, &["p.io"], &["p.io"]);
         assert_eq!(
             f.message,
             "image not found while inspecting x: registry error code manifest unknown"
@@ -242,12 +268,9 @@ time="t" level=fatal msg="Error parsing image name \"docker://p.io/ns/a:v1\": (M
         assert_eq!(failed(text), []);
         assert_eq!(failed(MIRROR_REFUSED_PRIMARY_DOWN).len(), 2);
         assert_eq!(
-            inspect_raw_args(&spec(&["m.io", "p.io"], &[])),
+            inspect_raw_args(&spec(&["m.io", "p.io"])),
             ["--debug", "inspect", "--raw"]
         );
-        assert_eq!(
-            inspect_raw_args(&spec(&["p.io"], &[])),
-            ["inspect", "--raw"]
-        );
+        assert_eq!(inspect_raw_args(&spec(&["p.io"])), ["inspect", "--raw"]);
     }
 }
