@@ -198,7 +198,6 @@ impl PullOpts {
         }
         plan::Request {
             options,
-            dry_run: false,
             absolute_dest: false,
             cluster_cas: 0,
         }
@@ -213,21 +212,41 @@ enum Verb {
     /// `hostpull rebase` to `Consumer`: [`plan::Request::absolute_dest`], and
     /// the consumer is on `PATH`.
     Rebase(crate::handoff::Consumer),
-    /// `hostpull plan`: [`plan::Request::dry_run`].
+    /// `hostpull plan`: [`plan::dry_run`].
     Plan,
 }
 
-/// The plan for these options, with the hostpull.d configuration applied.
-/// `hostpull plan` is a dry run (`dry_run`): it needs no destination; a pull does.
-/// Planning reads files and may run credential plugins: it runs once, on a
-/// blocking thread, never on the async workers.
+/// The plan of a pull with these options, with the hostpull.d configuration
+/// applied. Planning reads files and may run credential plugins: it runs
+/// once, on a blocking thread, never on the async workers.
 async fn plan_for(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
     let opts = opts.clone();
-    tokio::task::spawn_blocking(move || plan_blocking(&opts, verb)).await?
+    tokio::task::spawn_blocking(move || {
+        let (host, req) = request_for(&opts, verb)?;
+        let plan = plan::plan(&req, &host)?;
+        if let Verb::Rebase(consumer) = verb {
+            crate::handoff::check(&host, consumer)?;
+        }
+        Ok(plan)
+    })
+    .await?
 }
 
-fn plan_blocking(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
-    let dry_run = verb == Verb::Plan;
+/// `hostpull plan`'s dry run, as [`plan_for`] plans: it needs no destination.
+async fn dry_run_for(opts: &PullOpts) -> anyhow::Result<plan::DryRun> {
+    let opts = opts.clone();
+    tokio::task::spawn_blocking(move || {
+        let (host, req) = request_for(&opts, Verb::Plan)?;
+        plan::dry_run(&req, &host)
+    })
+    .await?
+}
+
+/// The host and the request the options make for `verb`.
+fn request_for(
+    opts: &PullOpts,
+    verb: Verb,
+) -> anyhow::Result<(crate::host::System, plan::Request)> {
     // rebase has a default destination, a directory per repository.
     if verb == Verb::Pull && opts.options.dest.is_none() && opts.profile.is_none() {
         return error::fail(
@@ -247,7 +266,6 @@ fn plan_blocking(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
     let host = crate::host::System::open(&opts.config_root).map_err(cannot_open)?;
     let root = host.dir();
     let mut req = opts.request(&host);
-    req.dry_run = dry_run;
     req.absolute_dest = matches!(verb, Verb::Rebase(_));
     let profile = (opts.profile.as_deref())
         .map(|name| crate::config::load_profile(root, &opts.config_root, name))
@@ -261,11 +279,7 @@ fn plan_blocking(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
     if matches!(verb, Verb::Rebase(_)) && req.options.dest.is_none() {
         req.options.dest = rebase_layout(req.options.image.as_deref())?;
     }
-    let plan = plan::plan(&req, &host)?;
-    if let Verb::Rebase(consumer) = verb {
-        crate::handoff::check(&host, consumer)?;
-    }
-    Ok(plan)
+    Ok((host, req))
 }
 
 /// Where `rebase` pulls when neither the command line nor the profile says:
@@ -367,15 +381,9 @@ async fn pull_to_dest(
     plan: plan::Plan,
     progress: &Progress,
 ) -> anyhow::Result<crate::report::Report> {
-    let Some(planned) = &plan.dest else {
-        return error::fail(
-            Kind::Usage,
-            "--dest oci:DIR[:TAG] is required (or --profile NAME)",
-        );
-    };
-    let target = &planned.target;
+    let target = &plan.dest.target;
     let dest = crate::store::Destination::of(target, &plan.image)?;
-    let mut report = match crate::fetch::pull_into(&plan, planned, progress, &dest).await {
+    let mut report = match crate::fetch::pull_into(&plan, progress, &dest).await {
         Ok(r) => r,
         Err(e) => {
             // The import's own error when it is why the pull stopped; a
@@ -420,15 +428,15 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
         plan_for(&o, Verb::Rebase(opts.consumer)).await?
     };
     let progress = Progress::new(opts.pull.progress_fd, screen)?.with_max_rate(plan.max_rate);
-    let (report, handed) = match plan.dest.as_ref().map(|d| &d.target) {
-        Some(plan::imgref::Target::Oci { dir, tag }) => {
+    let (report, handed) = match &plan.dest.target {
+        plan::imgref::Target::Oci { dir, tag } => {
             if let Some(parent) = dir.parent() {
                 std::fs::create_dir_all(parent)?;
             }
             let handed = ("oci", format!("{}:{tag}", dir.display()));
             (crate::fetch::pull(&plan, &progress).await?, handed)
         }
-        Some(plan::imgref::Target::Storage { .. }) => {
+        plan::imgref::Target::Storage { .. } => {
             let report = pull_to_dest(plan, &progress).await?;
             let stored = report.stored.as_deref().unwrap_or_default();
             let stored = stored
@@ -458,7 +466,7 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
 }
 
 async fn run_plan(opts: &PullOpts) -> anyhow::Result<()> {
-    let summary = plan_for(opts, Verb::Plan).await?.summary();
+    let summary = dry_run_for(opts).await?.summary();
     if opts.json {
         print_json(&summary)
     } else {

@@ -90,19 +90,13 @@ struct Landing<'a> {
 /// Pull as the plan says, into its `oci:` layout. SIGINT and SIGTERM stop
 /// it: the worker's units are stopped, and the layout is left as it was.
 pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
-    let Some(
-        planned @ DestPlan {
-            target: Target::Oci { dir, .. },
-            ..
-        },
-    ) = &plan.dest
-    else {
+    let Target::Oci { dir, .. } = &plan.dest.target else {
         return fail(
             Kind::Usage,
             "this plan has no oci:DIR destination to pull into",
         );
     };
-    pull_into(plan, planned, progress, &Destination::Oci(dir.clone())).await
+    pull_into(plan, progress, &Destination::Oci(dir.clone())).await
 }
 
 /// [`pull`] into `dest`'s layout, asked for when it is first needed, with the
@@ -110,11 +104,11 @@ pub async fn pull(plan: &Plan, progress: &Progress) -> anyhow::Result<Report> {
 /// caller's.
 pub async fn pull_into(
     plan: &Plan,
-    planned: &DestPlan,
     progress: &Progress,
     dest: &Destination,
 ) -> anyhow::Result<Report> {
     let start = Instant::now();
+    let planned = &plan.dest;
     let target = &planned.target;
     let into = Landing { dest, planned };
     if plan.defer_if_metered {
@@ -531,7 +525,7 @@ async fn inspect_opening(
         return inspect.await;
     }
     if plan.image.digest.is_none() {
-        let tag = plan.dest.as_ref().map_or("", |d| d.target.tag());
+        let tag = plan.dest.target.tag();
         let (started, held) = tokio::join!(worker.start(), dest.holds_tag(tag));
         started?;
         if held {

@@ -21,15 +21,17 @@ fn valid_oci_layout(bytes: &[u8]) -> bool {
         .is_ok_and(|v| v["imageLayoutVersion"] == "1.0.0")
 }
 
-/// The image, where it goes, and the tag it is written under.
+/// The image, where it goes, and the tag it is written under; none only in
+/// a dry run given no destination.
 pub(super) fn destination(
     req: &Request,
     host: &dyn Host,
+    dry_run: bool,
 ) -> anyhow::Result<(ImageRef, Option<Target>)> {
     let image = ImageRef::parse(req.options.image.as_deref().unwrap_or_default())?;
     // Only a plan may go without a destination; one given empty is an error.
     let dest = match req.options.dest.as_deref() {
-        None if req.dry_run => return Ok((image, None)),
+        None if dry_run => return Ok((image, None)),
         d => Dest::parse(d.unwrap_or_default())?,
     };
     let target = match dest {
@@ -214,14 +216,13 @@ mod tests {
     use crate::options::Options;
     use crate::plan::testing::MemHost;
 
-    fn req(dest: Option<&str>, dry_run: bool) -> Request {
+    fn req(dest: Option<&str>) -> Request {
         Request {
             options: Options {
                 image: Some("q.io/a:v1".into()),
                 dest: dest.map(str::to_owned),
                 ..Options::default()
             },
-            dry_run,
             absolute_dest: false,
             cluster_cas: 0,
         }
@@ -289,7 +290,7 @@ mod tests {
             ),
         ];
         for &(dest, want) in cases {
-            match (destination(&req(Some(dest), false), &h), want) {
+            match (destination(&req(Some(dest)), &h, false), want) {
                 (Ok((_, Some(_))), None) => {}
                 (Err(e), Some((path, why))) => {
                     assert_eq!(crate::error::exit_code(&e), 2, "{dest}: {e}");
@@ -306,10 +307,10 @@ mod tests {
     #[test]
     fn an_empty_destination_is_an_error() {
         let h = MemHost::new("/root");
-        let (_, dest) = destination(&req(None, true), &h).unwrap();
+        let (_, dest) = destination(&req(None), &h, true).unwrap();
         assert_eq!(dest, None);
         for dry_run in [true, false] {
-            let e = destination(&req(Some(""), dry_run), &h).unwrap_err();
+            let e = destination(&req(Some("")), &h, dry_run).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{e}");
             assert!(e.to_string().starts_with("invalid destination: "), "{e}");
         }
@@ -349,8 +350,8 @@ mod tests {
             }
             h.selinux = selinux;
             assert_eq!(storage_domain(&h).as_deref(), want, "{current:?}");
-            let r = req(Some("containers-storage:x/y:v1"), false);
-            let (_, target) = destination(&r, &h).unwrap();
+            let r = req(Some("containers-storage:x/y:v1"));
+            let (_, target) = destination(&r, &h, false).unwrap();
             let Some(Target::Storage { writer, .. }) = target else {
                 panic!("{target:?}")
             };
@@ -369,8 +370,8 @@ mod tests {
             .file("/sbin/skopeo/x", "")
             .var("CONTAINERS_STORAGE_CONF", "/etc/s.conf")
             .var("REGISTRY_AUTH_FILE", "/x");
-        let r = req(Some("containers-storage:x/y:v1"), false);
-        let Some(Target::Storage { writer, .. }) = destination(&r, &h).unwrap().1 else {
+        let r = req(Some("containers-storage:x/y:v1"));
+        let Some(Target::Storage { writer, .. }) = destination(&r, &h, false).unwrap().1 else {
             panic!()
         };
         assert_eq!(writer.skopeo, Path::new("/usr/bin/skopeo"));
@@ -380,7 +381,7 @@ mod tests {
             [("CONTAINERS_STORAGE_CONF".to_owned(), "/etc/s.conf".into())]
         );
         let none = MemHost::new("/root").var("PATH", "/sbin");
-        let e = destination(&r, &none).unwrap_err();
+        let e = destination(&r, &none, false).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 10, "{e}");
         assert!(e.to_string().contains("skopeo"), "{e}");
     }

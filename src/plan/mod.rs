@@ -37,7 +37,7 @@ use crate::manifest::Platform;
 use crate::options::{Options, SandboxMode};
 use host::Host;
 use imgref::{ImageRef, Target};
-pub use summary::{HostSummary, Summary};
+pub use summary::{HostSummary, Showable, Summary};
 use worker::{Isolation, Limits, WorkerSpec};
 
 /// Why `--sandbox auto` fails where systemd does not run the host.
@@ -49,12 +49,11 @@ pub const WORKER_SELINUX_CONTEXT: &str = "system_u:system_r:hostpull_worker_t:s0
 
 /// One pull, fully decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
+pub struct Plan<D = DestPlan> {
     /// The image, as given (before any registries.conf rewrite).
     pub image: ImageRef,
-    /// Where the pull goes. None only in a plan made without a destination
-    /// (`Request::dry_run`), which is shown and never pulled.
-    pub dest: Option<DestPlan>,
+    /// Where the pull goes: a pull's [`DestPlan`], a dry run's [`Shown`].
+    pub dest: D,
     /// The platform an index resolves to.
     pub platform: Platform,
     /// The worker, the same for every try; each try's credentials are
@@ -86,6 +85,23 @@ pub struct Plan {
     /// for the blobs: always for a digest; for a tag, when registries.conf
     /// gives the tag the sources of a digest ([`registries::Route::tag_as_digest`]).
     pub open_beside: bool,
+}
+
+/// What `hostpull plan` shows: what a pull with the same options would use,
+/// never pulled ([`dry_run`]). Unlike a pull's [`Plan`], it may lack its
+/// destination and its sandbox.
+pub type DryRun = Plan<Shown>;
+
+/// A dry run's destination and sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    /// Where the pull would go; none when none was given (what a pull would
+    /// use does not depend on where it goes).
+    pub dest: Option<DestPlan>,
+    /// `--sandbox auto` on a host without systemd: the worker shown is the
+    /// one a systemd host would get, and a pull here fails
+    /// ([`NO_SYSTEMD`], exit 8).
+    pub undecided: bool,
 }
 
 /// Where a pull goes, and what it must leave free there.
@@ -122,11 +138,6 @@ impl Default for RetryPolicy {
 pub struct Request {
     /// What the pull is asked for.
     pub options: Options,
-    /// `hostpull plan`: what a pull would use, never pulled. An empty `dest`
-    /// is allowed (the plan then has no destination: what a pull would use
-    /// does not depend on where it goes), and `--sandbox auto` on a host
-    /// without systemd stays `auto`, shown with the error a pull would give.
-    pub dry_run: bool,
     /// `hostpull rebase`: an `oci:` directory is made absolute (below
     /// [`Host::current_dir`]), as the consumer it is handed to runs elsewhere.
     pub absolute_dest: bool,
@@ -145,10 +156,52 @@ pub const REGISTRY_AUTH_FILE: &str = "REGISTRY_AUTH_FILE";
 /// runs (credential helpers, provider plugins) are named in
 /// [`Plan::plugins_run`].
 pub fn plan(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
+    recorded(req, host, false)?.map_dest(|shown| match shown {
+        Shown {
+            dest: Some(dest),
+            undecided: false,
+        } => Ok(dest),
+        // decide() refuses both for a pull, where each is found.
+        _ => fail(
+            Kind::Internal,
+            "a pull's plan without its destination or sandbox",
+        ),
+    })
+}
+
+/// What a pull with `req` would use, on `host`, for `hostpull plan`: the
+/// destination may be missing, and `--sandbox auto` on a host without
+/// systemd stays undecided ([`Shown`]).
+pub fn dry_run(req: &Request, host: &dyn Host) -> anyhow::Result<DryRun> {
+    recorded(req, host, true)
+}
+
+fn recorded(req: &Request, host: &dyn Host, dry_run: bool) -> anyhow::Result<DryRun> {
     let recording = host::Recording::new(host);
-    let mut plan = decide(req, &recording)?;
+    let mut plan = decide(req, &recording, dry_run)?;
     plan.plugins_run = recording.into_ran();
     Ok(plan)
+}
+
+impl<D> Plan<D> {
+    /// The same plan with `f` of its destination in its place.
+    fn map_dest<E>(self, f: impl FnOnce(D) -> anyhow::Result<E>) -> anyhow::Result<Plan<E>> {
+        Ok(Plan {
+            image: self.image,
+            dest: f(self.dest)?,
+            platform: self.platform,
+            worker: self.worker,
+            credentials: self.credentials,
+            retry: self.retry,
+            max_rate: self.max_rate,
+            sources: self.sources,
+            insecure_hosts: self.insecure_hosts,
+            policy: self.policy,
+            plugins_run: self.plugins_run,
+            defer_if_metered: self.defer_if_metered,
+            open_beside: self.open_beside,
+        })
+    }
 }
 
 /// What the worker is given besides the request: decided by [`decide`].
@@ -161,19 +214,21 @@ struct WorkerParts {
     proxy: proxy::Proxy,
 }
 
-fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
+fn decide(req: &Request, host: &dyn Host, dry_run: bool) -> anyhow::Result<DryRun> {
     let mut req = req.clone();
     req.options
         .authfiles
         .extend(host.env(REGISTRY_AUTH_FILE).map(PathBuf::from));
     let req = &req;
-    let (image, dest) = dest::destination(req, host)?;
+    let (image, dest) = dest::destination(req, host, dry_run)?;
     let platform = match &req.options.platform {
         Some(p) => Platform::parse(p)?,
         None => Platform::host(),
     };
     check_inputs(req, host)?;
-    let mode = isolation(req, host)?;
+    let decided = isolation(req, host, dry_run)?;
+    // Undecided, the worker a systemd host would get is shown.
+    let mode = decided.unwrap_or(Isolation::Systemd);
     let limits = limits(req)?;
     let conf = registries::load(host, req.options.registries_conf.as_deref())?;
     registries::check_short_name(&conf.short_names, &image)?;
@@ -196,7 +251,7 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
     }
     let (policy, trust) = policy_and_trust(req, host, &image, &sources)?;
     let hosts: Vec<String> = trust_hosts(&sources, &policy);
-    let dns = worker_dns(req, mode, &hosts)?;
+    let dns = worker_dns(req, decided, &hosts)?;
     let parts = WorkerParts {
         mode,
         limits,
@@ -205,7 +260,9 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
         route,
         proxy: proxy::decide(&req.options, host)?,
     };
-    worker::check_proxy(&parts.proxy, mode)?;
+    if let Some(mode) = decided {
+        worker::check_proxy(&parts.proxy, mode)?;
+    }
     let dest = match dest {
         Some(target) => Some(DestPlan {
             space: space::rule(host, &target)?,
@@ -215,7 +272,10 @@ fn decide(req: &Request, host: &dyn Host) -> anyhow::Result<Plan> {
     };
     Ok(Plan {
         image,
-        dest,
+        dest: Shown {
+            dest,
+            undecided: decided.is_none(),
+        },
         platform,
         worker: worker(req, host, parts)?,
         retry: retry(req)?,
@@ -281,15 +341,18 @@ fn check_inputs(req: &Request, host: &dyn Host) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--sandbox`, with `auto` decided for this host.
-fn isolation(req: &Request, host: &dyn Host) -> anyhow::Result<Isolation> {
-    Ok(match req.options.sandbox.unwrap_or(SandboxMode::Auto) {
-        SandboxMode::Auto if host.systemd_booted() => Isolation::Systemd,
-        SandboxMode::Auto if req.dry_run => Isolation::Undecided,
-        SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
-        SandboxMode::Systemd => Isolation::Systemd,
-        SandboxMode::None => Isolation::None,
-    })
+/// `--sandbox`, with `auto` decided for this host; in a dry run on a host
+/// without systemd, undecided (none).
+fn isolation(req: &Request, host: &dyn Host, dry_run: bool) -> anyhow::Result<Option<Isolation>> {
+    Ok(Some(
+        match req.options.sandbox.unwrap_or(SandboxMode::Auto) {
+            SandboxMode::Auto if host.systemd_booted() => Isolation::Systemd,
+            SandboxMode::Auto if dry_run => return Ok(None),
+            SandboxMode::Auto => return fail(Kind::Worker, NO_SYSTEMD),
+            SandboxMode::Systemd => Isolation::Systemd,
+            SandboxMode::None => Isolation::None,
+        },
+    ))
 }
 
 /// The signature policy, and the trust of every host the pull may contact.
@@ -353,13 +416,17 @@ fn trust_hosts(sources: &[ImageRef], policy: &policy::Applied) -> Vec<String> {
 
 /// The worker's resolver settings, which only a unit can have, and none that
 /// sends a host of this pull where the unit may not go.
-fn worker_dns(req: &Request, mode: Isolation, hosts: &[String]) -> anyhow::Result<dns::Dns> {
+fn worker_dns(
+    req: &Request,
+    mode: Option<Isolation>,
+    hosts: &[String],
+) -> anyhow::Result<dns::Dns> {
     let dns = dns::Dns::parse(
         &req.options.dns,
         &req.options.dns_search,
         &req.options.add_hosts,
     )?;
-    if mode == Isolation::None && !dns.is_empty() {
+    if mode == Some(Isolation::None) && !dns.is_empty() {
         return fail(
             Kind::Usage,
             "--dns, --dns-search and --add-host need --sandbox systemd: without it the worker shares the host's resolver",
@@ -367,7 +434,7 @@ fn worker_dns(req: &Request, mode: Isolation, hosts: &[String]) -> anyhow::Resul
     }
     // The unit denies link-local and cloud metadata addresses (worker::IP_DENY):
     // a registry there would fail only once its unit ran, and obscurely.
-    if mode == Isolation::Systemd
+    if mode == Some(Isolation::Systemd)
         && let Some((host, ip)) = dns
             .known_addresses(hosts)
             .into_iter()
@@ -611,6 +678,10 @@ mod tests {
         super::plan(r, &host())
     }
 
+    fn dry_run(r: &Request) -> anyhow::Result<DryRun> {
+        super::dry_run(r, &host())
+    }
+
     #[test]
     fn signature_policy_rules() {
         let mut r = req("q.io/a:v1", "oci:/d");
@@ -731,10 +802,9 @@ mod tests {
         let pinned =
             "h.io/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
         for image in ["h.io/a:v1", pinned] {
-            let mut r = req(image, "");
+            let r = req(image, "");
             assert_eq!(crate::error::exit_code(&plan(&r).unwrap_err()), 2);
-            r.dry_run = true;
-            let s = plan(&r).unwrap().summary();
+            let s = dry_run(&r).unwrap().summary();
             assert_eq!((s.dest.as_deref(), s.tag.as_deref()), (None, None));
             assert!(
                 s.text().contains("dest      none (no --dest given)"),
@@ -743,9 +813,8 @@ mod tests {
             );
             assert_eq!(s.hosts.len(), 1);
         }
-        let mut r = req("h.io/a:v1", "oci:/d");
-        r.dry_run = true;
-        let s = plan(&r).unwrap().summary();
+        let r = req("h.io/a:v1", "oci:/d");
+        let s = dry_run(&r).unwrap().summary();
         assert_eq!(
             (s.dest.as_deref(), s.tag.as_deref()),
             (Some("/d"), Some("v1"))
@@ -771,7 +840,7 @@ mod tests {
         ];
         for (image, dest, want) in cases {
             match (plan(&req(image, dest)), want) {
-                (Ok(p), Some(t)) => assert_eq!(p.dest.unwrap().target.tag(), t),
+                (Ok(p), Some(t)) => assert_eq!(p.dest.target.tag(), t),
                 (Err(e), None) => assert_eq!(crate::error::exit_code(&e), 2),
                 (r, _) => panic!("{image} {dest}: {r:?}"),
             }
@@ -795,11 +864,7 @@ mod tests {
                 dir: want.into(),
                 tag: "t".into(),
             };
-            assert_eq!(
-                plan(&r).unwrap().dest.map(|d| d.target),
-                Some(want),
-                "{dest}"
-            );
+            assert_eq!(plan(&r).unwrap().dest.target, want, "{dest}");
         }
     }
 
@@ -830,21 +895,18 @@ mod tests {
             ostree: false,
             fs: Some(fs),
         };
-        assert_eq!(p.dest.as_ref().map(|d| &d.space), Some(&rule));
+        assert_eq!(&p.dest.space, &rule);
         let text = p.summary().text();
         assert!(
             text.contains("space     2252800 bytes writable on the filesystem of /var/lib/l/new; the blobs it lacks are checked against it once the manifest is fetched (exit 11)\n"),
             "{text}"
         );
         assert!(text.contains("metered   not checked"), "{text}");
-        let dry = Request {
-            dry_run: true,
-            ..req("h.io/a:1", "")
-        };
-        assert_eq!(super::plan(&dry, &h).unwrap().dest, None);
+        let dry = req("h.io/a:1", "");
+        assert_eq!(super::dry_run(&dry, &h).unwrap().dest.dest, None);
         if cfg!(feature = "ostree") {
             let p = super::plan(&req("h.io/a:1", "ostree:/repo"), &h).unwrap();
-            let s = p.dest.clone().unwrap().space;
+            let s = p.dest.space.clone();
             assert_eq!((s.reserve, s.ostree), (space::Reserve::Percent(10), true));
             let text = p.summary().text();
             // 10% of 1000 blocks kept: 500 of the 600 free as root.
@@ -900,10 +962,10 @@ mod tests {
             "h.io/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
         match super::plan(&req(pinned, "ostree:/repo:os/stable"), &h) {
             Ok(p) if cfg!(feature = "ostree") => {
-                let Some(DestPlan {
+                let DestPlan {
                     target: Target::Ostree { dest, tag },
                     ..
-                }) = p.dest
+                } = p.dest
                 else {
                     panic!("{:?}", p.dest)
                 };
@@ -1008,11 +1070,10 @@ mod tests {
                 "kind: CredentialProviderConfig\nproviders:\n- name: ecr\n  matchImages: [\"h.io\"]\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
             );
         let mut r = req("h.io/a:v1", "");
-        r.dry_run = true;
         r.options.authfiles = vec!["/auth.json".into()];
         r.options.provider_config = Some("/providers.yaml".into());
         r.options.provider_bin_dir = Some("/bin".into());
-        let p = super::plan(&r, &h).unwrap();
+        let p = super::dry_run(&r, &h).unwrap();
         let both = [
             "credential helper docker-credential-pass",
             "credential provider ecr",
@@ -1028,7 +1089,7 @@ mod tests {
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["plugins_run"], serde_json::json!(both));
         // Again: the provider's answer comes from its cache; the helper runs.
-        let p = super::plan(&r, &h).unwrap();
+        let p = super::dry_run(&r, &h).unwrap();
         assert_eq!(p.plugins_run, [both[0]]);
         assert_eq!(h.cached().len(), 1);
         assert_eq!(h.ran().len(), 3);
@@ -1233,8 +1294,7 @@ mod tests {
         let e = plan(&r).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 8);
         assert!(e.to_string().contains("--sandbox none"));
-        r.dry_run = true;
-        let s = plan(&r).unwrap().summary();
+        let s = dry_run(&r).unwrap().summary();
         assert_eq!(s.sandbox, SandboxMode::Auto);
         assert_eq!(s.sandbox_error.as_deref(), Some(NO_SYSTEMD));
         assert!(

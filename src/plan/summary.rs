@@ -3,10 +3,10 @@
 //! policy, and the root plugins run to make it.
 
 use crate::options::SandboxMode;
-use crate::plan::Plan;
 use crate::plan::imgref::{OstreeDest, Target};
 use crate::plan::space::Reserve;
 use crate::plan::worker::Isolation;
+use crate::plan::{DestPlan, Plan, Shown};
 
 /// What `hostpull plan` shows: everything the pull may use, per host, with
 /// the credential's source and key but never the secret.
@@ -113,19 +113,51 @@ pub struct HostSummary {
     pub direct_because: Option<&'static str>,
 }
 
-impl Plan {
+/// A plan's destination and sandbox as `hostpull plan` shows them: a pull's
+/// ([`DestPlan`]), or a dry run's ([`Shown`]).
+pub trait Showable {
+    /// The destination, if there is one.
+    fn planned(&self) -> Option<&DestPlan>;
+    /// Whether `--sandbox auto` is left undecided.
+    fn undecided(&self) -> bool;
+}
+
+impl Showable for DestPlan {
+    fn planned(&self) -> Option<&DestPlan> {
+        Some(self)
+    }
+    fn undecided(&self) -> bool {
+        false
+    }
+}
+
+impl Showable for Shown {
+    fn planned(&self) -> Option<&DestPlan> {
+        self.dest.as_ref()
+    }
+    fn undecided(&self) -> bool {
+        self.undecided
+    }
+}
+
+impl<D: Showable> Plan<D> {
     /// What `hostpull plan` shows of this plan.
     pub fn summary(&self) -> Summary {
         let w = &self.worker;
         // The limits are a unit's: a worker without one has none.
-        let unit = w.isolation.mode() != SandboxMode::None;
+        let unit = w.isolation != Isolation::None;
+        let dest = self.dest.planned();
+        let undecided = self.dest.undecided();
         Summary {
             image: self.image.to_string(),
             platform: self.platform.to_string(),
-            dest: (self.dest.as_ref()).map(|d| d.target.path().display().to_string()),
-            tag: self.dest.as_ref().map(|d| d.target.tag().to_owned()),
-            sandbox: w.isolation.mode(),
-            sandbox_error: (w.isolation == Isolation::Undecided).then(|| super::NO_SYSTEMD.into()),
+            dest: dest.map(|d| d.target.path().display().to_string()),
+            tag: dest.map(|d| d.target.tag().to_owned()),
+            sandbox: match undecided {
+                true => SandboxMode::Auto,
+                false => w.isolation.mode(),
+            },
+            sandbox_error: undecided.then(|| super::NO_SYSTEMD.into()),
             memory_max: unit.then(|| super::worker::size_text(w.limits.memory_max)),
             tasks_max: unit.then_some(w.limits.tasks_max),
             max_rate: self.max_rate,
@@ -141,11 +173,11 @@ impl Plan {
             signature: self.policy.describe(),
             lookaside: self.policy.lookaside.clone(),
             sigstore: self.policy.sigstore_sources(),
-            ostree: match self.dest.as_ref().map(|d| &d.target) {
+            ostree: match dest.map(|d| &d.target) {
                 Some(Target::Ostree { dest, .. }) => Some(dest.clone()),
                 _ => None,
             },
-            containers_storage: match self.dest.as_ref().map(|d| &d.target) {
+            containers_storage: match dest.map(|d| &d.target) {
                 Some(Target::Storage { dest, .. }) => Some(format!(
                     "{}{}",
                     super::imgref::cstorage::PREFIX,
@@ -154,7 +186,7 @@ impl Plan {
                 _ => None,
             },
             plugins_run: self.plugins_run.clone(),
-            space: self.dest.as_ref().map(|d| &d.space).map(|r| SpaceSummary {
+            space: dest.map(|d| &d.space).map(|r| SpaceSummary {
                 path: r.path.display().to_string(),
                 writable_bytes: r.fs.map(|fs| r.allowed(&fs, true)),
                 kept_free_bytes: r.fs.map(|fs| r.reserve.bytes(&fs)),

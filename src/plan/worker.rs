@@ -95,10 +95,6 @@ pub enum Isolation {
     Systemd,
     /// A plain child process with a clean environment (`--sandbox none`).
     None,
-    /// `--sandbox auto` where systemd does not run the host: only a dry-run
-    /// plan has it, showing the worker a systemd host would get; a worker
-    /// cannot start ([`NO_SYSTEMD`](crate::plan::NO_SYSTEMD), exit 8).
-    Undecided,
 }
 
 impl Isolation {
@@ -107,7 +103,6 @@ impl Isolation {
         match self {
             Self::Systemd => SandboxMode::Systemd,
             Self::None => SandboxMode::None,
-            Self::Undecided => SandboxMode::Auto,
         }
     }
 }

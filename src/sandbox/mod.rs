@@ -198,7 +198,6 @@ impl Worker {
                     mounts.map(|mounts| Mode::Systemd { systemd, mounts }),
                 )
             }
-            Isolation::Undecided => return fail(Kind::Worker, crate::plan::NO_SYSTEMD),
             Isolation::None => {
                 let staging = Staging::create(&std::env::temp_dir(), &format!("hostpull-{id}"))?;
                 let mode = prepare::plain(spec, &credentials, &staging);
@@ -629,16 +628,6 @@ mod tests {
 
     fn spec(mode: Isolation) -> WorkerSpec {
         WorkerSpec::for_tests(mode)
-    }
-
-    /// A dry-run plan's undecided `auto` cannot start a worker: exit 8.
-    #[tokio::test]
-    async fn an_undecided_sandbox_starts_no_worker() {
-        let e = Worker::prepare(&spec(Isolation::Undecided), Vec::new())
-            .await
-            .unwrap_err();
-        assert_eq!(crate::error::exit_code(&e), 8);
-        assert_eq!(e.to_string(), crate::plan::NO_SYSTEMD);
     }
 
     #[tokio::test]
