@@ -199,19 +199,24 @@ impl PullOpts {
         plan::Request {
             options,
             absolute_dest: false,
+            layout: None,
             cluster_cas: 0,
         }
     }
 }
 
 /// Which command a plan is made for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Verb {
     /// `hostpull pull`.
     Pull,
-    /// `hostpull rebase` to `Consumer`: [`plan::Request::absolute_dest`], and
-    /// the consumer is on `PATH`.
-    Rebase(crate::handoff::Consumer),
+    /// `hostpull rebase` to `consumer`, into `layout` if given
+    /// ([`plan::Request::layout`], [`plan::Request::absolute_dest`]); the
+    /// consumer is on `PATH`.
+    Rebase {
+        consumer: crate::handoff::Consumer,
+        layout: Option<PathBuf>,
+    },
     /// `hostpull plan`: [`plan::dry_run`].
     Plan,
 }
@@ -222,9 +227,9 @@ enum Verb {
 async fn plan_for(opts: &PullOpts, verb: Verb) -> anyhow::Result<plan::Plan> {
     let opts = opts.clone();
     tokio::task::spawn_blocking(move || {
-        let (host, req) = request_for(&opts, verb)?;
+        let (host, req) = request_for(&opts, verb.clone())?;
         let plan = plan::plan(&req, &host)?;
-        if let Verb::Rebase(consumer) = verb {
+        if let Verb::Rebase { consumer, .. } = verb {
             crate::handoff::check(&host, consumer)?;
         }
         Ok(plan)
@@ -266,7 +271,7 @@ fn request_for(
     let host = crate::host::System::open(&opts.config_root).map_err(cannot_open)?;
     let root = host.dir();
     let mut req = opts.request(&host);
-    req.absolute_dest = matches!(verb, Verb::Rebase(_));
+    req.absolute_dest = matches!(verb, Verb::Rebase { .. });
     let profile = (opts.profile.as_deref())
         .map(|name| crate::config::load_profile(root, &opts.config_root, name))
         .transpose()?;
@@ -276,8 +281,12 @@ fn request_for(
     // wins over the drop-ins.
     let cli = std::mem::take(&mut req.options);
     req.options = crate::config::merge(std::iter::once(dropins).chain(profile).chain([cli]));
-    if matches!(verb, Verb::Rebase(_)) && req.options.dest.is_none() {
-        req.options.dest = rebase_layout(req.options.image.as_deref())?;
+    if let Verb::Rebase { layout, .. } = verb {
+        req.layout = match (layout, &req.options.dest) {
+            (Some(dir), _) => Some(dir),
+            (None, None) => rebase_layout(req.options.image.as_deref())?,
+            (None, Some(_)) => None,
+        };
     }
     Ok((host, req))
 }
@@ -285,11 +294,12 @@ fn request_for(
 /// Where `rebase` pulls when neither the command line nor the profile says:
 /// a directory per repository under /var/lib/hostpull/images, world-readable
 /// for the consumer's own unprivileged skopeo. No image: the plan says so.
-fn rebase_layout(image: Option<&str>) -> anyhow::Result<Option<String>> {
+fn rebase_layout(image: Option<&str>) -> anyhow::Result<Option<PathBuf>> {
     let Some(image) = image else { return Ok(None) };
     let path = crate::plan::imgref::ImageRef::parse(image)?.path;
-    let dir = Path::new("/var/lib/hostpull/images").join(path.replace('/', "_"));
-    Ok(Some(format!("oci:{}", dir.display())))
+    Ok(Some(
+        Path::new("/var/lib/hostpull/images").join(path.replace('/', "_")),
+    ))
 }
 
 /// stdout was a pipe whose reader has gone (`hostpull plan | head -1`): the
@@ -420,13 +430,11 @@ async fn pull_to_dest(
 /// Pull, then hand the layout over: `--layout`, the destination of the
 /// command line or the profile, or else [`rebase_layout`].
 async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
-    let plan = {
-        let mut o = opts.pull.clone();
-        if let Some(dir) = &opts.layout {
-            o.options.dest = Some(format!("oci:{}", dir.display()));
-        }
-        plan_for(&o, Verb::Rebase(opts.consumer)).await?
+    let verb = Verb::Rebase {
+        consumer: opts.consumer,
+        layout: opts.layout.clone(),
     };
+    let plan = plan_for(&opts.pull, verb).await?;
     let progress = Progress::new(opts.pull.progress_fd, screen)?.with_max_rate(plan.max_rate);
     let (report, handed) = match &plan.dest.target {
         plan::imgref::Target::Oci { dir, tag } => {

@@ -30,9 +30,10 @@ pub(super) fn destination(
 ) -> anyhow::Result<(ImageRef, Option<Target>)> {
     let image = ImageRef::parse(req.options.image.as_deref().unwrap_or_default())?;
     // Only a plan may go without a destination; one given empty is an error.
-    let dest = match req.options.dest.as_deref() {
-        None if dry_run => return Ok((image, None)),
-        d => Dest::parse(d.unwrap_or_default())?,
+    let dest = match (&req.layout, req.options.dest.as_deref()) {
+        (Some(dir), _) => Dest::layout(dir)?,
+        (None, None) if dry_run => return Ok((image, None)),
+        (None, d) => Dest::parse(d.unwrap_or_default())?,
     };
     let target = match dest {
         Dest::Storage(dest) => Target::Storage {
@@ -224,6 +225,7 @@ mod tests {
                 ..Options::default()
             },
             absolute_dest: false,
+            layout: None,
             cluster_cas: 0,
         }
     }

@@ -376,6 +376,20 @@ pub struct OstreeDest {
 }
 
 impl Dest {
+    /// `oci:DIR`, for a layout given as a directory (`rebase --layout`). A
+    /// colon in it is refused: the consumer names the layout to its own
+    /// skopeo as `oci:DIR:TAG`, where DIR ends at the first colon.
+    pub fn layout(dir: &Path) -> anyhow::Result<Self> {
+        let text = dir.to_string_lossy();
+        if text.is_empty() || text.contains(':') {
+            return invalid("layout directory", "empty or holds a colon", &text);
+        }
+        Ok(Self::Oci {
+            dir: dir.to_owned(),
+            tag: None,
+        })
+    }
+
     /// Parse `oci:DIR[:TAG]`, `ostree:REPO[:REF]` or
     /// `containers-storage:[STORE]NAME[:TAG]`. As in containers/image, DIR
     /// ends at the first colon.
@@ -585,6 +599,25 @@ mod tests {
             let f = crate::error::failure(&e).unwrap();
             assert_eq!(f.kind, Kind::Usage, "{input}");
             assert!(f.message.contains("--add-host NAME:IP"), "{input}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_layout_directory_is_an_oci_destination_without_a_colon() {
+        assert_eq!(
+            Dest::layout(Path::new("/var/lib/x")).unwrap(),
+            Dest::Oci {
+                dir: "/var/lib/x".into(),
+                tag: None
+            }
+        );
+        for bad in ["/var/lib/x:y", ""] {
+            let e = Dest::layout(Path::new(bad)).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+            assert!(
+                e.to_string().starts_with("invalid layout directory: "),
+                "{e}"
+            );
         }
     }
 

@@ -161,6 +161,35 @@ fn rebase_without_its_consumer_fetches_nothing() {
     }
 }
 
+/// A layout whose path holds a colon cannot be named to the consumer (its
+/// skopeo's `oci:DIR:TAG` ends DIR at the first colon): exit 2 before the
+/// registry is asked, and no directory made. It once became DIR's part before
+/// the colon, tagged with the rest.
+#[test]
+fn a_layout_with_a_colon_is_refused_before_the_network() {
+    let s = searchable_scratch();
+    let name = "hostpull/rebase-colon";
+    let image = format!("{}/{name}:v1", var("RIG_REGISTRY"));
+    rig_copy(var("RIG_IMG_SMALL"), &image, &[]);
+    let layout = s.path().join("lay:out");
+    let mark = registry_log_mark();
+    let mut c = with_rig_creds(hostpull(&["rebase", "--consumer", "bootc", &image]));
+    c.args(["--sandbox", &sandbox()])
+        .arg("--layout")
+        .arg(&layout);
+    let r = run(&mut c);
+    r.assert_failure(2);
+    assert!(
+        r.stderr.starts_with("error: invalid layout directory: "),
+        "{}",
+        r.stderr
+    );
+    for kind in ["manifests", "blobs"] {
+        assert_eq!(fetched_since(mark, name, kind), Vec::<String>::new());
+    }
+    assert!(std::fs::read_dir(s.path()).unwrap().next().is_none());
+}
+
 /// The stand-in's readability check can fail: a layout below a directory only
 /// root may search is refused by it.
 #[test]
