@@ -127,10 +127,14 @@ fn rebase_hands_an_image_in_containers_storage_by_digest() {
     );
 }
 
-/// A consumer that is not on PATH (or not executable there) is the host's
-/// setup: exit 2 naming it, before the registry is asked for anything.
+/// What the host's setup or the command line refuses is exit 2, before the
+/// registry is asked for anything, and makes no layout:
+/// - a consumer that is not on PATH (or not executable there);
+/// - a layout whose path holds a colon, which the consumer could not be
+///   named (its skopeo's `oci:DIR:TAG` ends DIR at the first colon; it once
+///   became DIR's part before the colon, tagged with the rest).
 #[test]
-fn rebase_without_its_consumer_fetches_nothing() {
+fn rebase_refused_by_its_setup_fetches_nothing() {
     let s = searchable_scratch();
     let name = "hostpull/rebase-no-consumer";
     let image = format!("{}/{name}:v1", var("RIG_REGISTRY"));
@@ -143,51 +147,38 @@ fn rebase_without_its_consumer_fetches_nothing() {
         not_executable.display(),
         std::env::var("PATH").unwrap()
     );
-    let layout = s.path().join("layout");
-    for consumer in ["rpm-ostree", "bootc"] {
+    // The consumer is there: only the colon is wrong.
+    let with_consumer = format!(
+        "{}/tests/stand-ins:{}",
+        env!("CARGO_MANIFEST_DIR"),
+        std::env::var("PATH").unwrap()
+    );
+    let no_consumer = |c: &str| format!("the consumer {c} is not on PATH");
+    let cases = [
+        ("rpm-ostree", "layout", &path, no_consumer("rpm-ostree")),
+        ("bootc", "layout", &path, no_consumer("bootc")),
+        (
+            "bootc",
+            "lay:out",
+            &with_consumer,
+            "error: invalid layout directory: ".to_owned(),
+        ),
+    ];
+    for (consumer, dir, path, want) in cases {
+        let layout = s.path().join(dir);
         let mark = registry_log_mark();
         let mut c = with_rig_creds(hostpull(&["rebase", "--consumer", consumer, &image]));
         c.args(["--sandbox", &sandbox()])
             .arg("--layout")
             .arg(&layout);
-        let r = run(c.env("PATH", &path));
+        let r = run(c.env("PATH", path));
         r.assert_failure(2);
-        let want = format!("the consumer {consumer} is not on PATH");
         assert!(r.stderr.contains(&want), "{}", r.stderr);
         for kind in ["manifests", "blobs"] {
             assert_eq!(fetched_since(mark, name, kind), Vec::<String>::new());
         }
         assert!(!layout.exists());
     }
-}
-
-/// A layout whose path holds a colon cannot be named to the consumer (its
-/// skopeo's `oci:DIR:TAG` ends DIR at the first colon): exit 2 before the
-/// registry is asked, and no directory made. It once became DIR's part before
-/// the colon, tagged with the rest.
-#[test]
-fn a_layout_with_a_colon_is_refused_before_the_network() {
-    let s = searchable_scratch();
-    let name = "hostpull/rebase-colon";
-    let image = format!("{}/{name}:v1", var("RIG_REGISTRY"));
-    rig_copy(var("RIG_IMG_SMALL"), &image, &[]);
-    let layout = s.path().join("lay:out");
-    let mark = registry_log_mark();
-    let mut c = with_rig_creds(hostpull(&["rebase", "--consumer", "bootc", &image]));
-    c.args(["--sandbox", &sandbox()])
-        .arg("--layout")
-        .arg(&layout);
-    let r = run(&mut c);
-    r.assert_failure(2);
-    assert!(
-        r.stderr.starts_with("error: invalid layout directory: "),
-        "{}",
-        r.stderr
-    );
-    for kind in ["manifests", "blobs"] {
-        assert_eq!(fetched_since(mark, name, kind), Vec::<String>::new());
-    }
-    assert!(std::fs::read_dir(s.path()).unwrap().next().is_none());
 }
 
 /// The stand-in's readability check can fail: a layout below a directory only
