@@ -55,7 +55,6 @@ peer() {   # IMAGE
         --cert-dir /run/credentials/hostpull-peer.service "$1" >/dev/null </dev/null
 }
 ms() { local t0; t0=$(date +%s%N); "$@" >/dev/null; echo $(( ($(date +%s%N) - t0) / 1000000 )); }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 version=$($SKOPEO --version | cut -d' ' -f3)
 # small:v1 is one manifest; multi:v1 an index, whose platform's manifest is a second inspect
 # for hostpull (the peer reads the index alone); pinned is small:v1 by its digest (the

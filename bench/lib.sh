@@ -20,6 +20,12 @@ bench_checks() {
     [ -f "$RIG_DIR/env" ] || die "no rig env at $RIG_DIR/env; bring the rig up first: tests/rig.sh up"
 }
 
+# median [FORMAT]: the median of the numbers on stdin, printf'd with FORMAT
+# (default %s); nothing when there are none.
+median() {
+    sort -g | awk -v f="${1:-%s}" '{ x[NR] = $1 }
+        END { if (NR) printf f, (NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2) }'
+}
 # spread: the numbers on stdin as "MEDIAN (MIN-MAX)", two decimals each.
 spread() {
     sort -g | awk '{ a[NR] = $1 } END { m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2

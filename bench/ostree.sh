@@ -93,8 +93,7 @@ done
 rm -rf "$REPO"
 
 med() {   # med KIND COLUMN
-    awk -F'\t' -v k="$1" -v c="$2" '$1 == k { print $c }' "$RESULTS" | sort -g |
-        awk '{ v[NR] = $1 } END { printf "%s\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+    awk -F'\t' -v k="$1" -v c="$2" '$1 == k { print $c }' "$RESULTS" | median '%s\n'
 }
 # What changed from v1 to v2: the derived layer and the config (per the registry's manifests).
 changed=$(skopeo inspect --raw --authfile "$AUTH" --cert-dir "$CERTS" "docker://$IMAGE:v2" |

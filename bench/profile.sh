@@ -48,7 +48,7 @@ export HOSTPULL=${HOSTPULL:-$BENCH_DIR/bin/hostpull}
 [ -x "$HOSTPULL" ] || die "no $HOSTPULL: run bench/suite.sh first (or set HOSTPULL)"
 HP=("$HOSTPULL" pull --authfile "$AUTH" --cert-dir "$CERTS" --json)
 SK=(skopeo copy --quiet --authfile "$AUTH" --src-cert-dir "$CERTS")
-med() { sort -g | awk '{ x[NR] = $1 } END { if (NR) printf "%.2f", (NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2) }'; }
+med() { median %.2f; }
 
 # ---------------------------------------------------------------- 1. CPU and perf (host)
 if [ $INNER = 0 ]; then

@@ -77,10 +77,9 @@ for c in "${CASES[@]}"; do run "$c"; done
 : >"$D/results"                                 # warm-ups are not counted
 for i in $(seq "$RUNS"); do for c in "${CASES[@]}"; do run "$c"; done; done
 
-median() { awk -v c="$1" '$1 == c { print $2 }' "$D/results" | sort -g | awk '
-    { v[NR] = $1 } END { printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+case_median() { awk -v c="$1" '$1 == c { print $2 }' "$D/results" | median %.3f; }
 printf '%-18s %9s\n' case median_s
-for c in "${CASES[@]}"; do printf '%-18s %9s\n' "$c" "$(median "$c")"; done
+for c in "${CASES[@]}"; do printf '%-18s %9s\n' "$c" "$(case_median "$c")"; done
 awk -v ha="$(median hostpull-accept)" -v hg="$(median hostpull-gpg)" \
     -v hs="$(median hostpull-sigstore)" -v sa="$(median skopeo-accept)" \
     -v sg="$(median skopeo-gpg)" 'BEGIN {

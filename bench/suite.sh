@@ -225,7 +225,7 @@ fi
 # med BLOCK VARIANT COLUMN: median of COLUMN over the successful measured runs ("" if none)
 med() {
     awk -F'\t' -v b="$1" -v v="$2" -v c="$3" '$1 == b && $2 == v && $3 != "warm" && $4 == 0 && $c != "" { print $c }' "$TSV" |
-        sort -g | awk '{ x[NR] = $1 } END { if (NR) print (NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2) }'
+        median '%s\n'
 }
 # range BLOCK VARIANT COLUMN: "min-max"; ok BLOCK VARIANT: "successful/measured" runs
 range() {

@@ -308,9 +308,9 @@ pub fn read_trust_file(path: &Path) -> anyhow::Result<Vec<u8>> {
 /// A pull is batch work: run it (and, without systemd, the worker it spawns)
 /// as SCHED_BATCH, unless the caller chose a policy other than the default.
 /// The scheduler then preempts hostpull less for every wakeup of the worker and
-/// of its own threads: the 512 MiB pull went from 2.20 to 1.96 s (`--sandbox
-/// none`) and from 2.46 to 2.06 s (`systemd`), docs/benchmarks.md. Called on
-/// the main thread before the runtime exists: its threads inherit the policy.
+/// of its own threads, which the 512 MiB pull measured as about a tenth faster
+/// (docs/benchmarks.md, "SCHED_BATCH."). Called on the main thread before the
+/// runtime exists: its threads inherit the policy.
 #[allow(unsafe_code)]
 pub fn batch_scheduling() {
     let param = libc::sched_param { sched_priority: 0 };
@@ -328,16 +328,17 @@ pub fn batch_scheduling() {
     }
 }
 
-/// Whether [`batch_scheduling`] made this process SCHED_BATCH.
+/// Whether [`batch_scheduling`] made this process SCHED_BATCH: only then does
+/// [`unbatched`] set a thread back, never where the caller chose the policy.
 static BATCHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Run `f` (a spawn) on this thread at SCHED_OTHER if [`batch_scheduling`]
 /// made it SCHED_BATCH, so that what it starts inherits the default policy.
 /// The ostree import is not batch work: ostree-ext hands each layer through
 /// its threads to `ostree commit` children, one wakeup after another, and
-/// without wakeup preemption each handoff waits on a busy machine. ostree-ext's
-/// own import (bench/ostree-peer.sh's peer, 17 layers) took 13.6-18.0 s under
-/// `chrt --batch` against 8.3-8.6 s, at load 9 (docs/benchmarks.md).
+/// without wakeup preemption each handoff waits on a busy machine, which
+/// ostree-ext's own import measured as up to twice as slow
+/// (docs/benchmarks.md, "The import is not batch work").
 #[allow(unsafe_code)]
 pub fn unbatched<T>(f: impl FnOnce() -> T) -> T {
     if !BATCHED.load(std::sync::atomic::Ordering::Relaxed) {

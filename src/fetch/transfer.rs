@@ -274,8 +274,8 @@ impl Reader {
     /// pull is not paced: a blocking read wakes when the worker writes, where
     /// the runtime's reader of a `File` hands every read to its blocking pool
     /// and back, and copies each chunk once more. With skopeo 1.22, whose
-    /// `GetRawBlob` hands over the pipe, that cut the CPU of a 512 MiB pull
-    /// by 0.2 s and its wall time by 0.1 s (docs/benchmarks.md).
+    /// `GetRawBlob` hands over the pipe, that cut both the CPU and the wall
+    /// time of a 512 MiB pull (docs/benchmarks.md).
     fn spawn(data: BlobData, job: Job) -> Self {
         match data {
             BlobData::Pipe(pipe) if job.flow.pacer.is_none() => match Stop::new() {

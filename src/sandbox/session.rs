@@ -448,8 +448,8 @@ impl BlobPipe<'_> {
     /// Widen the data pipe to `size` bytes if it is narrower. Blob pipes come
     /// from skopeo with the kernel's default 64 KiB: each read then moves at
     /// most that much through tokio's blocking pool, and skopeo's writer parks
-    /// whenever the pipe is full; a 1 MiB pipe cut a 512 MiB pull from 2.65 s to
-    /// 2.0 s here. fcntl(F_SETPIPE_SZ) on the descriptor held, not an open(2)
+    /// whenever the pipe is full; a 1 MiB pipe cut P1 by a quarter
+    /// (docs/benchmarks.md). fcntl(F_SETPIPE_SZ) on the descriptor held, not an open(2)
     /// of /proc/self/fd/N, which SELinux would check (`fifo_file open` on
     /// hostpull_worker_t's pipe).
     #[allow(unsafe_code)]
