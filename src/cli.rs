@@ -296,7 +296,7 @@ fn request_for(
 /// for the consumer's own unprivileged skopeo. No image: the plan says so.
 fn rebase_layout(image: Option<&str>) -> anyhow::Result<Option<PathBuf>> {
     let Some(image) = image else { return Ok(None) };
-    let path = crate::plan::imgref::ImageRef::parse(image)?.path;
+    let path = crate::imgref::ImageRef::parse(image)?.path;
     Ok(Some(
         Path::new("/var/lib/hostpull/images").join(path.replace('/', "_")),
     ))
@@ -437,18 +437,18 @@ async fn run_rebase(opts: &RebaseOpts, screen: &Screen) -> anyhow::Result<()> {
     let plan = plan_for(&opts.pull, verb).await?;
     let progress = Progress::new(opts.pull.progress_fd, screen)?.with_max_rate(plan.max_rate);
     let (report, handed) = match &plan.dest.target {
-        plan::imgref::Target::Oci { dir, tag } => {
+        crate::imgref::Target::Oci { dir, tag } => {
             if let Some(parent) = dir.parent() {
                 std::fs::create_dir_all(parent)?;
             }
             let handed = ("oci", format!("{}:{tag}", dir.display()));
             (crate::fetch::pull(&plan, &progress).await?, handed)
         }
-        plan::imgref::Target::Storage { .. } => {
+        crate::imgref::Target::Storage { .. } => {
             let report = pull_to_dest(plan, &progress).await?;
             let stored = report.stored.as_deref().unwrap_or_default();
             let stored = stored
-                .strip_prefix(plan::imgref::cstorage::PREFIX)
+                .strip_prefix(crate::imgref::cstorage::PREFIX)
                 .unwrap_or(stored);
             let handed = ("containers-storage", stored.to_owned());
             (report, handed)

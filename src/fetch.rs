@@ -10,8 +10,8 @@ use anyhow::Context;
 
 use crate::digest::{self, Sha256Digest};
 use crate::error::{Failure, Kind, Retry, fail, failure};
+use crate::imgref::{ImageRef, Target};
 use crate::manifest::{self, Descriptor, MANIFEST_MAX, Parsed, Platform};
-use crate::plan::imgref::{ImageRef, Target};
 use crate::plan::{DestPlan, Plan};
 use crate::progress::Progress;
 use crate::report::{CredentialReport, Report, next_credentials, on_host};

@@ -19,6 +19,7 @@
 //! | `fetch` | the pull: manifest, blobs, retries, watchdog |
 //! | `rate` | `--max-rate`: one token bucket for the whole pull |
 //! | `signature` | the signature policy, applied by root to what the worker fetched |
+//! | [`imgref`] | image references and destinations, in the transports' own syntax |
 //! | [`manifest`], [`digest`], `verify` | what a registry sends, parsed; digests; streaming checks |
 //! | `store` | the OCI layout writer and the ostree import |
 //! | `handoff` | rpm-ostree and bootc, after a verified pull |
@@ -34,6 +35,7 @@ pub mod error;
 pub(crate) mod fetch;
 pub(crate) mod handoff;
 pub mod host;
+pub mod imgref;
 pub mod manifest;
 pub(crate) mod metered;
 pub(crate) mod open;

@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind};
+use crate::imgref::ImageRef;
 use crate::plan::auth::HostCredentials;
-use crate::plan::imgref::ImageRef;
 use crate::sandbox::WorkerReport;
 
 /// The final report of a pull: `--json` on stdout, the summary on stderr,

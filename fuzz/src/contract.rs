@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 
 use hostpull::digest::Sha256Digest;
 use hostpull::error::{Kind, exit_code};
+use hostpull::imgref::{Dest, ImageRef};
 use hostpull::manifest::{self, Parsed, Platform};
-use hostpull::plan::imgref::{Dest, ImageRef};
 
 /// A target's check: panics if `data` breaks the contract.
 pub type Check = fn(&[u8]);

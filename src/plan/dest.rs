@@ -9,9 +9,9 @@ use std::path::Path;
 
 use super::Request;
 use super::host::{FileKind, Host, env_dirs, on_path};
-use super::imgref::cstorage::{KEPT_ENV, Writer};
-use super::imgref::{Dest, ImageRef, OstreeDest, Target};
 use crate::error::{Kind, fail};
+use crate::imgref::cstorage::{KEPT_ENV, Writer};
+use crate::imgref::{Dest, ImageRef, OstreeDest, Target};
 
 /// Whether `bytes` are an `oci-layout` file of the version the writer
 /// writes and reads (image-spec's `imageLayoutVersion` 1.0.0), as

@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use crate::error::{Kind, fail, quoted};
-use crate::plan::imgref::valid_hostname;
+use crate::imgref::valid_hostname;
 
 /// The worker's resolver settings for one pull.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

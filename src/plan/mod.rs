@@ -16,7 +16,6 @@ pub mod auth;
 mod dest;
 pub mod dns;
 pub mod host;
-pub mod imgref;
 pub mod nesting;
 pub mod policy;
 pub mod provider;
@@ -33,10 +32,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Failure, Kind, fail, quoted};
+use crate::imgref::{ImageRef, Target};
 use crate::manifest::Platform;
 use crate::options::{Options, SandboxMode};
 use host::Host;
-use imgref::{ImageRef, Target};
 pub use summary::{HostSummary, Showable, Summary};
 use worker::{Isolation, Limits, WorkerSpec};
 
@@ -649,7 +648,7 @@ fn limits(req: &Request) -> anyhow::Result<Limits> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use imgref::OstreeDest;
+    use crate::imgref::OstreeDest;
     use testing::MemHost;
 
     /// A CA certificate, for the trust files the planner reads.

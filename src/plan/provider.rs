@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::error::{Failure, Kind};
+use crate::imgref::ImageRef;
 use crate::plan::auth::{Chosen, Keyring, Secret, basic, urls_match};
 use crate::plan::host::{Host, PluginCall};
-use crate::plan::imgref::ImageRef;
 
 const REQUEST_API: &str = "credentialprovider.kubelet.k8s.io/v1";
 /// How long a plugin may take.

@@ -14,8 +14,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Failure, Kind};
+use crate::imgref::Target;
 use crate::plan::host::{Fs, Host};
-use crate::plan::imgref::Target;
 
 /// What an ostree repository keeps free, as its `config` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +133,7 @@ pub(super) fn rule(host: &dyn Host, dest: &Target) -> anyhow::Result<Rule> {
         Target::Oci { dir, .. } => (dir.clone(), Reserve::Nothing, false),
         // The staging layout's: the store's own growth is its driver's.
         Target::Storage { .. } => (
-            super::imgref::cstorage::STAGING_DIR.into(),
+            crate::imgref::cstorage::STAGING_DIR.into(),
             Reserve::Nothing,
             false,
         ),

@@ -2,8 +2,8 @@
 //! source and key (never the secret), CAs and TLS; the sandbox, the signature
 //! policy, and the root plugins run to make it.
 
+use crate::imgref::{OstreeDest, Target};
 use crate::options::SandboxMode;
-use crate::plan::imgref::{OstreeDest, Target};
 use crate::plan::space::Reserve;
 use crate::plan::worker::Isolation;
 use crate::plan::{DestPlan, Plan, Shown};
@@ -180,7 +180,7 @@ impl<D: Showable> Plan<D> {
             containers_storage: match dest.map(|d| &d.target) {
                 Some(Target::Storage { dest, .. }) => Some(format!(
                     "{}{}",
-                    super::imgref::cstorage::PREFIX,
+                    crate::imgref::cstorage::PREFIX,
                     dest.shown("DIGEST")
                 )),
                 _ => None,
@@ -251,7 +251,7 @@ impl Summary {
             _ if self.containers_storage.is_some() => format!(
                 "{} (staged in {}, then copied in by root's skopeo)",
                 self.containers_storage.as_deref().unwrap_or_default(),
-                super::imgref::cstorage::STAGING_DIR,
+                crate::imgref::cstorage::STAGING_DIR,
             ),
             (Some(o), _) => match &o.ostree_ref {
                 Some(r) => format!("ostree:{d}:{r}"),

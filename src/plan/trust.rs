@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 
 use crate::error::{Kind, fail, quoted};
+use crate::imgref::valid_domain;
 use crate::plan::host::{FileKind, Host};
-use crate::plan::imgref::valid_domain;
 
 /// The certs.d directories read for a host, relative to the root; for each
 /// host the first that has a `HOST[:PORT]` directory wins, as in containers/image.

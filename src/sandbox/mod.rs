@@ -27,9 +27,9 @@ use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
 use crate::error::{Failure, Kind, fail};
+use crate::imgref::ImageRef;
 use crate::options::SandboxMode;
 use crate::plan::auth::Chosen;
-use crate::plan::imgref::ImageRef;
 use crate::plan::worker::{Isolation, WorkerSpec};
 use children::Children;
 use monitor::{Observed, Systemd};

@@ -17,8 +17,8 @@ use tokio::task::JoinHandle;
 use super::prepare::PROXY_ENV;
 use super::{Launch, Output, STOP_TIMEOUT, Worker, worker_failure};
 use crate::error::{Failure, Kind, fail};
+use crate::imgref::ImageRef;
 use crate::manifest::{Descriptor, MANIFEST_MAX};
-use crate::plan::imgref::ImageRef;
 use crate::verify;
 use crate::wire::agent::{self, Reply, Request};
 

@@ -5,8 +5,8 @@ use std::process::Stdio;
 
 use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind, fail};
+use crate::imgref::ImageRef;
 use crate::manifest::MANIFEST_MAX;
-use crate::plan::imgref::ImageRef;
 use crate::sandbox::Worker;
 
 /// The most signatures read per digest, from a lookaside or an attachment.

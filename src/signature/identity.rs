@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use crate::digest::Sha256Digest;
-use crate::plan::imgref::ImageRef;
+use crate::imgref::ImageRef;
 use crate::plan::policy::Identity;
 
 /// `critical.type` of GPG simple signing and of sigstore payloads.

@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::digest::Sha256Digest;
 use crate::error::{Kind, fail};
+use crate::imgref::ImageRef;
 use crate::plan::Plan;
-use crate::plan::imgref::ImageRef;
 use crate::plan::policy::{Identity, Requirement};
 use crate::sandbox::Worker;
 

@@ -13,8 +13,8 @@ use super::rekor::{pem_der, verify_set};
 use super::x509::{self, utc};
 use crate::digest::{self, Sha256Digest};
 use crate::error::{Failure, Kind, failure};
+use crate::imgref::ImageRef;
 use crate::manifest::{Descriptor, MANIFEST_MAX};
-use crate::plan::imgref::ImageRef;
 use crate::plan::policy::{
     Fulcio, Identity, Pki, PublicKey, Rekor, Signer, parse_pem_certificates,
 };

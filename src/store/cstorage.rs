@@ -23,9 +23,9 @@ use anyhow::Context;
 
 use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind, fail, one_line};
+use crate::imgref::ImageRef;
+use crate::imgref::cstorage::{PREFIX, STAGING_DIR, StorageRef, Writer};
 use crate::manifest::{Manifest, Parsed};
-use crate::plan::imgref::ImageRef;
-use crate::plan::imgref::cstorage::{PREFIX, STAGING_DIR, StorageRef, Writer};
 use crate::store::ostree::Staging;
 
 /// The state directory's records of what each repository last got in a store.

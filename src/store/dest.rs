@@ -11,8 +11,8 @@ use anyhow::Context;
 
 use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind};
+use crate::imgref::{ImageRef, Target};
 use crate::manifest::Manifest;
-use crate::plan::imgref::{ImageRef, Target};
 use crate::store::Layout;
 use crate::store::import::Running;
 use crate::store::ostree::Staging;

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::plan::imgref::ImageRef;
+use crate::imgref::ImageRef;
 use crate::wire::import::{Holdings, Imported, Request};
 
 /// Where ostree-ext keeps the image refs (`ostree/container/image/<escaped ref>`).

@@ -22,8 +22,8 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::digest::Sha256Digest;
+use crate::imgref::{ImageRef, OstreeDest};
 use crate::manifest::Manifest;
-use crate::plan::imgref::{ImageRef, OstreeDest};
 
 /// The program's name, in `PREFIX/libexec` or, in a build tree, beside hostpull.
 pub const PROGRAM: &str = "hostpull-ostree-import";

@@ -22,7 +22,7 @@ use crate::error::{Failure, Kind, fail, quoted};
 use crate::plan::host::{Host, PluginCall};
 
 mod keyring;
-use crate::plan::imgref::ImageRef;
+use crate::imgref::ImageRef;
 pub use crate::secret::Secret;
 pub use keyring::{Keyring, urls_match};
 #[cfg(test)]
@@ -90,7 +90,7 @@ pub fn parse_token(arg: &str, username: &str) -> anyhow::Result<Source> {
         );
     };
     let host = prefix.split('/').next().unwrap_or_default();
-    if !crate::plan::imgref::valid_domain(host) {
+    if !crate::imgref::valid_domain(host) {
         return fail(
             Kind::Usage,
             format!(

@@ -10,8 +10,8 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use crate::error::{Failure, Kind, fail};
+use crate::imgref::ImageRef;
 use crate::plan::host::Host;
-use crate::plan::imgref::ImageRef;
 
 mod parse;
 use parse::*;

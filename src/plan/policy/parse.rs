@@ -10,7 +10,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use super::Identity;
-use crate::plan::imgref::ImageRef;
+use crate::imgref::ImageRef;
 
 mod sigstore;
 
@@ -360,12 +360,10 @@ pub(super) fn has_tag_or_digest(s: &str) -> bool {
 /// containers/image's `validateIdentityRemappingPrefix`: a host, or a
 /// repository name that starts with one.
 pub(super) fn valid_remap_prefix(s: &str) -> bool {
-    crate::plan::imgref::valid_domain(s)
+    crate::imgref::valid_domain(s)
         || s.split_once('/').is_some_and(|(d, rest)| {
-            crate::plan::imgref::valid_domain(d)
-                && rest
-                    .split('/')
-                    .all(crate::plan::imgref::valid_path_component)
+            crate::imgref::valid_domain(d)
+                && rest.split('/').all(crate::imgref::valid_path_component)
         })
 }
 

@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Failure, Kind, fail};
+use crate::imgref::{self, ImageRef};
 use crate::plan::host::Host;
-use crate::plan::imgref::{self, ImageRef};
 
 mod parse;
 use parse::{defect, parse, valid_location};

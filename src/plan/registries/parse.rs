@@ -8,7 +8,7 @@ use super::{
     parse_short_name_value, validate_short_name,
 };
 use crate::digest::Sha256Digest;
-use crate::plan::imgref;
+use crate::imgref;
 
 /// `HOST[:PORT][/PATH]` in the reference grammar, with a HOST that names a
 /// registry (docker/reference's rule: a `.` or a port, or `localhost`;

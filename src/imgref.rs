@@ -315,7 +315,7 @@ pub enum Target {
     /// `oci:DIR[:TAG]`: the layout `dir` gets `tag` (the image's when none
     /// is given).
     Oci {
-        /// The layout directory; absolute under `super::Request::absolute_dest`.
+        /// The layout directory; absolute under `plan::Request::absolute_dest`.
         dir: PathBuf,
         /// The tag the layout gets.
         tag: String,
