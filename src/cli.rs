@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 
 use crate::error::{self, Kind};
+use crate::imgref::Dest;
 use crate::options::Options;
 use crate::plan;
 use crate::progress::{Progress, Screen};
@@ -199,7 +200,6 @@ impl PullOpts {
         plan::Request {
             options,
             absolute_dest: false,
-            layout: None,
             cluster_cas: 0,
         }
     }
@@ -210,9 +210,9 @@ impl PullOpts {
 enum Verb {
     /// `hostpull pull`.
     Pull,
-    /// `hostpull rebase` to `consumer`, into `layout` if given
-    /// ([`plan::Request::layout`], [`plan::Request::absolute_dest`]); the
-    /// consumer is on `PATH`.
+    /// `hostpull rebase` to `consumer`, into the `oci:` layout `layout` if
+    /// given, which wins over any destination ([`plan::Request::absolute_dest`]);
+    /// the consumer is on `PATH`.
     Rebase {
         consumer: crate::handoff::Consumer,
         layout: Option<PathBuf>,
@@ -252,13 +252,6 @@ fn request_for(
     opts: &PullOpts,
     verb: Verb,
 ) -> anyhow::Result<(crate::host::System, plan::Request)> {
-    // rebase has a default destination, a directory per repository.
-    if verb == Verb::Pull && opts.options.dest.is_none() && opts.profile.is_none() {
-        return error::fail(
-            Kind::Usage,
-            "--dest oci:DIR[:TAG] is required (or --profile NAME)",
-        );
-    }
     let cannot_open = |e: std::io::Error| {
         error::Failure::new(
             Kind::Usage,
@@ -282,11 +275,14 @@ fn request_for(
     let cli = std::mem::take(&mut req.options);
     req.options = crate::config::merge(std::iter::once(dropins).chain(profile).chain([cli]));
     if let Verb::Rebase { layout, .. } = verb {
-        req.layout = match (layout, &req.options.dest) {
-            (Some(dir), _) => Some(dir),
-            (None, None) => rebase_layout(req.options.image.as_deref())?,
-            (None, Some(_)) => None,
+        let dir = match layout {
+            Some(dir) => Some(dir),
+            None if req.options.dest.is_none() => rebase_layout(req.options.image.as_deref())?,
+            None => None,
         };
+        if let Some(dir) = dir {
+            req.options.dest = Some(Dest::layout(&dir)?);
+        }
     }
     Ok((host, req))
 }
@@ -593,6 +589,7 @@ fn journal_report(report: &crate::report::Report) {
 pub fn run_main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
+        Err(e) if refused_dest(&e) => return refused_value(&e),
         Err(e) => {
             if e.use_stderr() {
                 let _ = e.print();
@@ -667,6 +664,30 @@ pub fn run_main() -> i32 {
             code
         }
     }
+}
+
+/// Whether clap refused `--dest` for its parser's reason ([`Dest::parse`]).
+fn refused_dest(e: &clap::Error) -> bool {
+    use clap::error::{ContextKind, ContextValue};
+    e.kind() == clap::error::ErrorKind::ValueValidation
+        && matches!(e.get(ContextKind::InvalidArg),
+            Some(ContextValue::String(a)) if a.starts_with("--dest "))
+}
+
+/// A value clap's parser refused (a `--dest` that does not parse): the one
+/// `error:` line of its parser (`imgref`), as the plan's refusals print
+/// theirs, not clap's, which quotes the whole value; with `--json`, the
+/// failure object too. Exit 2.
+fn refused_value(e: &clap::Error) -> i32 {
+    use std::error::Error as _;
+    let message = error::one_line(&e.source().map_or_else(|| e.to_string(), |s| s.to_string()));
+    let failure = anyhow::Error::from(error::Failure::new(Kind::Usage, message.clone()));
+    let code = report_error(&failure);
+    if std::env::args_os().any(|a| a == "--json") {
+        // A stdout that cannot take it changes nothing: stderr said it.
+        let _ = print_json(&failure_json(&failure, &message));
+    }
+    code
 }
 
 /// Print `e` as the one `error:` line (and its detail line), and return its

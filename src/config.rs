@@ -578,7 +578,7 @@ add-host = ["reg.svc:10.0.0.5"]
                  no-proxy = [\".corp\"]",
                 Ok(Options {
                     image: Some("a.io/os:1".into()),
-                    dest: Some("oci:/x".into()),
+                    dest: Some("oci:/x".parse().unwrap()),
                     require_signature: true,
                     cas: vec!["h=/f".into()],
                     tokens: vec!["h=/t".into()],
@@ -646,7 +646,7 @@ add-host = ["reg.svc:10.0.0.5"]
         };
         let profile = Options {
             image: Some("a.io/os:1".into()),
-            dest: Some("oci:/profile".into()),
+            dest: Some("oci:/profile".parse().unwrap()),
             max_rate: Some("500K".into()),
             policy: Some("/profile.json".into()),
             cas: vec!["p".into()],
@@ -654,7 +654,7 @@ add-host = ["reg.svc:10.0.0.5"]
             ..Default::default()
         };
         let cli = Options {
-            dest: Some("oci:/cli".into()),
+            dest: Some("oci:/cli".parse().unwrap()),
             max_rate: Some("2G".into()),
             memory_max: Some("2G".into()),
             cas: vec!["c".into()],
@@ -671,7 +671,7 @@ add-host = ["reg.svc:10.0.0.5"]
             all,
             Options {
                 image: Some("a.io/os:1".into()),
-                dest: Some("oci:/cli".into()),
+                dest: Some("oci:/cli".parse().unwrap()),
                 timeout: Some(2),
                 tasks_max: Some(10),
                 memory_max: Some("2G".into()),
@@ -702,7 +702,7 @@ add-host = ["reg.svc:10.0.0.5"]
     fn overlay_of_nothing() {
         let full = Options {
             image: Some("i".into()),
-            dest: Some("d".into()),
+            dest: Some("oci:/d".parse().unwrap()),
             authfiles: vec!["/a".into()],
             pull_secrets: vec!["/s".into()],
             tokens: vec!["t".into()],

@@ -293,8 +293,11 @@ pub fn valid_hostname(h: &str) -> bool {
 }
 
 /// Where a pull goes: an OCI image layout directory and the tag inside it, or
-/// an ostree repository (the pull is staged in a layout, then imported).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// an ostree repository (the pull is staged in a layout, then imported), or
+/// containers-storage. Parsed where it is given: by clap for `--dest`, by
+/// serde for a profile's `dest` ([`Dest::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
 pub enum Dest {
     /// `oci:DIR[:TAG]`.
     Oci {
@@ -373,6 +376,20 @@ pub struct OstreeDest {
     #[serde(rename = "ref")]
     /// A ref to point at the imported commit.
     pub ostree_ref: Option<String>,
+}
+
+impl std::str::FromStr for Dest {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        Self::parse(s)
+    }
+}
+
+impl TryFrom<String> for Dest {
+    type Error = anyhow::Error;
+    fn try_from(s: String) -> anyhow::Result<Self> {
+        Self::parse(&s)
+    }
 }
 
 impl Dest {

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::imgref::Dest;
 use crate::secret::Secret;
 
 /// How the worker is isolated.
@@ -40,7 +41,9 @@ impl SandboxMode {
 /// A new knob is a field here, a line in [`Options::overlay`] (the compiler
 /// asks for it), its key in `config.rs`'s lists if a file may set it, and its use.
 ///
-/// Everything here is a request, unchecked: the plan parses and refuses.
+/// Everything here is a request, unchecked: the plan parses and refuses; but
+/// the destination, which is parsed where it is given ([`Dest`]), so that
+/// what the verbs make of it (`rebase --layout`) is a value, not text.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args, serde::Deserialize)]
 // The fields' docs are --help's text: `[:PORT]` there is a syntax, not a link.
 #[allow(rustdoc::broken_intra_doc_links)]
@@ -59,7 +62,7 @@ pub struct Options {
     /// read (STORE `driver@graphroot+runroot:options`, storage.conf's when
     /// left out; NAME the image's own when left out)
     #[arg(long)]
-    pub dest: Option<String>,
+    pub dest: Option<Dest>,
     /// containers-auth.json(5) file to take credentials from (repeatable;
     /// REGISTRY_AUTH_FILE is read after them)
     #[arg(long = "authfile", value_name = "AUTHFILE")]

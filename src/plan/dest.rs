@@ -21,6 +21,9 @@ fn valid_oci_layout(bytes: &[u8]) -> bool {
         .is_ok_and(|v| v["imageLayoutVersion"] == "1.0.0")
 }
 
+/// A pull's error without a destination.
+pub(crate) const NO_DEST: &str = "--dest oci:DIR[:TAG] is required (or --profile NAME)";
+
 /// The image, where it goes, and the tag it is written under; none only in
 /// a dry run given no destination.
 pub(super) fn destination(
@@ -29,11 +32,11 @@ pub(super) fn destination(
     dry_run: bool,
 ) -> anyhow::Result<(ImageRef, Option<Target>)> {
     let image = ImageRef::parse(req.options.image.as_deref().unwrap_or_default())?;
-    // Only a plan may go without a destination; one given empty is an error.
-    let dest = match (&req.layout, req.options.dest.as_deref()) {
-        (Some(dir), _) => Dest::layout(dir)?,
-        (None, None) if dry_run => return Ok((image, None)),
-        (None, d) => Dest::parse(d.unwrap_or_default())?,
+    // Only a plan may go without a destination.
+    let dest = match &req.options.dest {
+        Some(d) => d.clone(),
+        None if dry_run => return Ok((image, None)),
+        None => return fail(Kind::Usage, NO_DEST),
     };
     let target = match dest {
         Dest::Storage(dest) => Target::Storage {
@@ -221,11 +224,10 @@ mod tests {
         Request {
             options: Options {
                 image: Some("q.io/a:v1".into()),
-                dest: dest.map(str::to_owned),
+                dest: dest.map(|d| d.parse().unwrap()),
                 ..Options::default()
             },
             absolute_dest: false,
-            layout: None,
             cluster_cas: 0,
         }
     }
@@ -304,18 +306,18 @@ mod tests {
         }
     }
 
-    /// Only `hostpull plan` may go without a destination; an empty one is an
-    /// error for every verb.
+    /// Only `hostpull plan` may go without a destination (an empty one is
+    /// no destination: `imgref`'s parser refuses it where it is given).
     #[test]
-    fn an_empty_destination_is_an_error() {
+    fn only_a_dry_run_goes_without_a_destination() {
         let h = MemHost::new("/root");
         let (_, dest) = destination(&req(None), &h, true).unwrap();
         assert_eq!(dest, None);
-        for dry_run in [true, false] {
-            let e = destination(&req(Some("")), &h, dry_run).unwrap_err();
-            assert_eq!(crate::error::exit_code(&e), 2, "{e}");
-            assert!(e.to_string().starts_with("invalid destination: "), "{e}");
-        }
+        let e = destination(&req(None), &h, false).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2, "{e}");
+        assert_eq!(e.to_string(), NO_DEST);
+        let e = Dest::parse("").unwrap_err();
+        assert!(e.to_string().starts_with("invalid destination: "), "{e}");
     }
 
     /// Root's skopeo enters the store's domain from `hostpull_t` alone, and

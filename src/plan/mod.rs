@@ -140,10 +140,6 @@ pub struct Request {
     /// `hostpull rebase`: an `oci:` directory is made absolute (below
     /// [`Host::current_dir`]), as the consumer it is handed to runs elsewhere.
     pub absolute_dest: bool,
-    /// `hostpull rebase`'s layout directory (`--layout`, or else one per
-    /// repository when the options name no destination): the pull goes to
-    /// `oci:` there, whatever `options.dest` says.
-    pub layout: Option<PathBuf>,
     /// How many of `options.cas`, the first, the drop-ins' `[cluster]` table
     /// gave: CAs for the cluster's hosts, which most pulls do not use. A CA
     /// given for this pull (`--ca`, a profile's `ca`) whose host it does not
@@ -667,7 +663,7 @@ mod tests {
         Request {
             options: Options {
                 image: Some(image.into()),
-                dest: (!dest.is_empty()).then(|| dest.into()),
+                dest: (!dest.is_empty()).then(|| crate::imgref::Dest::parse(dest).unwrap()),
                 sandbox: Some(SandboxMode::None),
                 policy: Some("/policy.json".into()),
                 ..Default::default()

@@ -399,7 +399,7 @@ mod tests {
         let req = |authfiles: &[&str], sandbox| Request {
             options: Options {
                 image: Some("q.io/a:v1".into()),
-                dest: Some("oci:/d".into()),
+                dest: Some("oci:/d".parse().unwrap()),
                 sandbox: Some(sandbox),
                 policy: Some("/policy.json".into()),
                 registries_conf: Some("/r.conf".into()),

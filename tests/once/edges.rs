@@ -228,6 +228,38 @@ fn long_inputs_are_cut_after_the_reason() {
     }
 }
 
+/// A destination is parsed where it is given: `--dest` by the command line's
+/// parser, with the destination parser's one `error:` line (not clap's, which
+/// quotes all of the value) and, under `--json`, the failure object; a
+/// profile's `dest` as the profile is read, naming the file.
+#[test]
+fn a_destination_is_parsed_where_it_is_given() {
+    let s = tempfile::tempdir().unwrap();
+    let root = config_root(s.path().join("root"));
+    let mut c = quiet(&["pull", UNREACHABLE, "--dest", "bogus:x", "--json"]);
+    let r = run(c.arg("--config-root").arg(&root));
+    r.assert_failure(2);
+    assert!(
+        r.stderr
+            .starts_with("error: invalid destination: only oci:DIR[:TAG]"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.failure()["kind"], "usage");
+    let profiles = root.join("etc/hostpull/pulls.d");
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::write(
+        profiles.join("os.toml"),
+        format!("image = \"{UNREACHABLE}\"\ndest = \"bogus:x\"\n"),
+    )
+    .unwrap();
+    let mut c = quiet(&["pull", "--profile", "os", "--sandbox", "none"]);
+    let r = run(c.arg("--config-root").arg(&root));
+    r.assert_failure(2);
+    assert!(r.stderr.contains("os.toml"), "{}", r.stderr);
+    assert!(r.stderr.contains("invalid destination"), "{}", r.stderr);
+}
+
 /// What the layout writer would refuse (or could not do) after the network
 /// is refused before it, naming the path, by `plan` and `pull` alike.
 #[test]
