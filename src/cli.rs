@@ -621,7 +621,7 @@ pub fn run_main() -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            to_stderr(&format!("error: starting the async runtime: {e}"));
+            error::print(None, format_args!("starting the async runtime: {e}"));
             return Kind::Internal.exit_code();
         }
     };
@@ -696,7 +696,7 @@ fn report_error(e: &anyhow::Error) -> i32 {
     if e.downcast_ref::<StdoutClosed>().is_some() {
         return 0;
     }
-    to_stderr(&format!("error: {}", error::one_line(&format!("{e:#}"))));
+    error::print(None, format_args!("{e:#}"));
     if let Some(d) = error::failure(e).and_then(|f| f.detail.as_ref()) {
         to_stderr(d);
     }

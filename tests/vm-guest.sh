@@ -145,7 +145,7 @@ sample_domains() { # UNIT OUT
 # Prints the samples of sample_domains that no rule allows; fails if there are any.
 # Root's domain runs hostpull and, for the report, `skopeo --version` (unless the
 # state directory keeps it; by the path PATH gives, /usr/bin/skopeo); the worker's runs the worker agent (the unit's program)
-# and every other skopeo. A process is sampled mid-change now and then: between
+# and every other skopeo (by the path the plan found on PATH). A process is sampled mid-change now and then: between
 # execve(2)'s new arguments and its new comm (`hostpull skopeo …`, CI caught it
 # once), or exiting or inside execve with no readable arguments (`[hostpull]`, also
 # caught once). So the comm and the arguments are each judged against the domain's
@@ -160,7 +160,7 @@ stray_domains() { # FILE
         else if (root) ok = ok && (args ~ /^([^ ]*\/)?skopeo --version$/ ||
             (args ~ /^[^ ]*hostpull / && args !~ /^[^ ]*hostpull __worker-agent /))
         else ok = ok && (args ~ /^[^ ]*hostpull __worker-agent / ||
-            (args ~ /^skopeo / && args !~ /^skopeo --version$/))
+            (args ~ /^([^ ]*\/)?skopeo / && args !~ /^([^ ]*\/)?skopeo --version$/))
         if (!ok) { print; bad = 1 }
     } END { exit bad }' "$1"
 }
