@@ -104,6 +104,17 @@ fn the_store_gets_the_registry_digest_and_an_update_fetches_only_what_changed() 
     );
 }
 
+/// The pull of `pinned` into `dest`, which holds it: the registry is not
+/// asked for `repo`, nothing is fetched, no worker starts. Its report.
+fn held_pull(pinned: &str, dest: &str, repo: &str) -> serde_json::Value {
+    let mark = registry_log_mark();
+    let again = pulled(pinned, dest);
+    assert_eq!(pulled_since(mark, repo), 0, "the registry was asked");
+    assert_eq!(again["layers_fetched"], 0);
+    assert!(again["worker"]["unit"].is_null(), "{again}");
+    again
+}
+
 /// The machine-config daemon's pull, pinned by digest, of an image the store
 /// has (P6): no registry asked, no worker started.
 #[test]
@@ -118,11 +129,7 @@ fn a_pinned_image_the_store_holds_asks_no_registry() {
     let name = format!("{}/{repo}", var("RIG_REGISTRY"));
     assert!(podman(s.path(), &["image", "exists", &format!("{name}@{digest}")]).is_some());
 
-    let mark = registry_log_mark();
-    let again = pulled(&pinned, &dest);
-    assert_eq!(pulled_since(mark, &repo), 0, "the registry was asked");
-    assert_eq!(again["layers_fetched"], 0);
-    assert!(again["worker"]["unit"].is_null(), "{again}");
+    let again = held_pull(&pinned, &dest, &repo);
     assert!(again["worker"]["startup_ms"].is_null(), "{again}");
     assert_eq!(
         again["stored"],
@@ -191,11 +198,7 @@ fn an_index_pinned_by_digest_is_held_by_it() {
     }
     assert_eq!(inspected(s.path(), &pinned)["Digest"], index);
 
-    let mark = registry_log_mark();
-    let again = pulled(&pinned, &dest);
-    assert_eq!(pulled_since(mark, &repo), 0, "the registry was asked");
-    assert_eq!(again["layers_fetched"], 0);
-    assert!(again["worker"]["unit"].is_null(), "{again}");
+    let again = held_pull(&pinned, &dest, &repo);
     assert_eq!(
         again["stored"],
         format!("containers-storage:{}{name}@{instance}", store(s.path()))
