@@ -2,7 +2,7 @@
 # bench/link.sh - pulls across a link with latency (issue 46: P9u, P9f, P9p), hostpull against
 # the path it replaces, side by side in one run.
 #
-#   bench/link.sh [-n RUNS] [--large] [--sandbox none|systemd]
+#   bench/link.sh [-n RUNS] [--large] [--index] [--sandbox none|systemd]
 #
 # Every pull goes through bench/relay.py, a TCP relay in front of the rig's TLS registry
 # (TLS passes through untouched) that delays every chunk by RTT_MS/2 each way (pipelined:
@@ -17,6 +17,9 @@
 #   quick (default): a $BASE_MIB MiB base + $LAYERS layers of $LAYER_MIB MiB (17, 160 MiB).
 #   --large (P9f):   a $LARGE_BASE_MIB MiB base + $LARGE_LAYERS layers, sizes cycling through
 #                    $LARGE_SIZES MiB, the last $LAYER_MIB MiB (45 layers, 514 MiB).
+#   --index:         each tag names a one-entry image index (linux/amd64) of that image, as a
+#                    multi-arch image's tag does (fedora-bootc's, centos-bootc's); "pinned"
+#                    pins the index's digest.
 # Per run, for each destination and each variant, one after another (interleaved): v1 into
 # an empty destination ("full"); a copy of it made; v2 by tag into it ("update"); v2 pinned
 # by digest (IMAGE@sha256:...) into the copy ("pinned").
@@ -43,14 +46,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
-usage() { echo "usage: $0 [-n RUNS] [--large] [--sandbox none|systemd]" >&2; exit 2; }
+usage() { echo "usage: $0 [-n RUNS] [--large] [--index] [--sandbox none|systemd]" >&2; exit 2; }
 
 ARGS=("$@")
-RUNS=5 MODE=systemd IMG=quick
+RUNS=5 MODE=systemd IMG=quick INDEX=
 while [ $# -gt 0 ]; do
     case $1 in
         -n) RUNS=${2:?}; shift 2 ;;
         --large) IMG=large; shift ;;
+        --index) INDEX=-index; shift ;;
         --sandbox) MODE=${2:?}; shift 2 ;;
         --sandbox=*) MODE=${1#*=}; shift ;;
         *) usage ;;
@@ -88,7 +92,22 @@ else
     for ((i = 0; i < LARGE_LAYERS - 1; i++)); do SIZES+=("${cycle[i % ${#cycle[@]}]}"); done
     SIZES+=("$LAYER_MIB")
 fi
-NAME=hostpull/link-$IMG
+NAME=hostpull/link-$IMG$INDEX
+
+# index_layout SRC DST: a copy of layout SRC whose tag names a one-entry image index
+# (linux/amd64) of SRC's manifest.
+index_layout() {
+    local m idx d
+    rm -rf "$2"; cp -a "$1" "$2"
+    m=$(jq -c '.manifests[0] | {mediaType, digest, size, platform: {architecture: "amd64", os: "linux"}}' "$1/index.json")
+    idx=$(jq -cn --argjson m "$m" '{schemaVersion: 2, mediaType: "application/vnd.oci.image.index.v1+json", manifests: [$m]}')
+    d=$(printf %s "$idx" | sha256sum | cut -d' ' -f1)
+    printf %s "$idx" >"$2/blobs/sha256/$d"
+    rm "$2/index.json"
+    jq -c --arg d "sha256:$d" --argjson s "${#idx}" \
+        '.manifests[0] |= (.digest = $d | .size = $s | .mediaType = "application/vnd.oci.image.index.v1+json")' \
+        "$1/index.json" >"$2/index.json"
+}
 
 # ---- the image (outside systemd: built and pushed once)
 if [ -z "${BENCH_IN_SYSD:-}" ]; then
@@ -102,9 +121,11 @@ if [ -z "${BENCH_IN_SYSD:-}" ]; then
         echo "$stamp" >"$FIX/.built"
     fi
     for t in v1 v2; do
-        skopeo copy -q --dest-authfile "$AUTH" --dest-cert-dir "$CERTS" "oci:$FIX/img-$t:$t" "docker://$REGISTRY/$NAME:$t"
+        src=$FIX/img-$t
+        if [ -n "$INDEX" ]; then index_layout "$src" "$FIX/idx-$t"; src=$FIX/idx-$t; fi
+        skopeo copy -q --all --dest-authfile "$AUTH" --dest-cert-dir "$CERTS" "oci:$src:$t" "docker://$REGISTRY/$NAME:$t"
         served=sha256:$(skopeo inspect --raw --authfile "$AUTH" --cert-dir "$CERTS" "docker://$REGISTRY/$NAME:$t" | sha256sum | cut -d' ' -f1)
-        [ "$served" = "$(layout_digest "$FIX/img-$t")" ] || die "$NAME:$t: the registry serves $served, not the layout's manifest"
+        [ "$served" = "$(layout_digest "$src")" ] || die "$NAME:$t: the registry serves $served, not the layout's manifest"
     done
 fi
 if [ "$MODE" = systemd ]; then
@@ -130,6 +151,7 @@ LINK=127.0.0.1:$PORT
 sed "s/$REGISTRY/$LINK/g" "$AUTH" >"$W/auth.json"   # auth.json is keyed by HOST:PORT
 AUTH=$W/auth.json   # --cert-dir holds a bare ca.crt: it serves any HOST:PORT
 PIN=$(layout_digest "$FIX/img-v2")
+[ -z "$INDEX" ] || PIN=$(layout_digest "$FIX/idx-v2")
 FULL_BYTES=$(layout_bytes "$FIX/img-v1")
 UPDATE_BYTES=$(layout_bytes "$FIX/img-v2" last)   # the manifest, the config, the changed layer
 

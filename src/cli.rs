@@ -53,7 +53,7 @@ null), signature {scope, requirement,
 verified_by}, credentials [{host, source, key, candidate, candidates}] (the
 one used per host, among its candidates),
 worker {sandbox, unit, uid, memory_peak_bytes, startup_ms, skopeo,
-protocol, blobs_via}; with --dest
+protocol, blobs_via, opened_beside, manifests_inspected}; with --dest
 ostree:, dest is the repository and ostree {repo, commit, refs} tells the
 imported commit and the refs pointing at it. A failure prints
 error {exit_code, kind, message, host} instead

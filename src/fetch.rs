@@ -485,11 +485,7 @@ async fn resolve(worker: &Worker, plan: &Plan, dest: &Destination) -> anyhow::Re
             tracing::info!("{}: chose {} for {}", plan.image, d.digest, plan.platform);
             let instance = match dest.held_manifest(&d.digest, Some(d.size)).await {
                 Some(instance) => instance,
-                None => {
-                    worker
-                        .inspect_raw(&plan.image.with_digest(&d.digest), MANIFEST_MAX)
-                        .await?
-                }
+                None => instance_manifest(worker, plan, &d.digest).await?,
             };
             verify::check_bytes("manifest", &instance, &d.digest, d.size)?;
             let parsed = manifest::parse(&instance)?;
@@ -499,6 +495,27 @@ async fn resolve(worker: &Worker, plan: &Plan, dest: &Destination) -> anyhow::Re
             })
         }
         parsed => Resolved::new(digest.clone(), digest, raw, parsed),
+    }
+}
+
+/// The registry's manifest `digest`, an index's instance: from the image the
+/// proxy opened beside the index, if it resolved to this instance; else the
+/// proxy opens the instance now, as the blobs' session would after it. Only
+/// where its bytes are not the registry's (a Docker schema2 manifest, which
+/// the proxy converts) does `inspect` ask the registry again.
+async fn instance_manifest(
+    worker: &Worker,
+    plan: &Plan,
+    digest: &Sha256Digest,
+) -> anyhow::Result<Vec<u8>> {
+    if let Some(raw) = worker.opened_manifest(digest).await {
+        return Ok(raw);
+    }
+    let image = plan.image.with_digest(digest);
+    worker.open_beside(&image).await;
+    match worker.opened_manifest(digest).await {
+        Some(raw) => Ok(raw),
+        None => worker.inspect_raw(&image, MANIFEST_MAX).await,
     }
 }
 

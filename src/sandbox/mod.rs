@@ -73,6 +73,9 @@ pub struct WorkerReport {
     /// The blobs came through the image the proxy opened beside the
     /// manifest's request ([`Worker::open_beside`]), not one opened after it.
     pub opened_beside: bool,
+    /// The manifests asked for with `skopeo inspect --raw`; not those the
+    /// opened image gave ([`Worker::opened_manifest`]).
+    pub manifests_inspected: u32,
 }
 
 /// What the proxy session said about itself.
@@ -147,6 +150,8 @@ struct Ledger {
     session: Session,
     /// A session took the image opened beside the manifest.
     opened_beside: bool,
+    /// `inspect --raw` requests made.
+    inspected: u32,
 }
 
 /// A worker's isolation, with what each mode staged for it.
@@ -344,6 +349,7 @@ impl Worker {
     /// to OCI and resolves indexes itself, which would hide both from root.
     pub async fn inspect_raw(&self, image: &ImageRef, limit: u64) -> anyhow::Result<Vec<u8>> {
         let agent = self.agent().await?;
+        self.ledger().inspected += 1;
         let unit = agent.unit.as_deref();
         let mut args = self.registries_args(unit);
         args.extend(skopeo::inspect_raw_args(&self.spec));
@@ -461,6 +467,7 @@ impl Worker {
             observed,
             session,
             opened_beside,
+            inspected,
             ..
         } = std::mem::take(&mut *self.ledger());
         let skopeo = (&mut self.version).await.ok().flatten();
@@ -486,6 +493,7 @@ impl Worker {
             protocol: session.protocol,
             skopeo,
             opened_beside,
+            manifests_inspected: inspected,
         }
     }
 

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 
 use super::prepare::PROXY_ENV;
 use super::{Launch, Output, STOP_TIMEOUT, Worker, worker_failure};
+use crate::digest::Sha256Digest;
 use crate::error::{Failure, Kind, fail};
 use crate::imgref::ImageRef;
 use crate::manifest::{Descriptor, MANIFEST_MAX};
@@ -226,6 +227,9 @@ async fn read_line(side: &mut BufReader<UnixStream>) -> anyhow::Result<Option<St
 struct Opened {
     img: OpenedImage,
     digest: String,
+    /// The manifest's bytes as the proxy gave them, where they hash to
+    /// `digest`: the registry's own, unconverted (an OCI manifest).
+    raw: Option<Vec<u8>>,
 }
 
 impl Worker {
@@ -248,8 +252,11 @@ impl Worker {
             let r = async {
                 let proxy = agent.proxy(self).await?;
                 let img = proxy.open_image(&image.to_transport()).await?;
-                let (digest, _) = proxy.fetch_manifest_raw_oci(&img).await?;
-                anyhow::Ok(Opened { img, digest })
+                let (digest, raw) = proxy.fetch_manifest_raw_oci(&img).await?;
+                let raw = (raw.len() as u64 <= MANIFEST_MAX
+                    && crate::digest::sha256(&raw).as_str() == digest)
+                    .then_some(raw);
+                anyhow::Ok(Opened { img, digest, raw })
             }
             .await;
             agent.open.fetch_sub(1, SeqCst);
@@ -259,6 +266,18 @@ impl Worker {
         if let Err(e) = opened.await {
             tracing::debug!("opening {image} beside its manifest: {e:#}");
         }
+    }
+}
+
+impl Worker {
+    /// The registry's bytes of manifest `digest`, from the image the proxy
+    /// opened ([`Worker::open_beside`]) if it resolved to that manifest and
+    /// gave it unconverted: root hashes them, so they need no `inspect`.
+    pub async fn opened_manifest(&self, digest: &Sha256Digest) -> Option<Vec<u8>> {
+        let agent = self.agent.lock().await.clone()?;
+        let opened = agent.opened.lock().unwrap_or_else(|p| p.into_inner());
+        let o = opened.as_ref().filter(|o| o.digest == digest.as_str())?;
+        o.raw.clone()
     }
 }
 

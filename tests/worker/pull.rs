@@ -245,8 +245,12 @@ fn platform_is_chosen_from_the_index() {
         let r = run(&mut c).json();
         assert_eq!(r["manifest_digest"], digest_for(arch), "{arch}");
         // The worker's proxy, opening the tag beside the index's `inspect`,
-        // resolved it to this host's instance: another one is opened after.
-        assert_eq!(r["worker"]["opened_beside"], arch == "amd64", "{arch}");
+        // resolved it to this host's instance; another one it opens once the
+        // index has chosen it. Either gives root the instance's bytes (OCI,
+        // unconverted): the index is the one manifest `inspect` asks for
+        // (issue 46).
+        assert_eq!(r["worker"]["opened_beside"], true, "{arch}");
+        assert_eq!(r["worker"]["manifests_inspected"], 1, "{arch}");
         let config: serde_json::Value =
             serde_json::from_str(&skopeo(&["inspect", "--config", &oci_tag(&dest, "v1")])).unwrap();
         assert_eq!(config["architecture"], arch);
@@ -333,6 +337,31 @@ fn pull_by_digest() {
         &oci(&s.path().join("y")),
     )))
     .assert_failure(2);
+}
+
+/// An index of Docker schema2 manifests: the proxy converts the instance it
+/// opens, so root asks `inspect` for the registry's bytes of it too.
+#[test]
+fn docker_schema2_instance_is_inspected() {
+    let dst = format!("{}/hostpull/multi-v2s2:v1", var("RIG_REGISTRY"));
+    rig_copy(var("RIG_IMG_MULTI"), &dst, &["--all", "--format", "v2s2"]);
+    let list = registry_raw(&dst);
+    let amd64 = list["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["platform"]["architecture"] == "amd64")
+        .unwrap();
+    assert_eq!(
+        amd64["mediaType"],
+        "application/vnd.docker.distribution.manifest.v2+json"
+    );
+    let s = scratch();
+    let r = pulled(&dst, &oci(&s.path().join("layout")));
+    assert_eq!(r["source_digest"], amd64["digest"]);
+    assert_ne!(r["manifest_digest"], r["source_digest"]);
+    assert_eq!(r["worker"]["opened_beside"], true);
+    assert_eq!(r["worker"]["manifests_inspected"], 2);
 }
 
 #[test]
