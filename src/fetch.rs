@@ -20,6 +20,7 @@ use crate::signature::Verdict;
 use crate::store::cstorage::Served;
 use crate::store::{Destination, Layout};
 use crate::verify;
+pub use transfer::IN_FLIGHT;
 use transfer::{Flow, Tally, transfer};
 
 /// A manifest that root has hashed and checked, ready to fetch.

@@ -57,6 +57,7 @@ pub(crate) mod wire;
 #[doc(hidden)]
 pub mod internals {
     pub use crate::confined::import::main as ostree_import;
+    pub use crate::fetch::IN_FLIGHT;
     pub use crate::rate::{LEAD, SLICE, in_flight};
     pub use crate::sandbox::classify::classify_worker_text;
     pub use crate::signature::{ATOMIC, COSIGN, check_payload, verify_attachment, verify_bundle};

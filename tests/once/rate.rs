@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use crate::util::*;
-use hostpull::internals::{LEAD, SLICE, in_flight};
+use hostpull::internals::{IN_FLIGHT, LEAD, SLICE, in_flight};
 
 /// The most the worker's side holds of one blob here, ahead of root's reads:
 /// the 64 KiB pipe, skopeo's 32 KiB copy buffer, and its socket's receive
@@ -30,11 +30,11 @@ const COUNT_ERROR: u64 = 64 << 10;
 /// for it when it opened. At 512 KiB/s (one blob at a time) that is 1.36 MiB,
 /// most of it this loopback's receive buffer; at 16 MiB/s (four blobs)
 /// 9.1 MiB, where four 1 MiB pipes opened at once and 5 MiB charges made it
-/// 10 MiB before. The previous mechanism carried 2.3 to 3.1 MiB in the first
+/// 10 MiB before. Above 24 MiB/s as many blobs as a pull keeps in flight. The previous mechanism carried 2.3 to 3.1 MiB in the first
 /// second at 512 KiB/s.
 fn tolerance(cap: u64) -> u64 {
     let slice = (cap as f64 * SLICE.as_secs_f64()) as u64;
-    let open = in_flight(cap, 4) as u64;
+    let open = in_flight(cap, IN_FLIGHT) as u64;
     slice + open * (slice.min(1 << 20) + WORKER_BUFFERS - LEAD) + COUNT_ERROR
 }
 
