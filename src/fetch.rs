@@ -421,7 +421,8 @@ async fn open_layout(
     }
     // An ostree import takes the layers in their order, and gets them so.
     if !matches!(dest, Destination::Ostree { .. }) {
-        largest_first(&mut missing, &resolved.manifest.config.digest);
+        let declared = resolved.index.is_some();
+        largest_first(&mut missing, &resolved.manifest.config.digest, declared);
     }
     let rule = &planned.space;
     let fs = crate::host::statvfs(&rule.path)
@@ -521,10 +522,17 @@ async fn instance_manifest(
 }
 
 /// Into a layout, the largest blobs first, so that no large one is left to
-/// come alone at the end; the config still first, as its platform is checked
-/// before any layer comes.
-fn largest_first(blobs: &mut [Descriptor], config: &Sha256Digest) {
+/// come alone at the end. The config comes first, and alone, as its platform
+/// is checked before any layer comes ([`transfer`]). Where the index's entry
+/// has `declared` the platform already, it comes second instead, beside the
+/// largest layer: that layer's request then does not wait for the config's
+/// round trips (an update's one layer, across a link), and the config's
+/// check, on its arrival, still comes before any other layer is asked for.
+fn largest_first(blobs: &mut [Descriptor], config: &Sha256Digest, declared: bool) {
     blobs.sort_by_key(|d| (d.digest != *config, std::cmp::Reverse(d.size)));
+    if declared && blobs.len() > 1 && blobs[0].digest == *config {
+        blobs[..2].rotate_left(1);
+    }
 }
 
 /// The registry's manifest of the image as given (`inspect`), with the image
@@ -704,11 +712,21 @@ mod tests {
             platform: None,
             annotations: Default::default(),
         };
-        let mut blobs = vec![d(1, 5), d(2, 1), d(3, 9), d(4, 5), d(5, 2)];
-        largest_first(&mut blobs, &digest::sha256(&[2]));
-        let order: Vec<u64> = blobs.iter().map(|b| b.size).collect();
-        assert_eq!(order, [1, 9, 5, 5, 2]);
-        assert_eq!(blobs[2].digest, digest::sha256(&[1]), "stable");
+        let blobs = vec![d(1, 5), d(2, 1), d(3, 9), d(4, 5), d(5, 2)];
+        let sorted = |declared| {
+            let mut b = blobs.clone();
+            largest_first(&mut b, &digest::sha256(&[2]), declared);
+            b
+        };
+        let order = |b: &[Descriptor]| b.iter().map(|b| b.size).collect::<Vec<_>>();
+        let single = sorted(false);
+        assert_eq!(order(&single), [1, 9, 5, 5, 2]);
+        assert_eq!(single[2].digest, digest::sha256(&[1]), "stable");
+        // An index declared the platform: the config beside the largest layer.
+        assert_eq!(order(&sorted(true)), [9, 1, 5, 5, 2]);
+        let mut alone = vec![d(2, 1)];
+        largest_first(&mut alone, &digest::sha256(&[2]), true);
+        assert_eq!(order(&alone), [1]);
     }
 
     #[test]

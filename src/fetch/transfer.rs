@@ -158,9 +158,11 @@ impl Flow {
 /// thread for a `GetRawBlob` pipe, a runtime task otherwise), so that the
 /// hashing of several blobs spreads over the cores.
 ///
-/// The config, first in `todo` when it is missing, comes alone: the platform
-/// it declares is checked ([`super::check_config`]) before any layer is asked
-/// for, and given back.
+/// While the config is open no other blob is asked for: first in `todo` when
+/// it is missing, it comes alone, and the platform it declares is checked
+/// ([`super::check_config`]) before any layer is asked for; second (where an
+/// index declared the platform), beside one layer only. The platform is given
+/// back.
 pub(super) async fn transfer(
     proxy: &ImageProxy,
     img: &OpenedImage,

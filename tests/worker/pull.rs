@@ -339,6 +339,106 @@ fn pull_by_digest() {
     .assert_failure(2);
 }
 
+/// An index whose entry for this host's platform names another platform's
+/// instance. The index declared the platform, so the config is asked for
+/// beside the largest layer, not before it (issue 46); its check still
+/// refuses the image (exit 13) before any other layer is asked for, and
+/// nothing is published.
+#[test]
+fn an_index_entry_that_lies_about_its_platform_is_refused() {
+    let s = scratch();
+    let layout = s.path().join("src");
+    let certs = [
+        "--src-authfile",
+        var("RIG_AUTHFILE"),
+        "--src-cert-dir",
+        var("RIG_CERT_DIR"),
+    ];
+    let multi = format!("docker://{}", var("RIG_IMG_MULTI"));
+    skopeo(
+        &[
+            &["copy", "-q", "--all"],
+            &certs[..],
+            &[&multi, &oci_tag(&layout, "v1")],
+        ]
+        .concat(),
+    );
+    // Swap the platforms of the index's amd64 and arm64 entries.
+    let top: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let blob = |d: &str| {
+        layout
+            .join("blobs/sha256")
+            .join(d.trim_start_matches("sha256:"))
+    };
+    let digest = top["manifests"][0]["digest"].as_str().unwrap();
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(blob(digest)).unwrap()).unwrap();
+    for m in index["manifests"].as_array_mut().unwrap() {
+        let arch = &mut m["platform"]["architecture"];
+        *arch = match arch.as_str() {
+            Some("amd64") => "arm64".into(),
+            Some("arm64") => "amd64".into(),
+            _ => arch.clone(),
+        };
+    }
+    let bytes = serde_json::to_vec(&index).unwrap();
+    let lying = hostpull::digest::sha256(&bytes);
+    std::fs::write(blob(lying.as_str()), &bytes).unwrap();
+    let mut top = top.clone();
+    top["manifests"][0]["digest"] = lying.as_str().into();
+    top["manifests"][0]["size"] = bytes.len().into();
+    std::fs::write(layout.join("index.json"), top.to_string()).unwrap();
+    let name = "hostpull/lying-index";
+    let image = format!("{}/{name}:v1", var("RIG_REGISTRY"));
+    skopeo(&[
+        "copy",
+        "-q",
+        "--all",
+        "--preserve-digests",
+        "--dest-authfile",
+        var("RIG_AUTHFILE"),
+        "--dest-cert-dir",
+        var("RIG_CERT_DIR"),
+        &oci_tag(&layout, "v1"),
+        &format!("docker://{image}"),
+    ]);
+    assert_eq!(registry_digest(&image), lying.as_str());
+    // The instance the amd64 entry names: arm64's.
+    let entry = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["platform"]["architecture"] == "amd64")
+        .unwrap()["digest"]
+        .as_str()
+        .unwrap();
+    let instance: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(blob(entry)).unwrap()).unwrap();
+    let largest = instance["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|l| l["size"].as_u64())
+        .unwrap();
+    let mut expected = [
+        instance["config"]["digest"].as_str().unwrap().to_owned(),
+        largest["digest"].as_str().unwrap().to_owned(),
+    ];
+    expected.sort();
+    let dest = s.path().join("layout");
+    let mark = registry_log_mark();
+    let mut c = with_rig_creds(pull_cmd(&image, &oci(&dest)));
+    c.args(["--platform", "linux/amd64"]);
+    let r = run(&mut c);
+    r.assert_failure(13);
+    assert!(r.stderr.contains("not for linux/amd64"), "{}", r.stderr);
+    let mut fetched = fetched_since(mark, name, "blobs");
+    fetched.sort();
+    assert_eq!(fetched, expected);
+    assert!(!dest.exists(), "nothing published, nothing left");
+}
+
 /// An index of Docker schema2 manifests: the proxy converts the instance it
 /// opens, so root asks `inspect` for the registry's bytes of it too.
 #[test]
