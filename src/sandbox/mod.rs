@@ -196,6 +196,7 @@ impl Worker {
                         .with_detail(format!("{e:#}"))
                 })?;
                 systemd.stop_leftovers().await?;
+                Staging::sweep(Path::new(staging::RUN_DIR), "");
                 let staging = Staging::create(Path::new(staging::RUN_DIR), &id)?;
                 let mounts = prepare::systemd(spec, &credentials, &staging);
                 (
@@ -204,6 +205,7 @@ impl Worker {
                 )
             }
             Isolation::None => {
+                Staging::sweep(&std::env::temp_dir(), "hostpull-");
                 let staging = Staging::create(&std::env::temp_dir(), &format!("hostpull-{id}"))?;
                 let mode = prepare::plain(spec, &credentials, &staging);
                 (staging, mode)

@@ -31,6 +31,51 @@ impl Staging {
         Ok(Self { dir })
     }
 
+    /// Remove what pulls that are gone left in `root`: directories named
+    /// `<prefix><pid>-<8 hex digits>` ([`super::unit::run_id`]) whose pull no
+    /// longer runs, or whose pid is this pull's own (it has made none yet). A
+    /// pull killed with SIGKILL cannot remove its staging, and that holds
+    /// copies of its credentials. Only root-only directories of this user are
+    /// removed; a pid that runs another program now is left alone.
+    pub fn sweep(root: &Path, prefix: &str) {
+        use std::os::unix::fs::MetadataExt;
+        let own = std::process::id();
+        let Ok(entries) = std::fs::read_dir(root) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(prefix))
+                .and_then(|n| n.split_once('-'))
+                .filter(|(_, r)| r.len() == 8 && r.bytes().all(|b| b.is_ascii_hexdigit()))
+                .and_then(|(pid, _)| pid.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let gone = pid == own
+                || rustix::process::Pid::from_raw(pid as i32).is_some_and(|p| {
+                    rustix::process::test_kill_process(p)
+                        .is_err_and(|e| e == rustix::io::Errno::SRCH)
+                });
+            let ours = e.metadata().is_ok_and(|m| {
+                m.is_dir()
+                    && m.uid() == rustix::process::geteuid().as_raw()
+                    && m.mode() & 0o077 == 0
+            });
+            if gone && ours {
+                let dir = e.path();
+                match std::fs::remove_dir_all(&dir) {
+                    Ok(()) => {
+                        tracing::info!("removed {}, left by a pull that is gone", dir.display())
+                    }
+                    Err(e) => tracing::debug!("removing {}: {e}", dir.display()),
+                }
+            }
+        }
+    }
+
     /// The directory.
     pub fn path(&self) -> &Path {
         &self.dir
@@ -122,5 +167,41 @@ mod tests {
         let dir = s.path().to_owned();
         s.remove();
         assert!(!dir.exists());
+    }
+
+    /// What pulls that are gone left is removed; nothing else is.
+    #[test]
+    fn the_staging_of_pulls_that_are_gone_is_swept() {
+        let td = tempfile::tempdir().unwrap();
+        let root = td.path();
+        // Above any pid_max (2^22): no such process.
+        let dead = 4_194_305;
+        let own = std::process::id();
+        let made = |name: &str, mode: u32| {
+            let dir = root.join(name);
+            std::fs::DirBuilder::new().mode(mode).create(&dir).unwrap();
+            std::fs::write(dir.join("auth.json"), b"{}").unwrap();
+            dir
+        };
+        let swept = [
+            made(&format!("hostpull-{dead}-0123abcd"), 0o700),
+            made(&format!("hostpull-{own}-deadbeef"), 0o700),
+        ];
+        let kept = [
+            made("hostpull-1-0123abcd", 0o700),                // pid 1 runs
+            made(&format!("hostpull-{dead}-0123abc"), 0o700),  // not a run id
+            made(&format!("other-{dead}-0123abcd"), 0o700),    // another prefix
+            made(&format!("hostpull-{dead}-0123abce"), 0o755), // not root-only
+        ];
+        std::fs::write(root.join(format!("hostpull-{dead}-00000000")), b"").unwrap();
+        Staging::sweep(root, "hostpull-");
+        for d in &swept {
+            assert!(!d.exists(), "{}", d.display());
+        }
+        for d in &kept {
+            assert!(d.exists(), "{}", d.display());
+        }
+        assert!(root.join(format!("hostpull-{dead}-00000000")).exists());
+        Staging::sweep(&root.join("missing"), "");
     }
 }

@@ -5,6 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::pull::staging_dirs;
 use crate::util::*;
 
 #[test]
@@ -105,8 +106,13 @@ fn after_kill_9_the_next_pull_reuses_verified_blobs() {
         Duration::from_secs(10),
         || workers_of(child.id()).is_empty(),
     );
+    // A pull killed so cannot remove its staging, and that holds a copy of
+    // its credentials: the next pull does.
+    let left = staging_dirs(child.id());
+    assert_eq!(left.len(), 1, "{left:?}");
 
     let r = pulled(var("RIG_IMG_BIG"), &oci(&dest));
+    assert!(!left[0].exists(), "{} is left", left[0].display());
     assert!(r["layers_reused"].as_u64().unwrap() >= 1, "{r}");
     assert_eq!(
         r["layers_reused"].as_u64().unwrap() + r["layers_fetched"].as_u64().unwrap(),

@@ -712,9 +712,17 @@ fn secret_leak_scan() {
 /// (what `LoadCredential=` hands the unit); `None` if the pull ended first.
 pub fn staged_authfile(child: &mut std::process::Child) -> Option<serde_json::Value> {
     let pid = child.id();
+    // Not a directory an earlier process of this pid left (pids wrap).
+    let since = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+    let fresh = |d: &std::path::PathBuf| {
+        std::fs::metadata(d)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t >= since)
+    };
     while child.try_wait().unwrap().is_none() {
         let found = staging_dirs(pid)
             .into_iter()
+            .filter(fresh)
             .filter_map(|d| std::fs::read(d.join("auth.json")).ok())
             .find_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
         if found.is_some() {
