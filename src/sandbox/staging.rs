@@ -12,66 +12,78 @@ use fn_error_context::context;
 /// Where staging directories are made when systemd runs the worker.
 pub const RUN_DIR: &str = "/run/hostpull";
 
-/// A root-only directory of one pull's staged files.
+/// A root-only directory of one pull's staged files, locked (flock) while the
+/// pull holds it.
 #[derive(Debug)]
 pub struct Staging {
     dir: PathBuf,
+    /// The directory, open and locked: the kernel lets go of it however the
+    /// pull ends, so that the next pull knows a staging left behind
+    /// ([`Staging::sweep`]).
+    _lock: std::fs::File,
 }
 
 impl Staging {
-    /// Make `<root>/<id>`, mode 0700, and `root` itself (0700) if it is missing.
+    /// Make `<root>/<id>`, mode 0700, and `root` itself (0700) if it is
+    /// missing. It is made as `.<id>`, locked, then renamed: no sweep finds
+    /// it unlocked.
     #[context("creating staging directory {}/{id}", root.display())]
     pub fn create(root: &Path, id: &str) -> anyhow::Result<Self> {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(root)?;
+        let making = root.join(format!(".{id}"));
+        std::fs::DirBuilder::new().mode(0o700).create(&making)?;
+        let lock = std::fs::File::open(&making)?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)?;
         let dir = root.join(id);
-        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-        Ok(Self { dir })
+        std::fs::rename(&making, &dir)?;
+        Ok(Self { dir, _lock: lock })
     }
 
     /// Remove what pulls that are gone left in `root`: directories named
-    /// `<prefix><pid>-<8 hex digits>` ([`super::unit::run_id`]) whose pull no
-    /// longer runs, or whose pid is this pull's own (it has made none yet). A
-    /// pull killed with SIGKILL cannot remove its staging, and that holds
-    /// copies of its credentials. Only root-only directories of this user are
-    /// removed; a pid that runs another program now is left alone.
+    /// `<prefix><pid>-<8 hex digits>` ([`super::unit::run_id`]) that no pull
+    /// holds locked. A pull killed with SIGKILL cannot remove its staging,
+    /// and that holds copies of its credentials. The lock, not the pid, tells
+    /// (a pid comes round again, and asking another process's state is a
+    /// permission of its own under SELinux). Only root-only directories of
+    /// this user are removed.
     pub fn sweep(root: &Path, prefix: &str) {
         use std::os::unix::fs::MetadataExt;
-        let own = std::process::id();
         let Ok(entries) = std::fs::read_dir(root) else {
             return;
         };
         for e in entries.flatten() {
             let name = e.file_name();
-            let Some(pid) = name
+            let named = name
                 .to_str()
                 .and_then(|n| n.strip_prefix(prefix))
                 .and_then(|n| n.split_once('-'))
-                .filter(|(_, r)| r.len() == 8 && r.bytes().all(|b| b.is_ascii_hexdigit()))
-                .and_then(|(pid, _)| pid.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let gone = pid == own
-                || rustix::process::Pid::from_raw(pid as i32).is_some_and(|p| {
-                    rustix::process::test_kill_process(p)
-                        .is_err_and(|e| e == rustix::io::Errno::SRCH)
+                .is_some_and(|(pid, r)| {
+                    pid.parse::<u32>().is_ok()
+                        && r.len() == 8
+                        && r.bytes().all(|b| b.is_ascii_hexdigit())
                 });
             let ours = e.metadata().is_ok_and(|m| {
                 m.is_dir()
                     && m.uid() == rustix::process::geteuid().as_raw()
                     && m.mode() & 0o077 == 0
             });
-            if gone && ours {
-                let dir = e.path();
-                match std::fs::remove_dir_all(&dir) {
-                    Ok(()) => {
-                        tracing::info!("removed {}, left by a pull that is gone", dir.display())
-                    }
-                    Err(e) => tracing::debug!("removing {}: {e}", dir.display()),
-                }
+            if !named || !ours {
+                continue;
+            }
+            let dir = e.path();
+            let Ok(held) = std::fs::File::open(&dir) else {
+                continue;
+            };
+            let free = rustix::fs::FlockOperation::NonBlockingLockExclusive;
+            if rustix::fs::flock(&held, free).is_err() {
+                continue;
+            }
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => tracing::info!("removed {}, left by a pull that is gone", dir.display()),
+                Err(e) => tracing::debug!("removing {}: {e}", dir.display()),
             }
         }
     }
@@ -174,26 +186,25 @@ mod tests {
     fn the_staging_of_pulls_that_are_gone_is_swept() {
         let td = tempfile::tempdir().unwrap();
         let root = td.path();
-        // Above any pid_max (2^22): no such process.
-        let dead = 4_194_305;
-        let own = std::process::id();
         let made = |name: &str, mode: u32| {
             let dir = root.join(name);
             std::fs::DirBuilder::new().mode(mode).create(&dir).unwrap();
             std::fs::write(dir.join("auth.json"), b"{}").unwrap();
             dir
         };
+        // Unlocked: a pull killed with SIGKILL, or one of this very pid.
         let swept = [
-            made(&format!("hostpull-{dead}-0123abcd"), 0o700),
-            made(&format!("hostpull-{own}-deadbeef"), 0o700),
+            made("hostpull-4194305-0123abcd", 0o700),
+            made(&format!("hostpull-{}-deadbeef", std::process::id()), 0o700),
         ];
+        let running = Staging::create(root, "hostpull-1-0123abcd").unwrap();
         let kept = [
-            made("hostpull-1-0123abcd", 0o700),                // pid 1 runs
-            made(&format!("hostpull-{dead}-0123abc"), 0o700),  // not a run id
-            made(&format!("other-{dead}-0123abcd"), 0o700),    // another prefix
-            made(&format!("hostpull-{dead}-0123abce"), 0o755), // not root-only
+            running.path().to_owned(),
+            made("hostpull-77-0123abc", 0o700),  // not a run id
+            made("other-77-0123abcd", 0o700),    // another prefix
+            made("hostpull-77-0123abce", 0o755), // not root-only
         ];
-        std::fs::write(root.join(format!("hostpull-{dead}-00000000")), b"").unwrap();
+        std::fs::write(root.join("hostpull-77-00000000"), b"").unwrap();
         Staging::sweep(root, "hostpull-");
         for d in &swept {
             assert!(!d.exists(), "{}", d.display());
@@ -201,7 +212,11 @@ mod tests {
         for d in &kept {
             assert!(d.exists(), "{}", d.display());
         }
-        assert!(root.join(format!("hostpull-{dead}-00000000")).exists());
+        assert!(root.join("hostpull-77-00000000").exists());
+        // Once its pull lets go of it, it is swept too.
+        drop(running);
+        Staging::sweep(root, "hostpull-");
+        assert!(!kept[0].exists());
         Staging::sweep(&root.join("missing"), "");
     }
 }
